@@ -1,0 +1,513 @@
+//! # Meridian wire types
+//!
+//! Everything that crosses a process boundary is defined here: identifiers
+//! ([`NodeId`], [`RegionId`], [`ConfigId`], [`TxId`]), global-time
+//! [`Timestamp`]s, the FaRM log records ([`LockRecord`], which is also the
+//! payload of `CommitBackup`), the request/response messages of the
+//! transaction and clock protocols, and the length-prefixed [`Frame`] codec.
+//!
+//! The names follow the papers: FaRM §4 Tables 1–2 (`Lock`, `LockReply`,
+//! `Validate`, `CommitBackup`, `CommitPrimary`, `Abort`, `Truncate`), FaRMv2
+//! §4.1 (clock synchronisation with the clock master) and §4.2 (`read_ts`,
+//! `write_ts`). Recovery messages (FaRM Table 2 rows 3–11), RAMP and RIFL
+//! messages are added as new enum variants by later work; the enums are
+//! therefore not `#[non_exhaustive]`-free by accident but by design: every
+//! match in the engines must handle new variants explicitly.
+//!
+//! Encoding: a frame is a little-endian `u32` length followed by that many
+//! bytes of `bincode` (fixed-int, little-endian). A frame longer than
+//! [`MAX_FRAME_BYTES`] or one that fails to decode is a [`WireError`]; the
+//! transport closes the connection and logs it, nothing else is affected.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A key: an ordered byte string (compared lexicographically).
+pub type Key = Vec<u8>;
+/// A value: an opaque byte string.
+pub type Value = Vec<u8>;
+
+/// Largest frame the codec accepts, in bytes (64 MiB). Bigger than any legal
+/// message: keys and values are bounded far below this by [`Limits`]-style
+/// configuration (see `meridian-config`).
+pub const MAX_FRAME_BYTES: usize = 64 << 20;
+
+/// Identifier of a node (a server process). Node 0 is the configuration
+/// manager and the clock master in this foundation (FaRM §3, FaRMv2 §4.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeId(pub u32);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}", self.0)
+    }
+}
+
+/// Identifier of a region: a contiguous range of the key space replicated on
+/// one primary and `f` backups (FaRM §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RegionId(pub u32);
+
+impl fmt::Display for RegionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "r{}", self.0)
+    }
+}
+
+/// Configuration identifier: FaRM's unique, increasing configuration sequence
+/// number (FaRM §3, §5.2). Static (always 1) until reconfiguration lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ConfigId(pub u64);
+
+/// A point in global time, in nanoseconds of the clock master's clock
+/// (FaRMv2 §4.1). `Timestamp(0)` is the initial version of every key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    /// The timestamp of the (implicit) initial, absent version of every key.
+    pub const ZERO: Timestamp = Timestamp(0);
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}ns", self.0)
+    }
+}
+
+/// Transaction identifier, FaRM §5.3 step 2: ⟨c, m, t, l⟩ = the configuration
+/// in which the transaction started, the coordinator's machine id, the
+/// coordinator-local thread id and a thread-local unique sequence number.
+///
+/// Coordinators are clients (FaRM, RAMP and RIFL all put the coordinator at
+/// the client); a client's machine id is handed out by the CM at registration
+/// ([`Request::RegisterClient`]), so `coordinator` is unique cluster-wide.
+/// The same id will identify the RIFL client lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TxId {
+    /// c: configuration identifier when the transaction started.
+    pub config: ConfigId,
+    /// m: the coordinator's machine (client) id, unique in the cluster.
+    pub coordinator: u64,
+    /// t: coordinator-local thread (session) id.
+    pub thread: u32,
+    /// l: sequence number unique within (coordinator, thread).
+    pub local: u64,
+}
+
+impl fmt::Display for TxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tx<{},{},{},{}>", self.config.0, self.coordinator, self.thread, self.local)
+    }
+}
+
+/// One buffered write: a new value, or `None` for a delete (a tombstone).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteOp {
+    /// Region the key belongs to (the coordinator's view of the map).
+    pub region: RegionId,
+    /// The key written.
+    pub key: Key,
+    /// New value, `None` deletes the key.
+    pub value: Option<Value>,
+}
+
+/// The LOCK log record (FaRM Table 1): written by the coordinator to each
+/// primary of the write set. `CommitBackup` carries the same payload plus the
+/// `write_ts` (FaRMv2 §4.2), so one type serves both.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRecord {
+    /// The transaction.
+    pub tx: TxId,
+    /// The transaction's read timestamp: LockAtTs fails if the key has a
+    /// version newer than this (FaRMv2 §7 Algorithm 2 line 6).
+    pub read_ts: Timestamp,
+    /// IDs of all regions with objects written by the transaction (needed by
+    /// recovery, FaRM §5.3).
+    pub regions: Vec<RegionId>,
+    /// The writes this destination is primary (or backup) for.
+    pub writes: Vec<WriteOp>,
+}
+
+/// A scanned key range `[start, end)` in one region; `end = None` means up to
+/// the end of the region.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRange {
+    /// Inclusive lower bound.
+    pub start: Key,
+    /// Exclusive upper bound; `None` is unbounded (end of region).
+    pub end: Option<Key>,
+}
+
+impl KeyRange {
+    /// True if `key` lies in `[start, end)`.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && self.end.as_deref().is_none_or(|e| key < e)
+    }
+}
+
+/// Why a participant refused an operation. These become transaction aborts at
+/// the coordinator; they are normal outcomes, not errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Conflict {
+    /// The key is locked by another transaction (FaRMv2 §4.7 early abort).
+    Locked,
+    /// The key has a version newer than the transaction's `read_ts`.
+    Changed,
+    /// The version needed at `read_ts` was garbage-collected.
+    TooOld,
+    /// The node is not the primary of the region (stale region map).
+    NotPrimary,
+    /// The node does not hold the region at all.
+    UnknownRegion,
+    /// A per-node bound (log capacity, version chain, …) was hit.
+    Overloaded,
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Conflict::Locked => "locked",
+            Conflict::Changed => "changed since read_ts",
+            Conflict::TooOld => "version garbage-collected",
+            Conflict::NotPrimary => "not primary",
+            Conflict::UnknownRegion => "unknown region",
+            Conflict::Overloaded => "overloaded",
+        };
+        f.write_str(s)
+    }
+}
+
+/// A value as read at some `read_ts`: the payload and the `write_ts` of the
+/// version it came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Versioned {
+    /// `write_ts` of the version read (`Timestamp::ZERO` never occurs here).
+    pub version: Timestamp,
+    /// The value.
+    pub value: Value,
+}
+
+/// One operation of a thin-client one-shot transaction, executed by a node on
+/// the client's behalf (`meridian get|put|delete|scan`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientOp {
+    /// Read a key.
+    Get(Key),
+    /// Write a key.
+    Put(Key, Value),
+    /// Delete a key.
+    Delete(Key),
+    /// Scan `[start, end)` returning at most `limit` pairs.
+    Scan {
+        /// Inclusive start.
+        start: Key,
+        /// Exclusive end (`None` = end of key space).
+        end: Option<Key>,
+        /// Maximum rows.
+        limit: u32,
+    },
+}
+
+/// Result of a [`ClientOp`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientOpResult {
+    /// Value of a `Get` (`None` = absent).
+    Value(Option<Value>),
+    /// Rows of a `Scan`.
+    Rows(Vec<(Key, Value)>),
+    /// A `Put`/`Delete` took effect.
+    Done,
+}
+
+/// Per-node status, for `meridian status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// The node.
+    pub node: NodeId,
+    /// Configuration the node runs.
+    pub config: ConfigId,
+    /// Current clock uncertainty (upper − lower), ns; 0 on the clock master.
+    pub uncertainty_ns: u64,
+    /// Clock synchronisations completed.
+    pub syncs: u64,
+    /// Regions this node is primary for.
+    pub primary_regions: Vec<RegionId>,
+    /// Regions this node is a backup for.
+    pub backup_regions: Vec<RegionId>,
+    /// Live keys held (primary + backup copies).
+    pub objects: u64,
+    /// Log records not yet truncated (LOCK + COMMIT-BACKUP).
+    pub log_records: u64,
+    /// Requests served since start.
+    pub requests: u64,
+}
+
+/// A request. Each gets exactly one [`Response`] unless sent one-way.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Null RPC (for `meridian bench rpc`).
+    Ping,
+    /// Clock synchronisation request to the clock master (FaRMv2 §4.1
+    /// MASTERTIME()).
+    ClockSync,
+    /// Ask the CM for a coordinator id and the configuration (text).
+    RegisterClient,
+    /// Read `key` at `read_ts` from the primary of `region`; served straight
+    /// from storage (the TCP analogue of FaRM's one-sided read).
+    Read {
+        /// Region of the key.
+        region: RegionId,
+        /// The key.
+        key: Key,
+        /// Snapshot time.
+        read_ts: Timestamp,
+    },
+    /// Scan up to `limit` live keys of `range` at `read_ts` on `region`'s primary.
+    Scan {
+        /// Region scanned.
+        region: RegionId,
+        /// Range within the region.
+        range: KeyRange,
+        /// Maximum rows returned.
+        limit: u32,
+        /// Snapshot time.
+        read_ts: Timestamp,
+    },
+    /// LOCK record (FaRM §4 step 1, FaRMv2 Algorithm 2 LockAtTs).
+    Lock(LockRecord),
+    /// VALIDATE (FaRM Table 2): the keys and scanned ranges read from this
+    /// primary, checked unlocked and unchanged since `read_ts`.
+    Validate {
+        /// The validating transaction (its own locks are ignored).
+        tx: TxId,
+        /// The transaction's read timestamp.
+        read_ts: Timestamp,
+        /// Point reads: (region, key).
+        keys: Vec<(RegionId, Key)>,
+        /// Scanned ranges (phantom check).
+        ranges: Vec<(RegionId, KeyRange)>,
+    },
+    /// COMMIT-BACKUP record: the LOCK payload plus `write_ts`. Acknowledged on
+    /// receipt, applied lazily at truncation.
+    CommitBackup {
+        /// Same payload as the LOCK record.
+        record: LockRecord,
+        /// The transaction's write timestamp.
+        write_ts: Timestamp,
+    },
+    /// COMMIT-PRIMARY record: install the locked writes at `write_ts`, unlock.
+    CommitPrimary {
+        /// The transaction to commit.
+        tx: TxId,
+        /// Its write timestamp.
+        write_ts: Timestamp,
+    },
+    /// ABORT record: release the transaction's locks, drop its LOCK record.
+    Abort {
+        /// The transaction to abort.
+        tx: TxId,
+    },
+    /// TRUNCATE record (explicit form; normally piggybacked on frames).
+    Truncate {
+        /// Transactions whose records can be dropped (and applied at backups).
+        txs: Vec<TxId>,
+    },
+    /// Run a one-shot transaction for a thin client (the node coordinates).
+    Execute {
+        /// The operations, run in one transaction.
+        ops: Vec<ClientOp>,
+    },
+    /// Report this node's status.
+    Status,
+}
+
+/// A response to a [`Request`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// Reply to `Ping`.
+    Pong,
+    /// Reply to `ClockSync`: the master's clock when it handled the request.
+    MasterTime {
+        /// Master time, ns.
+        master_ns: u64,
+    },
+    /// Reply to `RegisterClient`.
+    Registered {
+        /// The coordinator id for this client's transaction ids.
+        coordinator: u64,
+        /// The configuration, as TOML text.
+        config_toml: String,
+    },
+    /// Reply to `Read`: `Ok(None)` = absent at `read_ts`.
+    ReadReply(Result<Option<Versioned>, Conflict>),
+    /// Reply to `Scan`: rows in key order, and whether `limit` cut it short.
+    ScanReply(Result<(Vec<(Key, Versioned)>, bool), Conflict>),
+    /// LOCK-REPLY (FaRM Table 2): did all locks succeed.
+    LockReply(Result<(), Conflict>),
+    /// Reply to `Validate`.
+    ValidateReply(Result<(), Conflict>),
+    /// Acknowledgement of a log record (COMMIT-BACKUP, COMMIT-PRIMARY, …).
+    Ack,
+    /// Reply to `Execute`: per-op results, or why the transaction failed.
+    Executed(Result<Vec<ClientOpResult>, String>),
+    /// Reply to `Status`.
+    Status(NodeStatus),
+    /// The request was malformed or refused (message for humans).
+    Error(String),
+}
+
+/// A frame on a connection.
+///
+/// `truncate` carries piggybacked TRUNCATE records (FaRM §4 step 5): the
+/// coordinator attaches the ids of transactions it has finished to whatever
+/// it next sends to that node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Frame {
+    /// A request expecting a response with the same `id`.
+    Request {
+        /// Per-connection request id.
+        id: u64,
+        /// Piggybacked truncations.
+        truncate: Vec<TxId>,
+        /// The request.
+        req: Request,
+    },
+    /// A one-way request: no response is sent.
+    OneWay {
+        /// Piggybacked truncations.
+        truncate: Vec<TxId>,
+        /// The request.
+        req: Request,
+    },
+    /// A response to request `id`.
+    Response {
+        /// The request's id.
+        id: u64,
+        /// The response.
+        resp: Response,
+    },
+}
+
+/// Codec errors.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The length prefix exceeds [`MAX_FRAME_BYTES`].
+    #[error("frame of {len} bytes exceeds the {max}-byte limit")]
+    FrameTooLarge {
+        /// Claimed length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The frame body did not decode.
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+}
+
+fn opts() -> impl bincode::Options {
+    use bincode::Options;
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .with_little_endian()
+        .with_limit(MAX_FRAME_BYTES as u64)
+}
+
+/// Append `frame`, length-prefixed, to `out`.
+///
+/// Errors: [`WireError::FrameTooLarge`] if the encoding exceeds
+/// [`MAX_FRAME_BYTES`] (nothing is appended then).
+pub fn encode_frame(frame: &Frame, out: &mut Vec<u8>) -> Result<(), WireError> {
+    use bincode::Options;
+    let start = out.len();
+    out.extend_from_slice(&[0u8; 4]);
+    if let Err(e) = opts().serialize_into(&mut *out, frame) {
+        out.truncate(start);
+        return Err(match *e {
+            bincode::ErrorKind::SizeLimit => WireError::FrameTooLarge {
+                len: MAX_FRAME_BYTES + 1,
+                max: MAX_FRAME_BYTES,
+            },
+            other => WireError::Malformed(other.to_string()),
+        });
+    }
+    let len = out.len() - start - 4;
+    out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+    Ok(())
+}
+
+/// Try to decode one frame from the front of `buf`.
+///
+/// Returns `Ok(Some((frame, consumed_bytes)))`, `Ok(None)` if `buf` holds
+/// less than a whole frame, or an error for an oversized or malformed frame.
+pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
+    use bincode::Options;
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(WireError::FrameTooLarge { len, max: MAX_FRAME_BYTES });
+    }
+    if buf.len() < 4 + len {
+        return Ok(None);
+    }
+    let frame: Frame = opts()
+        .deserialize(&buf[4..4 + len])
+        .map_err(|e| WireError::Malformed(e.to_string()))?;
+    Ok(Some((frame, 4 + len)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tx() -> TxId {
+        TxId { config: ConfigId(1), coordinator: 7, thread: 2, local: 99 }
+    }
+
+    #[test]
+    fn frames_round_trip_back_to_back() {
+        let a = Frame::Request {
+            id: 5,
+            truncate: vec![tx()],
+            req: Request::Lock(LockRecord {
+                tx: tx(),
+                read_ts: Timestamp(10),
+                regions: vec![RegionId(3)],
+                writes: vec![WriteOp { region: RegionId(3), key: b"k".to_vec(), value: None }],
+            }),
+        };
+        let b = Frame::Response { id: 5, resp: Response::LockReply(Err(Conflict::Locked)) };
+        let mut buf = Vec::new();
+        encode_frame(&a, &mut buf).unwrap();
+        encode_frame(&b, &mut buf).unwrap();
+        let (fa, n) = decode_frame(&buf).unwrap().unwrap();
+        assert_eq!(fa, a);
+        let (fb, m) = decode_frame(&buf[n..]).unwrap().unwrap();
+        assert_eq!(fb, b);
+        assert_eq!(n + m, buf.len());
+        // A partial frame is not an error.
+        assert!(decode_frame(&buf[..n - 1]).unwrap().is_none());
+    }
+
+    #[test]
+    fn malformed_and_oversized_frames_are_errors() {
+        let mut bad = 3u32.to_le_bytes().to_vec();
+        bad.extend_from_slice(&[0xff, 0xff, 0xff]);
+        assert!(matches!(decode_frame(&bad), Err(WireError::Malformed(_))));
+        let huge = ((MAX_FRAME_BYTES + 1) as u32).to_le_bytes();
+        assert!(matches!(decode_frame(&huge), Err(WireError::FrameTooLarge { .. })));
+    }
+
+    #[test]
+    fn key_range_bounds() {
+        let r = KeyRange { start: b"b".to_vec(), end: Some(b"d".to_vec()) };
+        assert!(!r.contains(b"a"));
+        assert!(r.contains(b"b"));
+        assert!(r.contains(b"c\xff"));
+        assert!(!r.contains(b"d"));
+        let open = KeyRange { start: b"b".to_vec(), end: None };
+        assert!(open.contains(b"zzz"));
+    }
+}
