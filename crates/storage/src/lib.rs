@@ -1,0 +1,471 @@
+//! # Storage: regions, objects, versions and logs (FaRM §3–4, FaRMv2 §4.4–4.5)
+//!
+//! **Problem.** A node holds replicas of regions. At a region's primary,
+//! reads at a `read_ts` must return the version with the highest `write_ts`
+//! ≤ `read_ts`, objects must be lockable by the commit protocol, and old
+//! versions must live as long as a reader may need them, but no longer.
+//!
+//! **Design.** A [`RegionStore`] is an ordered map from key to [`Object`].
+//! An object is a lock word (the [`TxId`] holding it) and a short chain of
+//! versions in increasing `write_ts` order; a version's value is `None` for a
+//! delete (a tombstone, needed so that scans can detect deleted keys as
+//! phantoms). The head version is the newest. This is FaRMv2's head version
+//! plus old-version list (§4.4), minus RDMA's fixed-address constraint.
+//!
+//! **GC (time window).** Installing a version over an older one queues the
+//! key for GC. [`RegionStore::gc`] advances the region's *GC safe point* and
+//! frees, for each queued key older than the safe point, every version but
+//! the newest one at or below it (and the whole object if that is a
+//! tombstone). A read whose `read_ts` is below the safe point, or below an
+//! object's `floor_ts` (raised when a version chain hits its bound), aborts
+//! with [`Conflict::TooOld`] instead of returning a wrong value. The OAT-based
+//! safe point (FaRMv2 §4.5) will only change who computes the safe point.
+//!
+//! **Invariants** ([`RegionStore::check_invariants`]): versions strictly
+//! increase in `write_ts`; a chain never exceeds its bound; an object with no
+//! versions is locked (it exists only to hold an insert's lock); the safe
+//! point never decreases.
+//!
+//! The transaction log ([`log::TxLog`]) holds LOCK and COMMIT-BACKUP records
+//! until TRUNCATE (FaRM §4 step 5, Table 1).
+
+pub mod log;
+
+use meridian_wire::{Conflict, Key, KeyRange, Timestamp, TxId, Value, Versioned};
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+
+/// One version of an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// The writing transaction's `write_ts`.
+    pub ts: Timestamp,
+    /// The value, `None` for a tombstone.
+    pub value: Option<Value>,
+}
+
+/// An object: lock word plus version chain (oldest first, head last).
+#[derive(Clone, Debug, Default)]
+pub struct Object {
+    /// Transaction holding the commit lock, if any.
+    pub lock: Option<TxId>,
+    /// Versions, strictly increasing `ts`, newest last.
+    pub versions: Vec<Version>,
+    /// Reads with `read_ts` below this abort: older versions were dropped.
+    pub floor_ts: Timestamp,
+}
+
+impl Object {
+    /// `write_ts` of the head version, `Timestamp::ZERO` if none.
+    pub fn head_ts(&self) -> Timestamp {
+        self.versions.last().map(|v| v.ts).unwrap_or(Timestamp::ZERO)
+    }
+
+    fn at(&self, read_ts: Timestamp) -> Result<Option<&Version>, Conflict> {
+        match self.versions.iter().rev().find(|v| v.ts <= read_ts) {
+            Some(v) => Ok(Some(v)),
+            None if read_ts < self.floor_ts => Err(Conflict::TooOld),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Counters of one region replica.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Versions freed by GC or by the chain bound.
+    pub versions_freed: u64,
+    /// Objects removed (tombstones collected).
+    pub objects_removed: u64,
+}
+
+/// One replica of a region.
+#[derive(Clone, Debug)]
+pub struct RegionStore {
+    objects: BTreeMap<Key, Object>,
+    safe_point: Timestamp,
+    gc_queue: VecDeque<(Timestamp, Key)>,
+    max_versions: usize,
+    stats: StoreStats,
+}
+
+fn check_range(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (
+        Bound::Included(range.start.as_slice()),
+        match &range.end {
+            Some(e) => Bound::Excluded(e.as_slice()),
+            None => Bound::Unbounded,
+        },
+    )
+}
+
+impl RegionStore {
+    /// An empty replica keeping at most `max_versions` versions per object.
+    pub fn new(max_versions: usize) -> Self {
+        RegionStore {
+            objects: BTreeMap::new(),
+            safe_point: Timestamp::ZERO,
+            gc_queue: VecDeque::new(),
+            max_versions: max_versions.max(1),
+            stats: StoreStats::default(),
+        }
+    }
+
+    /// Number of objects (live or tombstoned or lock placeholders).
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// True if no objects.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// The current GC safe point.
+    pub fn safe_point(&self) -> Timestamp {
+        self.safe_point
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> StoreStats {
+        self.stats
+    }
+
+    /// The object at `key`, if any (for tests and status).
+    pub fn object(&self, key: &[u8]) -> Option<&Object> {
+        self.objects.get(key)
+    }
+
+    /// Read `key` at `read_ts` (FaRMv2 Algorithm 2 ReadAtTs).
+    ///
+    /// Returns the newest version with `write_ts <= read_ts`, `None` if the
+    /// key was absent then. Errors: [`Conflict::Locked`] if the object is
+    /// locked (an early abort, FaRMv2 §4.7), [`Conflict::TooOld`] if the
+    /// needed version was freed.
+    pub fn read(&self, key: &[u8], read_ts: Timestamp) -> Result<Option<Versioned>, Conflict> {
+        if read_ts < self.safe_point {
+            return Err(Conflict::TooOld);
+        }
+        let Some(obj) = self.objects.get(key) else { return Ok(None) };
+        if obj.lock.is_some() {
+            return Err(Conflict::Locked);
+        }
+        Ok(obj.at(read_ts)?.and_then(|v| v.value.as_ref().map(|value| Versioned { version: v.ts, value: value.clone() })))
+    }
+
+    /// Scan live keys of `range` at `read_ts`, at most `limit` of them.
+    ///
+    /// Returns the rows and whether the limit cut the scan short. Errors as
+    /// [`RegionStore::read`] for any object met in the range.
+    pub fn scan(&self, range: &KeyRange, read_ts: Timestamp, limit: usize) -> Result<(Vec<(Key, Versioned)>, bool), Conflict> {
+        if read_ts < self.safe_point {
+            return Err(Conflict::TooOld);
+        }
+        let mut rows = Vec::new();
+        for (k, obj) in self.objects.range::<[u8], _>(check_range(range)) {
+            if obj.lock.is_some() {
+                return Err(Conflict::Locked);
+            }
+            if let Some(v) = obj.at(read_ts)? {
+                if let Some(value) = &v.value {
+                    if rows.len() == limit {
+                        return Ok((rows, true));
+                    }
+                    rows.push((k.clone(), Versioned { version: v.ts, value: value.clone() }));
+                }
+            }
+        }
+        Ok((rows, false))
+    }
+
+    /// LockAtTs (FaRMv2 Algorithm 2): lock `key` for `tx` unless it is locked
+    /// by another transaction or has a version newer than `read_ts`.
+    /// Idempotent for the same `tx`.
+    ///
+    /// Errors: [`Conflict::Locked`], [`Conflict::Changed`].
+    pub fn lock(&mut self, tx: TxId, key: &[u8], read_ts: Timestamp) -> Result<(), Conflict> {
+        let obj = match self.objects.get_mut(key) {
+            Some(o) => o,
+            None => self.objects.entry(key.to_vec()).or_default(),
+        };
+        match obj.lock {
+            Some(holder) if holder == tx => return Ok(()),
+            Some(_) => return Err(Conflict::Locked),
+            None => {}
+        }
+        if obj.head_ts() > read_ts {
+            return Err(Conflict::Changed);
+        }
+        obj.lock = Some(tx);
+        Ok(())
+    }
+
+    /// Release `tx`'s lock on `key` (no-op if not held by `tx`); removes a
+    /// placeholder object created only for the lock.
+    pub fn unlock(&mut self, tx: TxId, key: &[u8]) {
+        if let Some(obj) = self.objects.get_mut(key) {
+            if obj.lock == Some(tx) {
+                obj.lock = None;
+                if obj.versions.is_empty() {
+                    self.objects.remove(key);
+                }
+            }
+        }
+    }
+
+    /// Install a new head version at `write_ts`, releasing `tx`'s lock if it
+    /// holds it (primary: COMMIT-PRIMARY; backup: apply at truncation).
+    ///
+    /// Panics (release builds too) if `write_ts` is not newer than the head:
+    /// that would break timestamp order, a safety invariant.
+    pub fn install(&mut self, tx: TxId, key: &[u8], write_ts: Timestamp, value: Option<Value>) {
+        let obj = match self.objects.get_mut(key) {
+            Some(o) => o,
+            None => self.objects.entry(key.to_vec()).or_default(),
+        };
+        assert!(
+            write_ts > obj.head_ts(),
+            "install of {tx} at {write_ts} not after head {} on key {:?}",
+            obj.head_ts(),
+            key
+        );
+        if obj.lock == Some(tx) {
+            obj.lock = None;
+        }
+        let had_versions = !obj.versions.is_empty();
+        obj.versions.push(Version { ts: write_ts, value });
+        if obj.versions.len() > self.max_versions {
+            let drop = obj.versions.len() - self.max_versions;
+            obj.versions.drain(..drop);
+            obj.floor_ts = obj.versions[0].ts;
+            self.stats.versions_freed += drop as u64;
+        }
+        let tombstone = obj.versions.last().is_some_and(|v| v.value.is_none());
+        if had_versions || tombstone {
+            self.gc_queue.push_back((write_ts, key.to_vec()));
+        }
+    }
+
+    /// Apply a committed write at a backup (lazily, at truncation). Records
+    /// of different transactions may be truncated out of `write_ts` order,
+    /// so the version is inserted at its place in the chain; a duplicate
+    /// (same `write_ts`) is ignored, which makes re-application idempotent.
+    pub fn apply_backup(&mut self, key: &[u8], write_ts: Timestamp, value: Option<Value>) {
+        let obj = match self.objects.get_mut(key) {
+            Some(o) => o,
+            None => self.objects.entry(key.to_vec()).or_default(),
+        };
+        match obj.versions.binary_search_by(|v| v.ts.cmp(&write_ts)) {
+            Ok(_) => return,
+            Err(pos) => obj.versions.insert(pos, Version { ts: write_ts, value }),
+        }
+        if obj.versions.len() > self.max_versions {
+            let drop = obj.versions.len() - self.max_versions;
+            obj.versions.drain(..drop);
+            obj.floor_ts = obj.versions[0].ts;
+            self.stats.versions_freed += drop as u64;
+        }
+        if obj.versions.len() > 1 || obj.versions.last().is_some_and(|v| v.value.is_none()) {
+            self.gc_queue.push_back((write_ts, key.to_vec()));
+        }
+    }
+
+    /// Iterate all objects in key order (for status and tests).
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Object)> {
+        self.objects.iter()
+    }
+
+    /// VALIDATE one key read by `tx` at `read_ts`: unlocked (except by `tx`)
+    /// and unchanged since `read_ts`.
+    ///
+    /// Errors: [`Conflict::Locked`], [`Conflict::Changed`], [`Conflict::TooOld`].
+    pub fn validate_key(&self, tx: TxId, key: &[u8], read_ts: Timestamp) -> Result<(), Conflict> {
+        if read_ts < self.safe_point {
+            return Err(Conflict::TooOld);
+        }
+        match self.objects.get(key) {
+            None => Ok(()),
+            Some(obj) => Self::validate_obj(tx, obj, read_ts),
+        }
+    }
+
+    fn validate_obj(tx: TxId, obj: &Object, read_ts: Timestamp) -> Result<(), Conflict> {
+        match obj.lock {
+            Some(holder) if holder != tx => return Err(Conflict::Locked),
+            _ => {}
+        }
+        if obj.head_ts() > read_ts {
+            return Err(Conflict::Changed);
+        }
+        Ok(())
+    }
+
+    /// VALIDATE a scanned range against phantoms: no key in `range` was
+    /// inserted, deleted or changed after `read_ts`, and none is locked by
+    /// another transaction.
+    ///
+    /// Errors: as [`RegionStore::validate_key`].
+    pub fn validate_range(&self, tx: TxId, range: &KeyRange, read_ts: Timestamp) -> Result<(), Conflict> {
+        if read_ts < self.safe_point {
+            return Err(Conflict::TooOld);
+        }
+        for obj in self.objects.range::<[u8], _>(check_range(range)).map(|(_, o)| o) {
+            Self::validate_obj(tx, obj, read_ts)?;
+        }
+        Ok(())
+    }
+
+    /// Advance the GC safe point to `safe_point` (never backwards) and free
+    /// versions no reader at or above it can need.
+    pub fn gc(&mut self, safe_point: Timestamp) {
+        if safe_point <= self.safe_point {
+            return;
+        }
+        self.safe_point = safe_point;
+        while let Some((ts, _)) = self.gc_queue.front() {
+            if *ts > safe_point {
+                break;
+            }
+            let Some((_, key)) = self.gc_queue.pop_front() else { break };
+            let Some(obj) = self.objects.get_mut(&key) else { continue };
+            // Keep the newest version <= safe point and everything after it.
+            if let Some(keep) = obj.versions.iter().rposition(|v| v.ts <= safe_point) {
+                if keep > 0 {
+                    obj.versions.drain(..keep);
+                    obj.floor_ts = obj.floor_ts.max(obj.versions[0].ts);
+                    self.stats.versions_freed += keep as u64;
+                }
+                if obj.versions.len() == 1 && obj.versions[0].value.is_none() && obj.lock.is_none() {
+                    self.objects.remove(&key);
+                    self.stats.objects_removed += 1;
+                }
+            }
+        }
+    }
+
+    /// Panics (release builds too) if an invariant is broken.
+    pub fn check_invariants(&self) {
+        for (k, obj) in &self.objects {
+            assert!(obj.versions.len() <= self.max_versions, "version chain of {k:?} over its bound");
+            assert!(!obj.versions.is_empty() || obj.lock.is_some(), "unlocked empty object {k:?}");
+            for w in obj.versions.windows(2) {
+                assert!(w[0].ts < w[1].ts, "versions of {k:?} out of order");
+            }
+            if let Some(first) = obj.versions.first() {
+                assert!(obj.floor_ts <= first.ts, "floor above oldest version on {k:?}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_wire::ConfigId;
+
+    fn tx(l: u64) -> TxId {
+        TxId { config: ConfigId(1), coordinator: 1, thread: 0, local: l }
+    }
+    fn ts(t: u64) -> Timestamp {
+        Timestamp(t)
+    }
+
+    #[test]
+    fn reads_see_the_version_at_read_ts() {
+        let mut s = RegionStore::new(8);
+        s.lock(tx(1), b"k", ts(0)).unwrap();
+        assert_eq!(s.read(b"k", ts(5)), Err(Conflict::Locked));
+        s.install(tx(1), b"k", ts(10), Some(b"a".to_vec()));
+        s.lock(tx(2), b"k", ts(15)).unwrap();
+        s.install(tx(2), b"k", ts(20), Some(b"b".to_vec()));
+        assert_eq!(s.read(b"k", ts(9)).unwrap(), None);
+        assert_eq!(s.read(b"k", ts(10)).unwrap().unwrap().value, b"a");
+        assert_eq!(s.read(b"k", ts(19)).unwrap().unwrap().value, b"a");
+        assert_eq!(s.read(b"k", ts(25)).unwrap().unwrap().version, ts(20));
+        s.check_invariants();
+    }
+
+    #[test]
+    fn lock_at_ts_rejects_newer_versions_and_other_holders() {
+        let mut s = RegionStore::new(8);
+        s.install(tx(1), b"k", ts(10), Some(vec![1]));
+        assert_eq!(s.lock(tx(2), b"k", ts(9)), Err(Conflict::Changed));
+        s.lock(tx(2), b"k", ts(10)).unwrap();
+        s.lock(tx(2), b"k", ts(10)).unwrap();
+        assert_eq!(s.lock(tx(3), b"k", ts(50)), Err(Conflict::Locked));
+        assert_eq!(s.validate_key(tx(3), b"k", ts(50)), Err(Conflict::Locked));
+        assert_eq!(s.validate_key(tx(2), b"k", ts(50)), Ok(()));
+        s.unlock(tx(2), b"k");
+        assert_eq!(s.validate_key(tx(3), b"k", ts(9)), Err(Conflict::Changed));
+        // Lock placeholder for an insert disappears on unlock.
+        s.lock(tx(4), b"new", ts(1)).unwrap();
+        s.unlock(tx(4), b"new");
+        assert!(s.object(b"new").is_none());
+        s.check_invariants();
+    }
+
+    #[test]
+    fn scans_and_phantom_validation() {
+        let mut s = RegionStore::new(8);
+        for (i, k) in [b"a", b"b", b"c"].iter().enumerate() {
+            s.install(tx(i as u64), *k, ts(10 + i as u64), Some(k.to_vec()));
+        }
+        let all = KeyRange { start: b"a".to_vec(), end: None };
+        let (rows, more) = s.scan(&all, ts(100), 2).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(more);
+        let (rows, more) = s.scan(&all, ts(11), 10).unwrap();
+        assert_eq!(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), vec![b"a".to_vec(), b"b".to_vec()]);
+        assert!(!more);
+        assert_eq!(s.validate_range(tx(9), &all, ts(11)), Err(Conflict::Changed));
+        assert_eq!(s.validate_range(tx(9), &all, ts(12)), Ok(()));
+        // An insert after read_ts is a phantom; so is a delete.
+        s.install(tx(5), b"bb", ts(30), Some(vec![]));
+        assert_eq!(s.validate_range(tx(9), &all, ts(12)), Err(Conflict::Changed));
+        s.install(tx(6), b"a", ts(40), None);
+        let r = KeyRange { start: b"a".to_vec(), end: Some(b"b".to_vec()) };
+        assert_eq!(s.validate_range(tx(9), &r, ts(35)), Err(Conflict::Changed));
+        assert_eq!(s.scan(&r, ts(45), 10).unwrap().0.len(), 0);
+    }
+
+    #[test]
+    fn gc_frees_old_versions_and_too_old_reads_abort() {
+        let mut s = RegionStore::new(3);
+        for i in 1..=5u64 {
+            s.install(tx(i), b"k", ts(i * 10), Some(vec![i as u8]));
+        }
+        // Chain bound: only 30, 40, 50 remain; a read at 25 must abort.
+        assert_eq!(s.read(b"k", ts(25)), Err(Conflict::TooOld));
+        assert_eq!(s.read(b"k", ts(35)).unwrap().unwrap().value, vec![3]);
+        s.gc(ts(45));
+        assert_eq!(s.object(b"k").unwrap().versions.len(), 2);
+        assert_eq!(s.read(b"k", ts(44)), Err(Conflict::TooOld));
+        assert_eq!(s.read(b"k", ts(46)).unwrap().unwrap().value, vec![4]);
+        s.install(tx(9), b"k", ts(60), None);
+        s.gc(ts(70));
+        assert!(s.object(b"k").is_none(), "tombstone collected");
+        assert_eq!(s.read(b"k", ts(71)).unwrap(), None);
+        s.gc(ts(1)); // never backwards
+        assert_eq!(s.safe_point(), ts(70));
+        s.check_invariants();
+    }
+
+    #[test]
+    fn backups_apply_out_of_order() {
+        let mut s = RegionStore::new(8);
+        s.apply_backup(b"k", ts(20), Some(vec![2]));
+        s.apply_backup(b"k", ts(10), Some(vec![1]));
+        s.apply_backup(b"k", ts(20), Some(vec![2]));
+        let v: Vec<_> = s.object(b"k").unwrap().versions.iter().map(|v| v.ts).collect();
+        assert_eq!(v, vec![ts(10), ts(20)]);
+        s.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "not after head")]
+    fn out_of_order_install_is_caught() {
+        let mut s = RegionStore::new(3);
+        s.install(tx(1), b"k", ts(10), Some(vec![]));
+        s.install(tx(2), b"k", ts(10), Some(vec![]));
+    }
+}

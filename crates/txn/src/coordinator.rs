@@ -1,0 +1,594 @@
+//! # Coordinator (FaRM §4, FaRMv2 §4.2, §7 Algorithm 2)
+//!
+//! **Problem.** A transaction executes at the client: it reads at a snapshot
+//! `read_ts`, buffers its writes, and at commit must make them visible
+//! atomically at a `write_ts` that orders it after everything it read and
+//! before anything that read it, with each written region replicated `f + 1`
+//! ways before any primary exposes the writes.
+//!
+//! **Algorithm** (the driver supplies `read_ts` from `GET_TS`, after the
+//! uncertainty wait):
+//! 1. Execution. `get` returns a buffered write or asks the driver to send
+//!    `Read{key, read_ts}` to the key's primary; a locked object or a freed
+//!    version aborts at once (early abort, FaRMv2 §4.7), so even a doomed
+//!    transaction only ever sees one consistent snapshot (opacity).
+//! 2. Read-only transactions commit with no messages (FaRMv2 §4.2).
+//! 3. `Lock` to each primary of the write set (LockAtTs: fail if locked or if
+//!    a version newer than `read_ts` exists).
+//! 4. `write_ts = GET_TS()` while the locks are held ([`CommitStep::GetWriteTs`]).
+//! 5. `Validate` keys read but not written, and every scanned range, at their
+//!    primaries: unlocked and unchanged since `read_ts`.
+//! 6. `CommitBackup` to every backup of every written region; wait for all.
+//! 7. `CommitPrimary` to every primary of the write set; the transaction is
+//!    committed as soon as one acknowledges ([`CommitStep::Done`]).
+//! 8. Once all primaries acknowledge, the driver queues TRUNCATE for the
+//!    primaries and backups ([`Transaction::truncation_targets`]); it is
+//!    piggybacked on later traffic.
+//!
+//! Any failed Lock or Validate aborts: the driver sends the one-way ABORT
+//! records from [`Transaction::abort_messages`] to every lock target.
+//!
+//! **Invariants** ([`Transaction::check_invariants`]): phases advance in the
+//! order above; `write_ts > read_ts`; no message of a later phase is issued
+//! before every reply of the previous phase is in, except the report after
+//! the first COMMIT-PRIMARY ack.
+
+use meridian_config::{Limits, RegionMap};
+use meridian_wire::{Conflict, Key, KeyRange, LockRecord, NodeId, RegionId, Request, Response, Timestamp, TxId, Value, Versioned, WriteOp};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Options of a transaction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxnOptions {
+    /// Hint: the transaction will not write. Writes are then refused with
+    /// [`TxnError::ReadOnly`]; commit sends no messages either way.
+    pub read_only: bool,
+}
+
+/// Why a transaction aborted. Aborts are normal outcomes: retry them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AbortReason {
+    /// A read met a lock or a freed version (early abort).
+    Read(Conflict),
+    /// Locking the write set failed.
+    Lock(Conflict),
+    /// Validation of the read set failed.
+    Validate(Conflict),
+    /// The application aborted.
+    User,
+}
+
+impl std::fmt::Display for AbortReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AbortReason::Read(c) => write!(f, "read conflict: {c}"),
+            AbortReason::Lock(c) => write!(f, "lock conflict: {c}"),
+            AbortReason::Validate(c) => write!(f, "validation failed: {c}"),
+            AbortReason::User => f.write_str("aborted by the application"),
+        }
+    }
+}
+
+/// Errors of transaction operations. [`TxnError::Aborted`] is the normal,
+/// retryable outcome; the others are operational errors.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TxnError {
+    /// The transaction aborted (retry it).
+    #[error("transaction aborted: {0}")]
+    Aborted(AbortReason),
+    /// A key exceeds `limits.max_key_bytes`.
+    #[error("key of {len} bytes exceeds the {max}-byte limit")]
+    KeyTooLarge {
+        /// Key length.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// A value exceeds `limits.max_value_bytes`.
+    #[error("value of {len} bytes exceeds the {max}-byte limit")]
+    ValueTooLarge {
+        /// Value length.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// More operations than `limits.max_txn_ops`.
+    #[error("transaction exceeds {max} operations")]
+    TooManyOps {
+        /// Limit.
+        max: usize,
+    },
+    /// A write in a transaction begun read-only.
+    #[error("write in a read-only transaction")]
+    ReadOnly,
+    /// The transaction already finished.
+    #[error("transaction already finished")]
+    Finished,
+    /// A participant answered with something the protocol does not allow.
+    #[error("protocol error from {node}: {detail}")]
+    Protocol {
+        /// The node.
+        node: NodeId,
+        /// What it sent.
+        detail: String,
+    },
+    /// The network failed (connection lost, timeout).
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The clock is not synchronised with the clock master yet.
+    #[error("clock not synchronised with the clock master")]
+    ClockUnavailable,
+}
+
+impl TxnError {
+    /// True for [`TxnError::Aborted`].
+    pub fn is_abort(&self) -> bool {
+        matches!(self, TxnError::Aborted(_))
+    }
+}
+
+/// What `get` needs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GetStep {
+    /// Answered from the write buffer.
+    Local(Option<Value>),
+    /// Send this request to the node and pass the reply to
+    /// [`Transaction::on_read_reply`].
+    Remote(NodeId, Request),
+}
+
+/// What commit needs next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CommitStep {
+    /// Send each request and pass every reply to [`Transaction::on_reply`].
+    Send(Vec<(NodeId, Request)>),
+    /// Take `write_ts = GET_TS()` (waiting out the uncertainty) and pass it to
+    /// [`Transaction::on_write_ts`].
+    GetWriteTs,
+    /// Finished. On abort, send [`Transaction::abort_messages`] one-way.
+    Done(Result<Timestamp, AbortReason>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    Executing,
+    Locking,
+    AwaitWriteTs,
+    Validating,
+    CommittingBackups,
+    CommittingPrimaries,
+    Committed,
+    Aborted,
+}
+
+/// One transaction at its coordinator.
+#[derive(Debug)]
+pub struct Transaction {
+    id: TxId,
+    read_ts: Timestamp,
+    opts: TxnOptions,
+    map: Arc<RegionMap>,
+    limits: Arc<Limits>,
+    /// Keys read from storage (not from the write buffer), with region.
+    reads: BTreeMap<Key, RegionId>,
+    /// Scanned ranges that must be validated against phantoms.
+    scans: Vec<(RegionId, KeyRange)>,
+    writes: BTreeMap<Key, Option<Value>>,
+    phase: Phase,
+    /// Replies still awaited in this phase, by node.
+    pending: BTreeSet<NodeId>,
+    lock_targets: BTreeSet<NodeId>,
+    backup_targets: BTreeSet<NodeId>,
+    failure: Option<AbortReason>,
+    write_ts: Option<Timestamp>,
+    reported: bool,
+}
+
+impl Transaction {
+    /// Begin transaction `id` at snapshot `read_ts` (which the driver took
+    /// with `GET_TS`, uncertainty waited out).
+    pub fn new(id: TxId, read_ts: Timestamp, opts: TxnOptions, map: Arc<RegionMap>, limits: Arc<Limits>) -> Self {
+        Transaction {
+            id,
+            read_ts,
+            opts,
+            map,
+            limits,
+            reads: BTreeMap::new(),
+            scans: Vec::new(),
+            writes: BTreeMap::new(),
+            phase: Phase::Executing,
+            pending: BTreeSet::new(),
+            lock_targets: BTreeSet::new(),
+            backup_targets: BTreeSet::new(),
+            failure: None,
+            write_ts: None,
+            reported: false,
+        }
+    }
+
+    /// The transaction id.
+    pub fn id(&self) -> TxId {
+        self.id
+    }
+
+    /// The snapshot timestamp.
+    pub fn read_ts(&self) -> Timestamp {
+        self.read_ts
+    }
+
+    /// The write timestamp, once taken.
+    pub fn write_ts(&self) -> Option<Timestamp> {
+        self.write_ts
+    }
+
+    /// True if nothing has been written.
+    pub fn is_read_only(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// True once committed or aborted.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Committed | Phase::Aborted)
+    }
+
+    /// The buffered writes.
+    pub fn writes(&self) -> &BTreeMap<Key, Option<Value>> {
+        &self.writes
+    }
+
+    fn check_executing(&self) -> Result<(), TxnError> {
+        match self.phase {
+            Phase::Executing => Ok(()),
+            Phase::Aborted => Err(TxnError::Aborted(self.failure.unwrap_or(AbortReason::User))),
+            _ => Err(TxnError::Finished),
+        }
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<(), TxnError> {
+        if key.len() > self.limits.max_key_bytes {
+            return Err(TxnError::KeyTooLarge { len: key.len(), max: self.limits.max_key_bytes });
+        }
+        if self.reads.len() + self.writes.len() + self.scans.len() >= self.limits.max_txn_ops {
+            return Err(TxnError::TooManyOps { max: self.limits.max_txn_ops });
+        }
+        Ok(())
+    }
+
+    /// Read `key`: from the write buffer, or by a `Read` to its primary.
+    ///
+    /// Errors: `KeyTooLarge`, `TooManyOps`, `Aborted`/`Finished` if the
+    /// transaction is over.
+    pub fn get(&mut self, key: &[u8]) -> Result<GetStep, TxnError> {
+        self.check_executing()?;
+        self.check_key(key)?;
+        if let Some(v) = self.writes.get(key) {
+            return Ok(GetStep::Local(v.clone()));
+        }
+        let r = self.map.region_of(key);
+        Ok(GetStep::Remote(r.primary, Request::Read { region: r.id, key: key.to_vec(), read_ts: self.read_ts }))
+    }
+
+    /// Consume the reply to the `Read` of `key`.
+    ///
+    /// Errors: `Aborted` on a conflict (the transaction is then aborted and
+    /// holds no locks), `Protocol` on an unexpected reply.
+    pub fn on_read_reply(&mut self, from: NodeId, key: &[u8], resp: Response) -> Result<Option<Versioned>, TxnError> {
+        self.check_executing()?;
+        match resp {
+            Response::ReadReply(Ok(v)) => {
+                let region = self.map.region_of(key).id;
+                self.reads.insert(key.to_vec(), region);
+                Ok(v)
+            }
+            Response::ReadReply(Err(c)) => Err(self.fail(AbortReason::Read(c))),
+            other => Err(TxnError::Protocol { node: from, detail: format!("{other:?}") }),
+        }
+    }
+
+    /// The per-region requests of a scan of `[start, end)` (`end = None`:
+    /// to the end of the key space), in key order. The driver sends them in
+    /// order, passing each reply to [`Transaction::on_scan_reply`], until it
+    /// has `limit` rows; then it calls [`Transaction::finish_scan`].
+    pub fn scan_plan(&mut self, start: &[u8], end: Option<&[u8]>, limit: u32) -> Result<Vec<(NodeId, Request)>, TxnError> {
+        self.check_executing()?;
+        self.check_key(start)?;
+        // Ask for extra rows to cover buffered deletes in the range.
+        let deletes = self.writes.iter().filter(|(k, v)| v.is_none() && k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e)).count() as u32;
+        let limit = limit.min(self.limits.max_scan_rows).saturating_add(deletes);
+        let mut out = Vec::new();
+        for r in self.map.regions() {
+            let r_end = r.end.as_deref();
+            let starts_before_end = end.is_none_or(|e| r.start.as_slice() < e);
+            let ends_after_start = r_end.is_none_or(|re| re > start);
+            if !(starts_before_end && ends_after_start) {
+                continue;
+            }
+            let s = if r.start.as_slice() > start { r.start.clone() } else { start.to_vec() };
+            let e = match (r_end, end) {
+                (Some(a), Some(b)) => Some(if a < b { a.to_vec() } else { b.to_vec() }),
+                (Some(a), None) => Some(a.to_vec()),
+                (None, b) => b.map(|b| b.to_vec()),
+            };
+            out.push((r.primary, Request::Scan { region: r.id, range: KeyRange { start: s, end: e }, limit, read_ts: self.read_ts }));
+        }
+        Ok(out)
+    }
+
+    /// Consume one region's scan reply; records the range actually covered
+    /// for phantom validation.
+    ///
+    /// Errors: `Aborted` on a conflict, `Protocol` on an unexpected reply.
+    pub fn on_scan_reply(&mut self, from: NodeId, req: &Request, resp: Response) -> Result<Vec<(Key, Versioned)>, TxnError> {
+        self.check_executing()?;
+        let Request::Scan { region, range, .. } = req else {
+            return Err(TxnError::Protocol { node: from, detail: "scan reply for a non-scan request".into() });
+        };
+        match resp {
+            Response::ScanReply(Ok((rows, more))) => {
+                let covered = match (more, rows.last()) {
+                    // Cut short: validate up to and including the last key returned.
+                    (true, Some((last, _))) => {
+                        let mut succ = last.clone();
+                        succ.push(0);
+                        KeyRange { start: range.start.clone(), end: Some(succ) }
+                    }
+                    _ => range.clone(),
+                };
+                self.scans.push((*region, covered));
+                Ok(rows)
+            }
+            Response::ScanReply(Err(c)) => Err(self.fail(AbortReason::Read(c))),
+            other => Err(TxnError::Protocol { node: from, detail: format!("{other:?}") }),
+        }
+    }
+
+    /// Merge stored rows of a scan of `[start, end)` with the write buffer
+    /// and cut to `limit`.
+    pub fn finish_scan(&self, rows: Vec<(Key, Value)>, start: &[u8], end: Option<&[u8]>, limit: u32) -> Vec<(Key, Value)> {
+        let mut merged: BTreeMap<Key, Value> = rows.into_iter().collect();
+        for (k, v) in self.writes.range::<[u8], _>((std::ops::Bound::Included(start), end.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded))) {
+            match v {
+                Some(v) => merged.insert(k.clone(), v.clone()),
+                None => merged.remove(k),
+            };
+        }
+        merged.into_iter().take(limit as usize).collect()
+    }
+
+    /// Buffer a write.
+    ///
+    /// Errors: `KeyTooLarge`, `ValueTooLarge`, `TooManyOps`, `ReadOnly`,
+    /// `Aborted`/`Finished`.
+    pub fn put(&mut self, key: Key, value: Value) -> Result<(), TxnError> {
+        self.check_executing()?;
+        self.check_key(&key)?;
+        if value.len() > self.limits.max_value_bytes {
+            return Err(TxnError::ValueTooLarge { len: value.len(), max: self.limits.max_value_bytes });
+        }
+        if self.opts.read_only {
+            return Err(TxnError::ReadOnly);
+        }
+        self.writes.insert(key, Some(value));
+        Ok(())
+    }
+
+    /// Buffer a delete.
+    ///
+    /// Errors: as [`Transaction::put`].
+    pub fn delete(&mut self, key: Key) -> Result<(), TxnError> {
+        self.check_executing()?;
+        self.check_key(&key)?;
+        if self.opts.read_only {
+            return Err(TxnError::ReadOnly);
+        }
+        self.writes.insert(key, None);
+        Ok(())
+    }
+
+    /// Abort by the application. Nothing is locked during execution, so no
+    /// messages are needed.
+    pub fn abort(&mut self) {
+        if self.phase == Phase::Executing {
+            self.failure = Some(AbortReason::User);
+            self.phase = Phase::Aborted;
+        }
+    }
+
+    fn fail(&mut self, reason: AbortReason) -> TxnError {
+        self.failure = Some(reason);
+        self.phase = Phase::Aborted;
+        TxnError::Aborted(reason)
+    }
+
+    fn writes_by<F: Fn(&meridian_config::RegionInfo) -> Vec<NodeId>>(&self, targets: F) -> BTreeMap<NodeId, Vec<WriteOp>> {
+        let mut by: BTreeMap<NodeId, Vec<WriteOp>> = BTreeMap::new();
+        for (k, v) in &self.writes {
+            let r = self.map.region_of(k);
+            for n in targets(r) {
+                by.entry(n).or_default().push(WriteOp { region: r.id, key: k.clone(), value: v.clone() });
+            }
+        }
+        by
+    }
+
+    fn written_regions(&self) -> Vec<RegionId> {
+        let set: BTreeSet<RegionId> = self.writes.keys().map(|k| self.map.region_of(k).id).collect();
+        set.into_iter().collect()
+    }
+
+    /// Start commit (FaRM §4 step 1). Read-only transactions finish at once.
+    ///
+    /// Errors: `Aborted`/`Finished` if the transaction is already over.
+    pub fn commit(&mut self) -> Result<CommitStep, TxnError> {
+        self.check_executing()?;
+        if self.writes.is_empty() {
+            self.phase = Phase::Committed;
+            return Ok(CommitStep::Done(Ok(self.read_ts)));
+        }
+        let regions = self.written_regions();
+        let by = self.writes_by(|r| vec![r.primary]);
+        let msgs: Vec<(NodeId, Request)> = by
+            .into_iter()
+            .map(|(n, writes)| (n, Request::Lock(LockRecord { tx: self.id, read_ts: self.read_ts, regions: regions.clone(), writes })))
+            .collect();
+        self.lock_targets = msgs.iter().map(|(n, _)| *n).collect();
+        self.pending = self.lock_targets.clone();
+        self.phase = Phase::Locking;
+        Ok(CommitStep::Send(msgs))
+    }
+
+    /// The write timestamp has been taken (and its uncertainty waited out).
+    ///
+    /// Errors: `Protocol` if called out of phase.
+    pub fn on_write_ts(&mut self, write_ts: Timestamp) -> Result<CommitStep, TxnError> {
+        if self.phase != Phase::AwaitWriteTs {
+            return Err(TxnError::Protocol { node: NodeId(u32::MAX), detail: format!("write_ts in phase {:?}", self.phase) });
+        }
+        assert!(write_ts > self.read_ts, "write_ts {write_ts} not after read_ts {} for {}", self.read_ts, self.id);
+        self.write_ts = Some(write_ts);
+        // Validate keys read but not written, and all scanned ranges.
+        let mut by: BTreeMap<NodeId, (Vec<(RegionId, Key)>, Vec<(RegionId, KeyRange)>)> = BTreeMap::new();
+        for (k, region) in &self.reads {
+            if self.writes.contains_key(k) {
+                continue; // the lock already checked it (LockAtTs)
+            }
+            let primary = self.map.get(*region).map(|r| r.primary).unwrap_or(NodeId(0));
+            by.entry(primary).or_default().0.push((*region, k.clone()));
+        }
+        for (region, range) in &self.scans {
+            let primary = self.map.get(*region).map(|r| r.primary).unwrap_or(NodeId(0));
+            by.entry(primary).or_default().1.push((*region, range.clone()));
+        }
+        if by.is_empty() {
+            return Ok(self.start_commit_backup());
+        }
+        self.phase = Phase::Validating;
+        self.pending = by.keys().copied().collect();
+        Ok(CommitStep::Send(
+            by.into_iter().map(|(n, (keys, ranges))| (n, Request::Validate { tx: self.id, read_ts: self.read_ts, keys, ranges })).collect(),
+        ))
+    }
+
+    fn start_commit_backup(&mut self) -> CommitStep {
+        let Some(write_ts) = self.write_ts else {
+            return CommitStep::Done(Err(self.failure.unwrap_or(AbortReason::User)));
+        };
+        let regions = self.written_regions();
+        let by = self.writes_by(|r| r.backups.clone());
+        if by.is_empty() {
+            return self.start_commit_primary();
+        }
+        self.backup_targets = by.keys().copied().collect();
+        self.pending = self.backup_targets.clone();
+        self.phase = Phase::CommittingBackups;
+        CommitStep::Send(
+            by.into_iter()
+                .map(|(n, writes)| {
+                    (n, Request::CommitBackup { record: LockRecord { tx: self.id, read_ts: self.read_ts, regions: regions.clone(), writes }, write_ts })
+                })
+                .collect(),
+        )
+    }
+
+    fn start_commit_primary(&mut self) -> CommitStep {
+        let Some(write_ts) = self.write_ts else {
+            return CommitStep::Done(Err(self.failure.unwrap_or(AbortReason::User)));
+        };
+        self.phase = Phase::CommittingPrimaries;
+        self.pending = self.lock_targets.clone();
+        CommitStep::Send(self.lock_targets.iter().map(|n| (*n, Request::CommitPrimary { tx: self.id, write_ts })).collect())
+    }
+
+    /// Consume one reply of the current phase. Returns the next step when the
+    /// phase completes (or, for COMMIT-PRIMARY, on the first ack), `None`
+    /// while replies are still outstanding.
+    ///
+    /// Errors: `Protocol` for a reply that does not fit the phase.
+    pub fn on_reply(&mut self, from: NodeId, resp: Response) -> Result<Option<CommitStep>, TxnError> {
+        if !self.pending.remove(&from) {
+            return Err(TxnError::Protocol { node: from, detail: format!("unexpected reply in phase {:?}: {resp:?}", self.phase) });
+        }
+        match (self.phase, resp) {
+            (Phase::Locking, Response::LockReply(r)) => {
+                if let Err(c) = r {
+                    self.failure.get_or_insert(AbortReason::Lock(c));
+                }
+                if !self.pending.is_empty() {
+                    return Ok(None);
+                }
+                if let Some(reason) = self.failure {
+                    self.phase = Phase::Aborted;
+                    return Ok(Some(CommitStep::Done(Err(reason))));
+                }
+                self.phase = Phase::AwaitWriteTs;
+                Ok(Some(CommitStep::GetWriteTs))
+            }
+            (Phase::Validating, Response::ValidateReply(r)) => {
+                if let Err(c) = r {
+                    self.failure.get_or_insert(AbortReason::Validate(c));
+                }
+                if !self.pending.is_empty() {
+                    return Ok(None);
+                }
+                if let Some(reason) = self.failure {
+                    self.phase = Phase::Aborted;
+                    return Ok(Some(CommitStep::Done(Err(reason))));
+                }
+                Ok(Some(self.start_commit_backup()))
+            }
+            (Phase::CommittingBackups, Response::Ack) => {
+                if !self.pending.is_empty() {
+                    return Ok(None);
+                }
+                Ok(Some(self.start_commit_primary()))
+            }
+            (Phase::CommittingPrimaries, Response::Ack) => {
+                if self.pending.is_empty() {
+                    self.phase = Phase::Committed;
+                }
+                if self.reported {
+                    return Ok(None);
+                }
+                self.reported = true;
+                Ok(self.write_ts.map(|ts| CommitStep::Done(Ok(ts))))
+            }
+            (phase, resp) => Err(TxnError::Protocol { node: from, detail: format!("reply {resp:?} in phase {phase:?}") }),
+        }
+    }
+
+    /// ABORT records to send (one-way) after an aborted commit: every primary
+    /// a LOCK was sent to.
+    pub fn abort_messages(&self) -> Vec<(NodeId, Request)> {
+        if self.phase != Phase::Aborted {
+            return Vec::new();
+        }
+        self.lock_targets.iter().map(|n| (*n, Request::Abort { tx: self.id })).collect()
+    }
+
+    /// True once every COMMIT-PRIMARY has been acknowledged.
+    pub fn is_fully_acknowledged(&self) -> bool {
+        self.phase == Phase::Committed
+    }
+
+    /// Nodes that hold log records of this committed transaction and must
+    /// receive its TRUNCATE: the write-set primaries and backups.
+    pub fn truncation_targets(&self) -> Vec<NodeId> {
+        let set: BTreeSet<NodeId> = self.lock_targets.union(&self.backup_targets).copied().collect();
+        set.into_iter().collect()
+    }
+
+    /// Panics (release builds too) on a broken invariant.
+    pub fn check_invariants(&self) {
+        if let Some(w) = self.write_ts {
+            assert!(w > self.read_ts, "write_ts not after read_ts");
+            assert!(self.phase >= Phase::Validating, "write_ts before locking finished");
+        }
+        if self.phase >= Phase::CommittingBackups && self.phase != Phase::Aborted {
+            assert!(self.write_ts.is_some(), "committing without write_ts");
+            assert!(self.failure.is_none(), "committing after a failure");
+        }
+        assert!(self.pending.is_subset(&self.lock_targets.union(&self.backup_targets).copied().collect()) || self.phase == Phase::Validating);
+    }
+}

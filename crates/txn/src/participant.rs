@@ -1,0 +1,310 @@
+//! # Participant (FaRM §4 steps 1–5, FaRMv2 §4.2)
+//!
+//! **Problem.** A node is primary for some regions and backup for others.
+//! As primary it serves reads at `read_ts`, locks write sets, validates read
+//! sets and installs committed writes; as backup it accepts COMMIT-BACKUP
+//! records and applies them lazily.
+//!
+//! **Algorithm.** Each request gets one synchronous response:
+//! - `Read`/`Scan`: straight from storage, no transaction state touched (the
+//!   TCP analogue of FaRM's one-sided RDMA read; [`Participant::read`] takes
+//!   `&self`).
+//! - `Lock`: LockAtTs every written key (locked or newer than `read_ts`
+//!   fails); all-or-nothing per request; the LOCK record is logged.
+//! - `Validate`: every key unlocked (or locked by the validator) and with no
+//!   version newer than `read_ts`; every scanned range free of such keys.
+//! - `CommitBackup`: logged and acknowledged on receipt, applied at TRUNCATE.
+//! - `CommitPrimary`: install the logged writes at `write_ts`, unlock.
+//! - `Abort`: unlock, drop the LOCK record.
+//! - TRUNCATE (piggybacked on any frame): drop records, apply backup records.
+//!
+//! **Invariants** ([`Participant::check_invariants`]): every lock in storage
+//! belongs to a `Locked` LOCK record in the log and vice versa; committed or
+//! truncated transactions hold no locks; the log stays within its bound.
+
+use meridian_config::{Configuration, Limits, RegionMap};
+use meridian_storage::log::{LockState, TxLog};
+use meridian_storage::RegionStore;
+use meridian_wire::{Conflict, KeyRange, NodeId, RegionId, Request, Response, Timestamp, TxId};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Counters of a participant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ParticipantStats {
+    /// Requests handled.
+    pub requests: u64,
+    /// Lock requests refused.
+    pub lock_conflicts: u64,
+    /// Validations failed.
+    pub validation_failures: u64,
+    /// Transactions committed here as primary.
+    pub commits: u64,
+    /// Backup records applied.
+    pub backup_applied: u64,
+}
+
+/// One node's participant engine.
+#[derive(Debug)]
+pub struct Participant {
+    node: NodeId,
+    map: Arc<RegionMap>,
+    limits: Limits,
+    stores: HashMap<RegionId, RegionStore>,
+    primary_for: Vec<RegionId>,
+    backup_for: Vec<RegionId>,
+    log: TxLog,
+    stats: ParticipantStats,
+}
+
+impl Participant {
+    /// The participant of `node` under configuration `cfg`, holding empty
+    /// replicas of every region the node is primary or backup for.
+    pub fn new(node: NodeId, cfg: &Configuration) -> Self {
+        let map = Arc::new(RegionMap::new(cfg));
+        let mut stores = HashMap::new();
+        let (mut primary_for, mut backup_for) = (Vec::new(), Vec::new());
+        for r in map.regions() {
+            if r.primary == node {
+                primary_for.push(r.id);
+            } else if r.backups.contains(&node) {
+                backup_for.push(r.id);
+            } else {
+                continue;
+            }
+            stores.insert(r.id, RegionStore::new(cfg.limits.max_versions_per_object));
+        }
+        Participant { node, map, limits: cfg.limits.clone(), stores, primary_for, backup_for, log: TxLog::default(), stats: ParticipantStats::default() }
+    }
+
+    /// The node id.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Regions this node is primary for.
+    pub fn primary_regions(&self) -> &[RegionId] {
+        &self.primary_for
+    }
+
+    /// Regions this node is a backup for.
+    pub fn backup_regions(&self) -> &[RegionId] {
+        &self.backup_for
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ParticipantStats {
+        self.stats
+    }
+
+    /// Objects held across all replicas.
+    pub fn object_count(&self) -> usize {
+        self.stores.values().map(|s| s.len()).sum()
+    }
+
+    /// Log records not yet truncated.
+    pub fn log_len(&self) -> usize {
+        self.log.len()
+    }
+
+    /// The replica of `region`, if held.
+    pub fn store(&self, region: RegionId) -> Option<&RegionStore> {
+        self.stores.get(&region)
+    }
+
+    fn primary_store(&self, region: RegionId) -> Result<&RegionStore, Conflict> {
+        if !self.primary_for.contains(&region) {
+            return Err(if self.stores.contains_key(&region) { Conflict::NotPrimary } else { Conflict::UnknownRegion });
+        }
+        self.stores.get(&region).ok_or(Conflict::UnknownRegion)
+    }
+
+    /// Serve a read straight from storage (no transaction state involved).
+    pub fn read(&self, region: RegionId, key: &[u8], read_ts: Timestamp) -> Response {
+        Response::ReadReply(self.primary_store(region).and_then(|s| s.read(key, read_ts)))
+    }
+
+    /// Serve a scan straight from storage, clamped to the region's range.
+    pub fn scan(&self, region: RegionId, range: &KeyRange, limit: u32, read_ts: Timestamp) -> Response {
+        let limit = limit.min(self.limits.max_scan_rows) as usize;
+        Response::ScanReply(self.primary_store(region).and_then(|s| s.scan(range, read_ts, limit)))
+    }
+
+    /// Handle the transaction-protocol requests; piggybacked `truncate` ids
+    /// are processed first. Returns `None` for requests that are not this
+    /// engine's (ping, clock, registration, execute, status): the runtime
+    /// answers those.
+    pub fn handle(&mut self, truncate: &[TxId], req: &Request) -> Option<Response> {
+        self.stats.requests += 1;
+        if !truncate.is_empty() {
+            self.truncate(truncate);
+        }
+        Some(match req {
+            Request::Read { region, key, read_ts } => self.read(*region, key, *read_ts),
+            Request::Scan { region, range, limit, read_ts } => self.scan(*region, range, *limit, *read_ts),
+            Request::Lock(rec) => Response::LockReply(self.lock(rec)),
+            Request::Validate { tx, read_ts, keys, ranges } => Response::ValidateReply(self.validate(*tx, *read_ts, keys, ranges)),
+            Request::CommitBackup { record, write_ts } => {
+                self.commit_backup(record, *write_ts);
+                Response::Ack
+            }
+            Request::CommitPrimary { tx, write_ts } => match self.commit_primary(*tx, *write_ts) {
+                Ok(()) => Response::Ack,
+                Err(e) => Response::Error(e),
+            },
+            Request::Abort { tx } => {
+                self.abort(*tx);
+                Response::Ack
+            }
+            Request::Truncate { txs } => {
+                self.truncate(txs);
+                Response::Ack
+            }
+            Request::Ping | Request::ClockSync | Request::RegisterClient | Request::Execute { .. } | Request::Status => return None,
+        })
+    }
+
+    fn lock(&mut self, rec: &meridian_wire::LockRecord) -> Result<(), Conflict> {
+        if self.log.primary.contains_key(&rec.tx) {
+            return Ok(()); // duplicate delivery
+        }
+        if self.log.len() >= self.limits.max_log_records {
+            return Err(Conflict::Overloaded);
+        }
+        for w in &rec.writes {
+            self.primary_store(w.region)?;
+            if w.key.len() > self.limits.max_key_bytes || w.value.as_ref().is_some_and(|v| v.len() > self.limits.max_value_bytes) {
+                return Err(Conflict::Overloaded);
+            }
+        }
+        let mut locked = 0;
+        let mut result = Ok(());
+        for w in &rec.writes {
+            let store = self.stores.get_mut(&w.region).ok_or(Conflict::UnknownRegion)?;
+            if let Err(c) = store.lock(rec.tx, &w.key, rec.read_ts) {
+                result = Err(c);
+                break;
+            }
+            locked += 1;
+        }
+        if let Err(c) = result {
+            for w in &rec.writes[..locked] {
+                if let Some(s) = self.stores.get_mut(&w.region) {
+                    s.unlock(rec.tx, &w.key);
+                }
+            }
+            self.stats.lock_conflicts += 1;
+            return Err(c);
+        }
+        self.log.primary.insert(rec.tx, (rec.clone(), LockState::Locked));
+        Ok(())
+    }
+
+    fn validate(&mut self, tx: TxId, read_ts: Timestamp, keys: &[(RegionId, Vec<u8>)], ranges: &[(RegionId, KeyRange)]) -> Result<(), Conflict> {
+        let r = (|| {
+            for (region, key) in keys {
+                self.primary_store(*region)?.validate_key(tx, key, read_ts)?;
+            }
+            for (region, range) in ranges {
+                self.primary_store(*region)?.validate_range(tx, range, read_ts)?;
+            }
+            Ok(())
+        })();
+        if r.is_err() {
+            self.stats.validation_failures += 1;
+        }
+        r
+    }
+
+    fn commit_backup(&mut self, record: &meridian_wire::LockRecord, write_ts: Timestamp) {
+        if self.log.backup.len() >= self.limits.max_log_records {
+            // Log full: apply the record now instead of lazily. The coordinator
+            // only sends COMMIT-BACKUP after deciding to commit.
+            self.apply_backup(record, write_ts);
+            return;
+        }
+        self.log.backup.insert(record.tx, (record.clone(), write_ts));
+    }
+
+    fn apply_backup(&mut self, record: &meridian_wire::LockRecord, write_ts: Timestamp) {
+        for w in &record.writes {
+            if let Some(s) = self.stores.get_mut(&w.region) {
+                s.apply_backup(&w.key, write_ts, w.value.clone());
+            }
+        }
+        self.stats.backup_applied += 1;
+    }
+
+    fn commit_primary(&mut self, tx: TxId, write_ts: Timestamp) -> Result<(), String> {
+        let Some((rec, state)) = self.log.primary.get_mut(&tx) else {
+            return Err(format!("COMMIT-PRIMARY for {tx} without a LOCK record"));
+        };
+        if *state != LockState::Locked {
+            return Ok(()); // duplicate
+        }
+        *state = LockState::Committed(write_ts);
+        for w in &rec.writes {
+            if let Some(s) = self.stores.get_mut(&w.region) {
+                s.install(tx, &w.key, write_ts, w.value.clone());
+            }
+        }
+        self.stats.commits += 1;
+        Ok(())
+    }
+
+    fn abort(&mut self, tx: TxId) {
+        if let Some((rec, LockState::Locked)) = self.log.primary.get(&tx) {
+            for w in &rec.writes {
+                if let Some(s) = self.stores.get_mut(&w.region) {
+                    s.unlock(tx, &w.key);
+                }
+            }
+            self.log.primary.remove(&tx);
+        }
+    }
+
+    fn truncate(&mut self, txs: &[TxId]) {
+        for tx in txs {
+            if let Some((_, LockState::Committed(_))) = self.log.primary.get(tx) {
+                self.log.primary.remove(tx);
+            }
+            if let Some((rec, wts)) = self.log.backup.remove(tx) {
+                self.apply_backup(&rec, wts);
+            }
+        }
+    }
+
+    /// Advance GC on every replica to `safe_point` (time-window GC: the
+    /// runtime passes its clock's lower bound minus `gc_window_ms`).
+    pub fn gc(&mut self, safe_point: Timestamp) {
+        for s in self.stores.values_mut() {
+            s.gc(safe_point);
+        }
+    }
+
+    /// The key's region per this node's map.
+    pub fn region_of(&self, key: &[u8]) -> RegionId {
+        self.map.region_of(key).id
+    }
+
+    /// Panics (release builds too) if an invariant is broken.
+    pub fn check_invariants(&self) {
+        let mut locks = 0usize;
+        for (region, store) in &self.stores {
+            store.check_invariants();
+            for (key, obj) in store.iter() {
+                if let Some(tx) = obj.lock {
+                    locks += 1;
+                    let rec = self.log.primary.get(&tx);
+                    assert!(
+                        matches!(rec, Some((r, LockState::Locked)) if r.writes.iter().any(|w| w.region == *region && &w.key == key)),
+                        "lock on {key:?} held by {tx} without a Locked LOCK record"
+                    );
+                }
+            }
+        }
+        let expected: usize = self.log.primary.values().filter(|(_, s)| *s == LockState::Locked).map(|(r, _)| r.writes.len()).sum();
+        assert_eq!(locks, expected, "locks in storage and Locked LOCK records disagree");
+        assert!(self.log.len() <= 2 * self.limits.max_log_records, "log over its bound");
+    }
+}

@@ -1,0 +1,19 @@
+//! # Meridian workloads
+//!
+//! Workload code written once and driven two ways: by the real client
+//! (`meridian bench …`) through the async [`ops::TxnOps`] trait, and (for the
+//! bank and register workloads) by the deterministic simulator through the
+//! step-wise [`ops::Program`] interface. Nothing here does I/O or reads the
+//! clock; randomness comes from a caller-supplied RNG so that a simulator seed
+//! reproduces exactly.
+//!
+//! Key layout: the key space is range-partitioned on the first byte (see
+//! `meridian-config`), so every workload key starts with a *shard byte*
+//! derived from the row's partitioning id. That spreads each table evenly
+//! over the regions while keeping related rows (a subscriber's call
+//! forwardings, say) contiguous for scans.
+
+pub mod ops;
+pub mod tatp;
+pub mod ycsb;
+pub mod bank;

@@ -1,0 +1,54 @@
+//! The interfaces workloads are written against.
+
+/// A key (ordered byte string).
+pub type Key = Vec<u8>;
+/// A value (byte string).
+pub type Value = Vec<u8>;
+
+/// The operations of one open transaction, as the async client exposes them.
+///
+/// Every method may fail with `Self::Error`; an error means the transaction
+/// can no longer commit (a conflict abort or an operational failure) and the
+/// workload must stop issuing operations and return it. Whether to retry is
+/// the driver's decision, not the workload's.
+#[allow(async_fn_in_trait)]
+pub trait TxnOps {
+    /// Why an operation failed.
+    type Error;
+    /// Read `key`; `None` if absent.
+    async fn get(&mut self, key: &[u8]) -> Result<Option<Value>, Self::Error>;
+    /// Buffer a write of `key`.
+    async fn put(&mut self, key: Key, value: Value) -> Result<(), Self::Error>;
+    /// Buffer a delete of `key`.
+    async fn delete(&mut self, key: Key) -> Result<(), Self::Error>;
+    /// Up to `limit` live pairs with `start <= key < end`, in key order.
+    async fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Key, Value)>, Self::Error>;
+}
+
+/// One step a [`Program`] asks its driver to perform.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Read a key.
+    Get(Key),
+    /// Buffer a write.
+    Put(Key, Value),
+    /// Try to commit; the program is finished afterwards.
+    Commit,
+    /// Give up (the program decided the transaction is pointless).
+    Abort,
+}
+
+/// A transaction written as a state machine, for drivers that cannot run
+/// async code (the deterministic simulator). The driver calls [`Program::next`]
+/// with the result of the previous `Get` (or `None` for the first call and
+/// after a `Put`) until it returns `Commit` or `Abort`.
+pub trait Program {
+    /// The next step, given the value returned by the previous `Get`.
+    fn next(&mut self, last_get: Option<Option<Value>>) -> Step;
+
+    /// Called once the transaction committed. A workload checks its own
+    /// invariant here (the bank audit's exact total); `Err` is a violation.
+    fn on_commit(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
