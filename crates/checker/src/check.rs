@@ -82,7 +82,11 @@ pub fn check(h: &History) -> CheckReport {
         report.violations.push(Violation::TooLarge { txns: n });
         return report;
     }
-    let mut sink = Sink { violations: Vec::new(), per_cat: [0; CATS], suppressed: 0 };
+    let mut sink = Sink {
+        violations: Vec::new(),
+        per_cat: [0; CATS],
+        suppressed: 0,
+    };
 
     // --- 1. Intern keys; flatten reads and writes. -------------------------
     let mut key_ids: FxHashMap<&[u8], u32> = map_with_capacity(1024);
@@ -222,7 +226,9 @@ pub fn check(h: &History) -> CheckReport {
                 key_bad[wk as usize] = true;
                 if !missing_reported[wt as usize] {
                     missing_reported[wt as usize] = true;
-                    sink.push(Cat::MissingTs, || Violation::MissingWriteTs { txn: wt as usize });
+                    sink.push(Cat::MissingTs, || Violation::MissingWriteTs {
+                        txn: wt as usize,
+                    });
                 }
             }
         }
@@ -377,7 +383,11 @@ pub fn check(h: &History) -> CheckReport {
 
 /// Interns `k` (borrowed from the history, so no key is copied), recording
 /// a new key's name in `names`.
-fn intern_key<'a>(ids: &mut FxHashMap<&'a [u8], u32>, names: &mut Vec<&'a [u8]>, k: &'a [u8]) -> u32 {
+fn intern_key<'a>(
+    ids: &mut FxHashMap<&'a [u8], u32>,
+    names: &mut Vec<&'a [u8]>,
+    k: &'a [u8],
+) -> u32 {
     let next = names.len() as u32;
     let id = *ids.entry(k).or_insert(next);
     if id == next {
@@ -472,7 +482,9 @@ fn explain_component(h: &History, g: &Csr, role: &[Role], scc: &[u32]) -> Option
     };
 
     // Collapse barrier runs into single rt steps.
-    let txn_pos: Vec<usize> = (0..path.len()).filter(|&i| (path[i] as usize) < n).collect();
+    let txn_pos: Vec<usize> = (0..path.len())
+        .filter(|&i| (path[i] as usize) < n)
+        .collect();
     let mut steps = Vec::with_capacity(txn_pos.len());
     let mut chosen: Vec<EdgeKind> = Vec::with_capacity(txn_pos.len());
     for (idx, &p) in txn_pos.iter().enumerate() {
@@ -511,5 +523,11 @@ fn explain_component(h: &History, g: &Csr, role: &[Role], scc: &[u32]) -> Option
         1 => Anomaly::GSingle,
         _ => Anomaly::G2,
     };
-    Some(Cycle { class, anomaly, realtime, component_txns, steps })
+    Some(Cycle {
+        class,
+        anomaly,
+        realtime,
+        component_txns,
+        steps,
+    })
 }

@@ -40,7 +40,11 @@ pub fn write_edn(h: &History, w: &mut impl Write) -> io::Result<()> {
         };
         write!(out, "{{:type {ty}, :f :txn, :value ")?;
         write_value(&mut out, t, phase == INVOKE)?;
-        writeln!(out, ", :process {}, :time {time}, :index {index}}}", t.process)?;
+        writeln!(
+            out,
+            ", :process {}, :time {time}, :index {index}}}",
+            t.process
+        )?;
     }
     out.flush()
 }
@@ -77,7 +81,10 @@ fn ordered_events(h: &History) -> Vec<(u64, u8, u32)> {
             let early = |x: &(u64, u8, u32)| {
                 let p = h.txns[x.2 as usize].process;
                 let from = procs.partition_point(|q| q.0 < p);
-                procs[from..].iter().take_while(|q| q.0 == p).any(|q| q.1 != x.2)
+                procs[from..]
+                    .iter()
+                    .take_while(|q| q.0 == p)
+                    .any(|q| q.1 != x.2)
             };
             let (front, rest): (Vec<_>, Vec<_>) = group[invokes..].iter().partition(|x| early(x));
             if !front.is_empty() {
@@ -187,7 +194,14 @@ mod tests {
         let ev: Vec<(u8, u32)> = ordered_events(&h).iter().map(|e| (e.1, e.2)).collect();
         assert_eq!(
             ev,
-            vec![(INVOKE, 0), (COMPLETE, 0), (INVOKE, 1), (INVOKE, 2), (COMPLETE, 2), (COMPLETE, 1)]
+            vec![
+                (INVOKE, 0),
+                (COMPLETE, 0),
+                (INVOKE, 1),
+                (INVOKE, 2),
+                (COMPLETE, 2),
+                (COMPLETE, 1)
+            ]
         );
     }
 }

@@ -70,7 +70,9 @@ pub(crate) struct EdgeList {
 
 impl EdgeList {
     pub(crate) fn with_capacity(cap: usize) -> Self {
-        EdgeList { packed: Vec::with_capacity(cap) }
+        EdgeList {
+            packed: Vec::with_capacity(cap),
+        }
     }
 
     #[inline]
@@ -262,13 +264,18 @@ mod tests {
 
     fn sccs(g: &Csr) -> Vec<Vec<u32>> {
         let mut out = Vec::new();
-        tarjan(g, 0..g.nodes() as u32, |_| true, |c| {
-            if c.len() > 1 {
-                let mut c = c.to_vec();
-                c.sort();
-                out.push(c);
-            }
-        });
+        tarjan(
+            g,
+            0..g.nodes() as u32,
+            |_| true,
+            |c| {
+                if c.len() > 1 {
+                    let mut c = c.to_vec();
+                    c.sort();
+                    out.push(c);
+                }
+            },
+        );
         out.sort();
         out
     }
@@ -294,13 +301,18 @@ mod tests {
     fn tarjan_respects_filter() {
         let g = graph(4, &[(0, 1), (1, 0), (1, 2), (2, 3), (3, 1)]);
         let mut found = Vec::new();
-        tarjan(&g, 0..4, |v| v != 0, |c| {
-            if c.len() > 1 {
-                let mut c = c.to_vec();
-                c.sort();
-                found.push(c);
-            }
-        });
+        tarjan(
+            &g,
+            0..4,
+            |v| v != 0,
+            |c| {
+                if c.len() > 1 {
+                    let mut c = c.to_vec();
+                    c.sort();
+                    found.push(c);
+                }
+            },
+        );
         assert_eq!(found, vec![vec![1, 2, 3]]);
     }
 
@@ -308,7 +320,10 @@ mod tests {
     fn bfs_finds_shortest_cycle() {
         let g = graph(5, &[(0, 1), (1, 2), (2, 3), (3, 0), (1, 0), (2, 4)]);
         assert_eq!(shortest_cycle_through(&g, 0, |_| true), Some(vec![0, 1]));
-        assert_eq!(shortest_cycle_through(&g, 2, |_| true), Some(vec![2, 3, 0, 1]));
+        assert_eq!(
+            shortest_cycle_through(&g, 2, |_| true),
+            Some(vec![2, 3, 0, 1])
+        );
         assert_eq!(shortest_cycle_through(&g, 4, |_| true), None);
     }
 

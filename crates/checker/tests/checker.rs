@@ -64,7 +64,12 @@ fn serial_history_passes() {
     let h = hist(vec![
         txn(1, 0, 10).r("x", None).w("x", 1).ts(5),
         txn(2, 20, 30).r("x", Some(1)).r("y", None).w("y", 2).ts(25),
-        txn(1, 40, 50).r("x", Some(1)).r("y", Some(2)).w("x", 3).w("y", 4).ts(45),
+        txn(1, 40, 50)
+            .r("x", Some(1))
+            .r("y", Some(2))
+            .w("x", 3)
+            .w("y", 4)
+            .ts(45),
         txn(3, 60, 70).r("y", Some(4)).outcome(Outcome::Aborted),
         txn(2, 60, 70).r("x", Some(3)),
     ]);
@@ -90,7 +95,10 @@ fn lost_update_is_caught() {
     assert!(!c.realtime);
     assert_eq!(cycle_txns(c), vec![0, 1]);
     let s = r.to_string();
-    assert!(s.contains("G-single") && s.contains("T0") && s.contains("T1"), "{s}");
+    assert!(
+        s.contains("G-single") && s.contains("T0") && s.contains("T1"),
+        "{s}"
+    );
 }
 
 #[test]
@@ -103,7 +111,10 @@ fn write_skew_is_caught() {
     let c = only_cycle(&r);
     assert_eq!(c.class, CycleClass::StrictSerializability);
     assert_eq!(c.anomaly, Anomaly::G2);
-    assert!(c.steps.iter().all(|s| s.edges_to_next == vec![EdgeKind::Rw]));
+    assert!(c
+        .steps
+        .iter()
+        .all(|s| s.edges_to_next == vec![EdgeKind::Rw]));
 }
 
 #[test]
@@ -166,7 +177,10 @@ fn real_time_is_transitive_through_barriers() {
 fn fractured_read_by_aborted_txn_is_opacity_violation() {
     let h = hist(vec![
         txn(1, 0, 100).w("x", 1).w("y", 2).ts(10),
-        txn(2, 0, 100).r("x", Some(1)).r("y", None).outcome(Outcome::Aborted),
+        txn(2, 0, 100)
+            .r("x", Some(1))
+            .r("y", None)
+            .outcome(Outcome::Aborted),
     ]);
     let r = check(&h);
     let c = only_cycle(&r);
@@ -194,7 +208,10 @@ fn committed_cycle_is_preferred_over_aborted_one_in_same_component() {
     let h = hist(vec![
         txn(1, 0, 100).r("x", None).w("x", 1).w("y", 3).ts(10),
         txn(2, 0, 100).r("x", None).w("x", 2).ts(11),
-        txn(3, 0, 100).r("x", Some(2)).r("y", None).outcome(Outcome::Aborted),
+        txn(3, 0, 100)
+            .r("x", Some(2))
+            .r("y", None)
+            .outcome(Outcome::Aborted),
     ]);
     let r = check(&h);
     let c = only_cycle(&r);
@@ -226,7 +243,12 @@ fn aborted_read_g1a_is_detected() {
         .violations
         .iter()
         .filter_map(|v| match v {
-            Violation::AbortedRead { txn, writer, write_id, .. } => Some((*txn, *writer, *write_id)),
+            Violation::AbortedRead {
+                txn,
+                writer,
+                write_id,
+                ..
+            } => Some((*txn, *writer, *write_id)),
             _ => None,
         })
         .collect();
@@ -249,7 +271,12 @@ fn garbage_read_is_detected() {
     ));
     assert!(matches!(
         &r.violations[1],
-        Violation::WrongKeyRead { txn: 2, writer: 0, write_id: 1, .. }
+        Violation::WrongKeyRead {
+            txn: 2,
+            writer: 0,
+            write_id: 1,
+            ..
+        }
     ));
 }
 
@@ -257,7 +284,13 @@ fn garbage_read_is_detected() {
 fn read_of_own_write_is_internal_violation() {
     let h = hist(vec![txn(1, 0, 10).r("x", Some(1)).w("x", 1).ts(5)]);
     let r = check(&h);
-    assert!(matches!(r.violations.as_slice(), [Violation::InternalRead { txn: 0, .. }]), "{r}");
+    assert!(
+        matches!(
+            r.violations.as_slice(),
+            [Violation::InternalRead { txn: 0, .. }]
+        ),
+        "{r}"
+    );
 }
 
 #[test]
@@ -272,18 +305,36 @@ fn version_order_problems_are_reported_not_panicked() {
     let r = check(&h);
     assert!(r.violations.iter().any(|v| matches!(
         v,
-        Violation::WriteTsTie { write_ts: 10, first: 0, second: 1, .. }
+        Violation::WriteTsTie {
+            write_ts: 10,
+            first: 0,
+            second: 1,
+            ..
+        }
     )));
-    assert!(r.violations.iter().any(|v| matches!(v, Violation::MissingWriteTs { txn: 2 })));
+    assert!(r
+        .violations
+        .iter()
+        .any(|v| matches!(v, Violation::MissingWriteTs { txn: 2 })));
     // The ambiguous key contributes no ww/rw edges, so no cycle is claimed.
     assert_eq!(r.cyclic_components, 0);
-    let dup = hist(vec![txn(1, 0, 10).w("x", 1).ts(1), txn(2, 20, 30).w("y", 1).ts(2)]);
+    let dup = hist(vec![
+        txn(1, 0, 10).w("x", 1).ts(1),
+        txn(2, 20, 30).w("y", 1).ts(2),
+    ]);
     assert!(matches!(
         check(&dup).violations.as_slice(),
-        [Violation::DuplicateWriteId { write_id: 1, first: 0, second: 1 }]
+        [Violation::DuplicateWriteId {
+            write_id: 1,
+            first: 0,
+            second: 1
+        }]
     ));
     let timing = hist(vec![txn(1, 10, 5)]);
-    assert!(matches!(check(&timing).violations.as_slice(), [Violation::BadTiming { txn: 0, .. }]));
+    assert!(matches!(
+        check(&timing).violations.as_slice(),
+        [Violation::BadTiming { txn: 0, .. }]
+    ));
 }
 
 #[test]
@@ -291,7 +342,11 @@ fn unknown_outcome_promoted_when_read_and_dropped_otherwise() {
     // Unknown T0 wrote x and y; T1 saw x but not y: fractured, once T0 is
     // promoted to committed.
     let h = hist(vec![
-        txn(1, 0, 100).w("x", 1).w("y", 2).ts(10).outcome(Outcome::Unknown),
+        txn(1, 0, 100)
+            .w("x", 1)
+            .w("y", 2)
+            .ts(10)
+            .outcome(Outcome::Unknown),
         txn(2, 0, 100).r("x", Some(1)).r("y", None),
     ]);
     let r = check(&h);
@@ -300,7 +355,11 @@ fn unknown_outcome_promoted_when_read_and_dropped_otherwise() {
 
     // Nobody read it: dropped, and a reader of the initial y is fine.
     let h = hist(vec![
-        txn(1, 0, 10).w("x", 1).w("y", 2).ts(10).outcome(Outcome::Unknown),
+        txn(1, 0, 10)
+            .w("x", 1)
+            .w("y", 2)
+            .ts(10)
+            .outcome(Outcome::Unknown),
         txn(2, 20, 30).r("y", None),
     ]);
     let r = check(&h);
@@ -326,7 +385,10 @@ fn unknown_outcome_may_take_effect_after_client_gave_up() {
 fn edn_export_matches_expected() {
     let h = hist(vec![
         txn(3, 100, 250).r("k1", None).w("k2", 17).ts(200),
-        txn(4, 120, 130).r("k2", Some(17)).r("a\"b", None).outcome(Outcome::Aborted),
+        txn(4, 120, 130)
+            .r("k2", Some(17))
+            .r("a\"b", None)
+            .outcome(Outcome::Aborted),
         txn(5, 140, 300).w("k1", 18).outcome(Outcome::Unknown),
     ]);
     let expected = "\
@@ -458,5 +520,9 @@ fn million_transactions_check_quickly() {
     let start = std::time::Instant::now();
     let mut sink = std::io::sink();
     write_edn(&h, &mut sink).expect("edn");
-    eprintln!("check: {took:?} ({} edges); edn: {:?}", r.edges, start.elapsed());
+    eprintln!(
+        "check: {took:?} ({} edges); edn: {:?}",
+        r.edges,
+        start.elapsed()
+    );
 }

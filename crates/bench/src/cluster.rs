@@ -1,0 +1,263 @@
+//! Local clusters: `meridian cluster start|stop|status`.
+//!
+//! A cluster lives in a directory: `cluster.toml` (the configuration) and
+//! one `node<i>/` per node holding `node.log` and `pid`. Nodes are started as
+//! separate processes of the `meridian` binary in their own process group,
+//! so they outlive the command that started them and a `kill -9` of one is a
+//! real crash.
+
+use meridian_config::Configuration;
+use meridian_wire::{NodeId, Request, Response};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Cluster management errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// File system or process error.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Configuration problem.
+    #[error(transparent)]
+    Config(#[from] meridian_config::ConfigError),
+    /// A node did not come up.
+    #[error("node {node} did not answer within {secs} s; see {log}")]
+    NotReady {
+        /// The node.
+        node: u32,
+        /// Seconds waited.
+        secs: u64,
+        /// Its log file.
+        log: String,
+    },
+    /// A cluster is already running in this directory.
+    #[error("a cluster is already running in {0} (stop it first)")]
+    AlreadyRunning(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
+    let what = what.into();
+    move |source| ClusterError::Io { what, source }
+}
+
+/// Path of the configuration file of the cluster in `dir`.
+pub fn config_path(dir: &Path) -> PathBuf {
+    dir.join("cluster.toml")
+}
+
+fn node_dir(cfg: &Configuration, dir: &Path, id: u32) -> PathBuf {
+    cfg.nodes.iter().find(|n| n.id == id).and_then(|n| n.data_dir.clone()).unwrap_or_else(|| dir.join(format!("node{id}")))
+}
+
+/// Is process `pid` alive?
+pub fn alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence/permission.
+    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Find a free base port with `n` consecutive free ports on 127.0.0.1.
+pub fn free_base_port(n: u16) -> u16 {
+    let start = 20000 + (std::process::id() % 20000) as u16;
+    let mut base = start;
+    loop {
+        let ok = (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        if ok {
+            return base;
+        }
+        base = if base > 60000 { 20000 } else { base + n + 7 };
+    }
+}
+
+/// Write a configuration for `nodes` local nodes and start them.
+///
+/// Errors: [`ClusterError`] if a cluster already runs in `dir`, a process
+/// cannot be started, or a node does not answer within 10 s.
+pub fn start(dir: &Path, nodes: u32, replication: usize, regions: u32, base_port: Option<u16>) -> Result<Configuration, ClusterError> {
+    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    let dir = dir.canonicalize().map_err(io("resolving the cluster directory"))?;
+    if let Ok(old) = Configuration::load(&config_path(&dir)) {
+        for n in &old.nodes {
+            if read_pid(&node_dir(&old, &dir, n.id).join("pid")).is_some_and(alive) {
+                return Err(ClusterError::AlreadyRunning(dir.display().to_string()));
+            }
+        }
+    }
+    let base = base_port.unwrap_or_else(|| free_base_port(nodes as u16));
+    let cfg = Configuration::local(nodes, base, replication, regions, &dir);
+    cfg.check_invariants();
+    std::fs::write(config_path(&dir), cfg.to_toml()?).map_err(io("writing cluster.toml"))?;
+    let exe = std::env::current_exe().map_err(io("finding the meridian binary"))?;
+    for n in &cfg.nodes {
+        let nd = node_dir(&cfg, &dir, n.id);
+        std::fs::create_dir_all(&nd).map_err(io(format!("creating {}", nd.display())))?;
+        let log = std::fs::File::create(nd.join("node.log")).map_err(io("creating node.log"))?;
+        let log2 = log.try_clone().map_err(io("cloning the log handle"))?;
+        use std::os::unix::process::CommandExt;
+        let child = Command::new(&exe)
+            .arg("node")
+            .arg("--config")
+            .arg(config_path(&dir))
+            .arg("--id")
+            .arg(n.id.to_string())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .spawn()
+            .map_err(io(format!("starting node {}", n.id)))?;
+        std::fs::write(nd.join("pid"), child.id().to_string()).map_err(io("writing pid file"))?;
+    }
+    for n in &cfg.nodes {
+        wait_ready(&n.addr, Duration::from_secs(10)).map_err(|_| ClusterError::NotReady {
+            node: n.id,
+            secs: 10,
+            log: node_dir(&cfg, &dir, n.id).join("node.log").display().to_string(),
+        })?;
+    }
+    Ok(cfg)
+}
+
+/// Block until `addr` answers a Ping, or `timeout` passes.
+///
+/// Errors: the last connection error.
+pub fn wait_ready(addr: &str, timeout: Duration) -> Result<(), std::io::Error> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match ping(addr) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// One synchronous request (blocking std socket); for status and readiness.
+///
+/// Errors: I/O or decoding errors.
+pub fn request(addr: &str, req: Request) -> Result<Response, std::io::Error> {
+    use std::io::{Read, Write};
+    let sock: std::net::SocketAddr = addr.parse().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
+    let mut s = std::net::TcpStream::connect_timeout(&sock, Duration::from_millis(500))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut buf = Vec::new();
+    meridian_wire::encode_frame(&meridian_wire::Frame::Request { id: 1, truncate: Vec::new(), req }, &mut buf)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+    s.write_all(&buf)?;
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Some((f, _)) = meridian_wire::decode_frame(&got).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))? {
+            return match f {
+                meridian_wire::Frame::Response { resp, .. } => Ok(resp),
+                other => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("unexpected frame {other:?}"))),
+            };
+        }
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"));
+        }
+        got.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn ping(addr: &str) -> Result<(), std::io::Error> {
+    match request(addr, Request::Ping)? {
+        Response::Pong => Ok(()),
+        other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+    }
+}
+
+/// Stop every node of the cluster in `dir`: SIGTERM, then SIGKILL after 5 s.
+/// Returns the ids of nodes that were running.
+///
+/// Errors: [`ClusterError`] if the configuration cannot be read.
+pub fn stop(dir: &Path) -> Result<Vec<u32>, ClusterError> {
+    let cfg = Configuration::load(&config_path(dir))?;
+    let mut stopped = Vec::new();
+    for n in &cfg.nodes {
+        let pidf = node_dir(&cfg, dir, n.id).join("pid");
+        let Some(pid) = read_pid(&pidf) else { continue };
+        if alive(pid) {
+            // SAFETY: sending a signal to a pid we started.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while alive(pid) && Instant::now() < deadline {
+                reap(pid);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if alive(pid) {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            reap(pid);
+            stopped.push(n.id);
+        }
+        let _ = std::fs::remove_file(&pidf);
+    }
+    Ok(stopped)
+}
+
+fn reap(pid: i32) {
+    let mut status = 0;
+    // SAFETY: non-blocking wait on a child pid (no-op if not our child).
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+}
+
+/// Status of each node: (id, addr, pid if alive, node status if reachable).
+pub fn status(dir: &Path) -> Result<Vec<(u32, String, Option<i32>, Option<meridian_wire::NodeStatus>)>, ClusterError> {
+    let cfg = Configuration::load(&config_path(dir))?;
+    Ok(cfg
+        .nodes
+        .iter()
+        .map(|n| {
+            let pid = read_pid(&node_dir(&cfg, dir, n.id).join("pid")).filter(|p| alive(*p));
+            let st = match request(&n.addr, Request::Status) {
+                Ok(Response::Status(s)) => Some(s),
+                _ => None,
+            };
+            (n.id, n.addr.clone(), pid, st)
+        })
+        .collect())
+}
+
+/// A cluster started for the lifetime of a value: stopped on drop (also on
+/// panic), used by benchmarks and tests.
+pub struct LocalCluster {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its configuration.
+    pub config: Configuration,
+}
+
+impl LocalCluster {
+    /// Start `nodes` nodes in `dir`.
+    ///
+    /// Errors: as [`start`].
+    pub fn start(dir: &Path, nodes: u32, replication: usize, regions: u32) -> Result<Self, ClusterError> {
+        let config = start(dir, nodes, replication, regions, None)?;
+        Ok(LocalCluster { dir: dir.to_path_buf(), config })
+    }
+
+    /// The CM's address.
+    pub fn cm_addr(&self) -> String {
+        self.config.node(NodeId(self.config.cm)).map(|n| n.addr.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        if let Err(e) = stop(&self.dir) {
+            eprintln!("stopping the local cluster in {}: {e}", self.dir.display());
+        }
+    }
+}

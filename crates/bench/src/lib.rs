@@ -1,0 +1,16 @@
+//! # Benchmarks and local clusters
+//!
+//! - [`cluster`]: start, stop and inspect a local cluster of node processes
+//!   (each its own OS process, so `kill -9` is real), each with its own data
+//!   directory and log file.
+//! - [`run`]: closed-loop drivers for TATP, YCSB, the null-RPC baseline and
+//!   the checked bank workload. Each session keeps one transaction
+//!   outstanding; latencies go to per-type HDR histograms; results print as a
+//!   table and are written as JSON.
+//!
+//! Benchmark figures are only comparable within one run on this shared
+//! machine, so `bench tatp` and `bench ycsb` measure the null-RPC baseline in
+//! the same run and report the ratio.
+
+pub mod cluster;
+pub mod run;

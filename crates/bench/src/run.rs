@@ -1,0 +1,511 @@
+//! Closed-loop benchmark drivers.
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use meridian_checker::{History, Outcome, TxnRecord};
+use meridian_client::{mono_ns, Client, Txn};
+use meridian_txn::{TxnError, TxnOptions};
+use meridian_wire::{NodeId, Request, Response};
+use meridian_workload::bank::{self, BankConfig, WriteIds};
+use meridian_workload::ops::{Program, Step};
+use meridian_workload::{tatp, ycsb};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Latency summary of one transaction type, µs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Latency {
+    /// Committed transactions of this type.
+    pub committed: u64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// 99.9th percentile, µs.
+    pub p999_us: f64,
+}
+
+/// Result of a benchmark run.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchResult {
+    /// Benchmark name.
+    pub bench: String,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// Concurrent sessions.
+    pub clients: usize,
+    /// Committed transactions.
+    pub committed: u64,
+    /// Committed transactions per second.
+    pub committed_per_s: f64,
+    /// Concurrency-control aborts.
+    pub aborts: u64,
+    /// Aborts / (commits + aborts).
+    pub abort_rate: f64,
+    /// TATP: successful transactions per second (MQTh).
+    pub successful_per_s: Option<f64>,
+    /// Per-type latencies (and "all").
+    pub latency: BTreeMap<String, Latency>,
+    /// Mean clock uncertainty at GET_TS, µs.
+    pub mean_uncertainty_us: f64,
+    /// Mean time spent in GET_TS (the uncertainty wait), µs.
+    pub mean_uncertainty_wait_us: f64,
+    /// Null-RPC baseline round trips per second, same run.
+    pub rpc_baseline_per_s: Option<f64>,
+    /// committed_per_s / rpc_baseline_per_s.
+    pub ratio_to_rpc: Option<f64>,
+    /// Free-form extra figures.
+    pub extra: BTreeMap<String, f64>,
+}
+
+fn hist() -> Histogram<u64> {
+    // 1 µs .. 60 s, 3 significant digits; creation cannot fail for these bounds.
+    Histogram::new_with_bounds(1, 60_000_000, 3).unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+}
+
+/// Per-session accumulators.
+#[derive(Default)]
+struct Acc {
+    committed: u64,
+    aborts: u64,
+    successful: u64,
+    lat: BTreeMap<&'static str, Histogram<u64>>,
+}
+
+impl Acc {
+    fn record(&mut self, kind: &'static str, us: u64) {
+        let h = self.lat.entry(kind).or_insert_with(hist);
+        let _ = h.record(us.max(1));
+    }
+    fn merge(&mut self, o: Acc) {
+        self.committed += o.committed;
+        self.aborts += o.aborts;
+        self.successful += o.successful;
+        for (k, h) in o.lat {
+            let e = self.lat.entry(k).or_insert_with(hist);
+            let _ = e.add(h);
+        }
+    }
+}
+
+fn progress(label: &str, secs: u64, counter: Arc<AtomicU64>, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+    let pb = ProgressBar::new(secs);
+    pb.set_style(ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len}s {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    pb.set_prefix(label.to_string());
+    tokio::spawn(async move {
+        let start = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let el = start.elapsed().as_secs_f64();
+            pb.set_position(el as u64);
+            pb.set_message(format!("{:.0}/s", counter.load(Ordering::Relaxed) as f64 / el.max(0.001)));
+        }
+        pb.finish_and_clear();
+    })
+}
+
+/// Closed-loop null RPC: `clients` tasks, each with one Ping outstanding,
+/// spread over the nodes. Returns round trips per second.
+pub async fn rpc(client: &Client, clients: usize, secs: u64, show: bool) -> f64 {
+    let nodes: Vec<NodeId> = client.config().nodes.iter().map(|n| NodeId(n.id)).collect();
+    let count = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let bar = show.then(|| progress("rpc", secs, count.clone(), stop.clone()));
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let (c, count, nodes) = (client.clone(), count.clone(), nodes.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut k = i;
+            while Instant::now() < deadline {
+                let n = nodes[k % nodes.len()];
+                k += 1;
+                match c.call(n, Request::Ping).await {
+                    Ok(Response::Pong) => {
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => tracing::warn!("ping: {other:?}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(b) = bar {
+        let _ = b.await;
+    }
+    count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Load rows with `loaders` parallel sessions, `batch` rows per transaction.
+///
+/// Errors: the first operational error (aborts are retried).
+pub async fn load<I>(client: &Client, rows: I, total_hint: u64, batch: usize, loaders: usize) -> Result<u64, TxnError>
+where
+    I: Iterator<Item = (Vec<u8>, Vec<u8>)> + Send + 'static,
+{
+    let pb = ProgressBar::new(total_hint);
+    pb.set_style(ProgressStyle::with_template("load [{bar:30}] {pos}/{len} rows {per_sec} eta {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<(Vec<u8>, Vec<u8>)>>(loaders * 4);
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let producer = tokio::task::spawn_blocking(move || {
+        let mut rows = rows;
+        loop {
+            let chunk: Vec<_> = rows.by_ref().take(batch).collect();
+            if chunk.is_empty() || tx.blocking_send(chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let loaded = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..loaders {
+        let (c, rx, pb, loaded) = (client.clone(), rx.clone(), pb.clone(), loaded.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut s = c.session();
+            loop {
+                let chunk = { rx.lock().await.recv().await };
+                let Some(chunk) = chunk else { return Ok::<(), TxnError>(()) };
+                let n = chunk.len() as u64;
+                s.run(TxnOptions::default(), |tx| {
+                    let chunk = chunk.clone();
+                    Box::pin(async move {
+                        for (k, v) in chunk {
+                            tx.put(k, v).await?;
+                        }
+                        Ok(())
+                    })
+                })
+                .await?;
+                loaded.fetch_add(n, Ordering::Relaxed);
+                pb.inc(n);
+            }
+        }));
+    }
+    for t in tasks {
+        match t.await {
+            Ok(r) => r?,
+            Err(e) => return Err(TxnError::Transport(format!("loader task failed: {e}"))),
+        }
+    }
+    let _ = producer.await;
+    pb.finish_and_clear();
+    Ok(loaded.load(Ordering::Relaxed))
+}
+
+fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) -> BenchResult {
+    let mut latency = BTreeMap::new();
+    let mut all = hist();
+    for (k, h) in &acc.lat {
+        let _ = all.add(h);
+        latency.insert(
+            k.to_string(),
+            Latency { committed: h.len(), p50_us: h.value_at_quantile(0.5) as f64, p99_us: h.value_at_quantile(0.99) as f64, p999_us: h.value_at_quantile(0.999) as f64 },
+        );
+    }
+    latency.insert(
+        "all".into(),
+        Latency { committed: all.len(), p50_us: all.value_at_quantile(0.5) as f64, p99_us: all.value_at_quantile(0.99) as f64, p999_us: all.value_at_quantile(0.999) as f64 },
+    );
+    let (_, unc, wait) = client.ts_stats().snapshot();
+    BenchResult {
+        bench: bench.into(),
+        seconds: secs,
+        clients,
+        committed: acc.committed,
+        committed_per_s: acc.committed as f64 / secs,
+        aborts: acc.aborts,
+        abort_rate: acc.aborts as f64 / (acc.committed + acc.aborts).max(1) as f64,
+        successful_per_s: None,
+        latency,
+        mean_uncertainty_us: unc as f64 / 1000.0,
+        mean_uncertainty_wait_us: wait as f64 / 1000.0,
+        rpc_baseline_per_s: None,
+        ratio_to_rpc: None,
+        extra: BTreeMap::new(),
+    }
+}
+
+async fn closed_loop<F, Fut>(client: &Client, label: &str, clients: usize, secs: u64, body: F) -> (Acc, f64)
+where
+    F: Fn(Client, usize, Instant, Arc<AtomicU64>) -> Fut,
+    Fut: std::future::Future<Output = Acc> + Send + 'static,
+{
+    let count = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let bar = progress(label, secs, count.clone(), stop.clone());
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..clients).map(|i| tokio::spawn(body(client.clone(), i, deadline, count.clone()))).collect();
+    let mut acc = Acc::default();
+    for t in tasks {
+        if let Ok(a) = t.await {
+            acc.merge(a);
+        }
+    }
+    let el = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let _ = bar.await;
+    (acc, el)
+}
+
+/// Run the TATP mix for `secs` with `clients` sessions.
+pub async fn tatp(client: &Client, cfg: tatp::TatpConfig, clients: usize, secs: u64) -> BenchResult {
+    let (acc, el) = closed_loop(client, "tatp", clients, secs, move |c, i, deadline, count| async move {
+        let mut acc = Acc::default();
+        let mut s = c.session();
+        let mut rng = SmallRng::seed_from_u64(0x7a7b ^ i as u64);
+        while Instant::now() < deadline {
+            let input = tatp::next_txn(&cfg, &mut rng);
+            let t0 = mono_ns();
+            let opts = TxnOptions { read_only: input.kind.is_read_only() };
+            loop {
+                let r = async {
+                    let mut tx = s.begin(opts).await?;
+                    let ok = match tatp::execute(&mut tx, &input).await {
+                        Ok(ok) => ok,
+                        Err(e) => {
+                            tx.abort();
+                            return Err(e);
+                        }
+                    };
+                    tx.commit().await?;
+                    Ok::<bool, TxnError>(ok)
+                }
+                .await;
+                match r {
+                    Ok(ok) => {
+                        acc.committed += 1;
+                        acc.successful += ok as u64;
+                        acc.record(input.kind.name(), (mono_ns() - t0) / 1000);
+                        count.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    Err(e) if e.is_abort() => {
+                        acc.aborts += 1;
+                        if Instant::now() >= deadline {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!("tatp: {e}");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        break;
+                    }
+                }
+            }
+        }
+        acc
+    })
+    .await;
+    let successful = acc.successful;
+    let mut r = summarize("tatp", el, clients, acc, client);
+    r.successful_per_s = Some(successful as f64 / el);
+    r.extra.insert("subscribers".into(), cfg.subscribers as f64);
+    r
+}
+
+/// Run a YCSB workload for `secs` with `clients` sessions.
+pub async fn ycsb(client: &Client, cfg: ycsb::YcsbConfig, clients: usize, secs: u64) -> Result<BenchResult, String> {
+    let generator = Arc::new(ycsb::YcsbGenerator::new(&cfg)?);
+    let value_bytes = cfg.value_bytes;
+    let (acc, el) = closed_loop(client, "ycsb", clients, secs, move |c, i, deadline, count| {
+        let generator = generator.clone();
+        async move {
+            let mut acc = Acc::default();
+            let mut s = c.session();
+            let mut rng = SmallRng::seed_from_u64(0x5c5b ^ i as u64);
+            while Instant::now() < deadline {
+                let op = generator.next_op(&mut rng);
+                let t0 = mono_ns();
+                loop {
+                    let r = async {
+                        let mut tx = s.begin(TxnOptions { read_only: op.is_read_only() }).await?;
+                        if let Err(e) = ycsb::execute(&mut tx, op, value_bytes, &mut rng).await {
+                            tx.abort();
+                            return Err(e);
+                        }
+                        tx.commit().await.map(|_| ())
+                    }
+                    .await;
+                    match r {
+                        Ok(()) => {
+                            acc.committed += 1;
+                            acc.record(op.name(), (mono_ns() - t0) / 1000);
+                            count.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        Err(e) if e.is_abort() => {
+                            acc.aborts += 1;
+                            if Instant::now() >= deadline {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!("ycsb: {e}");
+                            break;
+                        }
+                    }
+                }
+            }
+            acc
+        }
+    })
+    .await;
+    let mut r = summarize(&format!("ycsb-{}", cfg.workload.name()), el, clients, acc, client);
+    r.extra.insert("theta".into(), cfg.theta);
+    r.extra.insert("records".into(), cfg.records as f64);
+    Ok(r)
+}
+
+/// Outcome of the checked bank workload.
+pub struct BankOutcome {
+    /// Throughput figures.
+    pub result: BenchResult,
+    /// The recorded history.
+    pub history: History,
+    /// Audits committed (each checked for the exact total).
+    pub audits: u64,
+    /// Audit failures (must be empty).
+    pub failures: Vec<String>,
+}
+
+/// Load the bank and run transfers and audits, recording the history.
+///
+/// Errors: loading failures.
+pub async fn bank(client: &Client, cfg: BankConfig, clients: usize, secs: u64) -> Result<BankOutcome, TxnError> {
+    let rows = cfg.population();
+    let mut s = client.session();
+    let start_load = mono_ns();
+    let load_info = loop {
+        let mut tx = s.begin(TxnOptions::default()).await?;
+        for (k, v) in rows.clone() {
+            tx.put(k, v).await?;
+        }
+        match tx.commit().await {
+            Ok(info) => break info,
+            Err(e) if e.is_abort() => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let mut history = History::default();
+    history.push(TxnRecord {
+        process: u64::MAX,
+        invoke_ns: start_load,
+        complete_ns: mono_ns(),
+        reads: Vec::new(),
+        writes: cfg.population().iter().filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?))).collect(),
+        outcome: Outcome::Committed,
+        read_ts: Some(load_info.read_ts.0),
+        write_ts: Some(load_info.write_ts.0),
+    });
+    let shared = Arc::new(std::sync::Mutex::new((History::default(), 0u64, Vec::<String>::new())));
+    let sh = shared.clone();
+    let (acc, el) = closed_loop(client, "bank", clients, secs, move |c, i, deadline, count| {
+        let shared = sh.clone();
+        async move {
+            let mut acc = Acc::default();
+            let mut s = c.session();
+            let mut rng = SmallRng::seed_from_u64(0xba4c ^ i as u64);
+            let mut ids = WriteIds::new(i as u64 + 1);
+            let mut local = History::default();
+            let (mut audits, mut failures) = (0u64, Vec::new());
+            while Instant::now() < deadline {
+                let mut program = cfg.next_txn(&mut ids, &mut rng);
+                let t0 = mono_ns();
+                let mut rec = TxnRecord { process: i as u64, invoke_ns: t0, complete_ns: 0, reads: Vec::new(), writes: Vec::new(), outcome: Outcome::Unknown, read_ts: None, write_ts: None };
+                let r = run_program(&mut s, &mut program, &mut rec).await;
+                rec.complete_ns = mono_ns();
+                match r {
+                    Ok(info) => {
+                        rec.outcome = Outcome::Committed;
+                        rec.read_ts = Some(info.read_ts.0);
+                        if info.wrote {
+                            rec.write_ts = Some(info.write_ts.0);
+                        }
+                        acc.committed += 1;
+                        count.fetch_add(1, Ordering::Relaxed);
+                        acc.record(if program.is_audit() { "audit" } else { "transfer" }, (rec.complete_ns - t0) / 1000);
+                        if program.is_audit() {
+                            audits += 1;
+                        }
+                        if let Err(e) = program.on_commit() {
+                            failures.push(e);
+                        }
+                    }
+                    Err(e) if e.is_abort() => {
+                        rec.outcome = Outcome::Aborted;
+                        acc.aborts += 1;
+                    }
+                    Err(e) => {
+                        // Outcome unknown to the client: the checker decides.
+                        tracing::error!("bank: {e}");
+                    }
+                }
+                local.push(rec);
+            }
+            if let Ok(mut g) = shared.lock() {
+                g.0.merge(local);
+                g.1 += audits;
+                g.2.extend(failures);
+            }
+            acc
+        }
+    })
+    .await;
+    let result = summarize("bank", el, clients, acc, client);
+    let (h, audits, failures) = match Arc::try_unwrap(shared) {
+        Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+        Err(arc) => {
+            let g = arc.lock().unwrap_or_else(|p| p.into_inner());
+            (g.0.clone(), g.1, g.2.clone())
+        }
+    };
+    history.merge(h);
+    Ok(BankOutcome { result, history, audits, failures })
+}
+
+async fn run_program(s: &mut meridian_client::Session, program: &mut impl Program, rec: &mut TxnRecord) -> Result<meridian_client::CommitInfo, TxnError> {
+    let mut tx: Txn = s.begin(TxnOptions::default()).await?;
+    let mut last = None;
+    loop {
+        match program.next(last.take()) {
+            Step::Get(k) => match tx.get_versioned(&k).await {
+                Ok(v) => {
+                    // Only reads served by the store are recorded (not own writes).
+                    let own = v.as_ref().is_some_and(|(ts, _)| ts.0 == 0);
+                    if !own {
+                        rec.reads.push((k, v.as_ref().and_then(|(_, val)| bank::write_id(val))));
+                    }
+                    last = Some(v.map(|(_, val)| val));
+                }
+                Err(e) => return Err(e),
+            },
+            Step::Put(k, v) => {
+                if let Some(id) = bank::write_id(&v) {
+                    rec.writes.retain(|(key, _)| key != &k);
+                    rec.writes.push((k.clone(), id));
+                }
+                tx.put(k, v).await?;
+            }
+            Step::Commit => return tx.commit().await,
+            Step::Abort => {
+                tx.abort();
+                return Err(TxnError::Aborted(meridian_txn::AbortReason::User));
+            }
+        }
+    }
+}
+
+/// A random u64 from the OS-seeded thread RNG (for seeds).
+pub fn random_seed() -> u64 {
+    rand::thread_rng().gen()
+}

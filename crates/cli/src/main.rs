@@ -1,0 +1,499 @@
+//! The `meridian` command. See `meridian --help`.
+
+use clap::{Parser, Subcommand};
+use meridian_bench::cluster;
+use meridian_config::Configuration;
+use meridian_wire::{ClientOp, ClientOpResult, NodeId, Request, Response};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "meridian", version, about = "Meridian: a distributed, main-memory, strictly serializable transactional key-value store")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one node.
+    Node {
+        /// Configuration file (TOML).
+        #[arg(long)]
+        config: PathBuf,
+        /// This node's id.
+        #[arg(long)]
+        id: u32,
+    },
+    /// Manage a local cluster of node processes.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
+    /// Read a key (one-shot transaction, coordinated by a node).
+    Get {
+        #[command(flatten)]
+        target: Target,
+        /// The key (UTF-8; use --hex for bytes).
+        key: String,
+    },
+    /// Write a key.
+    Put {
+        #[command(flatten)]
+        target: Target,
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// Delete a key.
+    Delete {
+        #[command(flatten)]
+        target: Target,
+        /// The key.
+        key: String,
+    },
+    /// Scan keys in [start, end).
+    Scan {
+        #[command(flatten)]
+        target: Target,
+        /// Start key (inclusive).
+        start: String,
+        /// End key (exclusive); omitted = to the end.
+        end: Option<String>,
+        /// Most rows.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Print the configuration, regions with replicas, and each node's clock uncertainty.
+    Status {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        bench: BenchCmd,
+    },
+    /// Run seeds of the deterministic simulator through the checker.
+    Sim {
+        /// Number of seeds.
+        #[arg(long, default_value_t = 200)]
+        seeds: u64,
+        /// First seed.
+        #[arg(long, default_value_t = 0)]
+        first: u64,
+        /// Workload: bank or register.
+        #[arg(long, default_value = "bank")]
+        workload: String,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct Target {
+    /// Cluster directory (uses <dir>/cluster.toml).
+    #[arg(long, default_value = ".meridian")]
+    dir: PathBuf,
+    /// Configuration file (overrides --dir).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Keys and values are hex.
+    #[arg(long)]
+    hex: bool,
+}
+
+impl Target {
+    fn load(&self) -> Result<Configuration, String> {
+        let path = self.config.clone().unwrap_or_else(|| cluster::config_path(&self.dir));
+        Configuration::load(&path).map_err(|e| format!("{e} (start a cluster with `meridian cluster start` or pass --config)"))
+    }
+    fn bytes(&self, s: &str) -> Result<Vec<u8>, String> {
+        if !self.hex {
+            return Ok(s.as_bytes().to_vec());
+        }
+        if s.len() % 2 != 0 {
+            return Err(format!("{s:?} is not hex (odd length)"));
+        }
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| format!("{s:?} is not hex"))).collect()
+    }
+    fn show(&self, b: &[u8]) -> String {
+        if self.hex {
+            b.iter().map(|x| format!("{x:02x}")).collect()
+        } else {
+            String::from_utf8_lossy(b).into_owned()
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// Start N node processes with a fresh configuration.
+    Start {
+        /// Cluster directory.
+        #[arg(long, default_value = ".meridian")]
+        dir: PathBuf,
+        /// Number of nodes.
+        #[arg(long, default_value_t = 3)]
+        nodes: u32,
+        /// Copies of each region (f + 1).
+        #[arg(long, default_value_t = 3)]
+        replication: usize,
+        /// Regions.
+        #[arg(long, default_value_t = 12)]
+        regions: u32,
+        /// First port (default: a free range).
+        #[arg(long)]
+        base_port: Option<u16>,
+    },
+    /// Stop the cluster's nodes.
+    Stop {
+        /// Cluster directory.
+        #[arg(long, default_value = ".meridian")]
+        dir: PathBuf,
+    },
+    /// Show each node's process and status.
+    Status {
+        /// Cluster directory.
+        #[arg(long, default_value = ".meridian")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct BenchOpts {
+    /// CM address of a running cluster; omitted = start a local 3-node cluster.
+    #[arg(long)]
+    cm: Option<String>,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// Concurrent sessions (each keeps one transaction outstanding).
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Seconds of the null-RPC baseline measured in the same run (0 = skip).
+    #[arg(long, default_value_t = 10)]
+    baseline: u64,
+    /// Where to write the JSON results.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Directory for the local cluster (when --cm is omitted).
+    #[arg(long, default_value = ".meridian/bench")]
+    dir: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// TATP (seven transactions, spec mix).
+    Tatp {
+        #[command(flatten)]
+        opts: BenchOpts,
+        /// Subscribers.
+        #[arg(long, default_value_t = 100_000)]
+        subscribers: u64,
+    },
+    /// YCSB workloads A, B, C, F.
+    Ycsb {
+        #[command(flatten)]
+        opts: BenchOpts,
+        /// Workload (a, b, c, f).
+        #[arg(long, default_value = "b")]
+        workload: String,
+        /// Records.
+        #[arg(long, default_value_t = 100_000)]
+        records: u64,
+        /// Zipfian constant.
+        #[arg(long, default_value_t = 0.99)]
+        theta: f64,
+        /// Value size, bytes.
+        #[arg(long, default_value_t = 1000)]
+        value_bytes: usize,
+    },
+    /// Closed-loop null RPC round trips (the ceiling).
+    Rpc {
+        #[command(flatten)]
+        opts: BenchOpts,
+    },
+    /// Bank transfers and audits with history checking.
+    Bank {
+        #[command(flatten)]
+        opts: BenchOpts,
+        /// Accounts.
+        #[arg(long, default_value_t = 64)]
+        accounts: u32,
+        /// Write the history as Jepsen EDN here.
+        #[arg(long)]
+        edn: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,meridian_node=info")))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn rt_current() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.cmd {
+        Cmd::Node { config, id } => {
+            let cfg = Configuration::load(&config).map_err(|e| e.to_string())?;
+            cfg.node(NodeId(id)).map_err(|e| e.to_string())?;
+            rt_current()?.block_on(meridian_node::run(cfg, NodeId(id))).map_err(|e| e.to_string())
+        }
+        Cmd::Cluster { cmd } => cluster_cmd(cmd),
+        Cmd::Get { target, key } => {
+            let k = target.bytes(&key)?;
+            match one_shot(&target, vec![ClientOp::Get(k)])?.pop() {
+                Some(ClientOpResult::Value(Some(v))) => println!("{}", target.show(&v)),
+                Some(ClientOpResult::Value(None)) => return Err(format!("key {key:?} not found")),
+                other => return Err(format!("unexpected result {other:?}")),
+            }
+            Ok(())
+        }
+        Cmd::Put { target, key, value } => {
+            let (k, v) = (target.bytes(&key)?, target.bytes(&value)?);
+            one_shot(&target, vec![ClientOp::Put(k, v)])?;
+            println!("OK");
+            Ok(())
+        }
+        Cmd::Delete { target, key } => {
+            let k = target.bytes(&key)?;
+            one_shot(&target, vec![ClientOp::Delete(k)])?;
+            println!("OK");
+            Ok(())
+        }
+        Cmd::Scan { target, start, end, limit } => {
+            let s = target.bytes(&start)?;
+            let e = end.map(|e| target.bytes(&e)).transpose()?;
+            if let Some(ClientOpResult::Rows(rows)) = one_shot(&target, vec![ClientOp::Scan { start: s, end: e, limit }])?.pop() {
+                for (k, v) in rows {
+                    println!("{}\t{}", target.show(&k), target.show(&v));
+                }
+            }
+            Ok(())
+        }
+        Cmd::Status { target } => status(&target),
+        Cmd::Bench { bench } => bench_cmd(bench),
+        Cmd::Sim { seeds, first, workload } => sim(seeds, first, &workload),
+    }
+}
+
+fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
+    match cmd {
+        ClusterCmd::Start { dir, nodes, replication, regions, base_port } => {
+            let cfg = cluster::start(&dir, nodes, replication, regions, base_port).map_err(|e| e.to_string())?;
+            println!("started {} nodes in {} (config {})", cfg.nodes.len(), dir.display(), cluster::config_path(&dir).display());
+            for n in &cfg.nodes {
+                println!("  node {} at {}", n.id, n.addr);
+            }
+            Ok(())
+        }
+        ClusterCmd::Stop { dir } => {
+            let stopped = cluster::stop(&dir).map_err(|e| e.to_string())?;
+            println!("stopped {} node(s): {:?}", stopped.len(), stopped);
+            Ok(())
+        }
+        ClusterCmd::Status { dir } => {
+            for (id, addr, pid, st) in cluster::status(&dir).map_err(|e| e.to_string())? {
+                let p = pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+                match st {
+                    Some(s) => println!("node {id} {addr} pid {p}: up, {} objects, {} log records, uncertainty {} µs", s.objects, s.log_records, s.uncertainty_ns as f64 / 1000.0),
+                    None => println!("node {id} {addr} pid {p}: DOWN"),
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn one_shot(target: &Target, ops: Vec<ClientOp>) -> Result<Vec<ClientOpResult>, String> {
+    let cfg = target.load()?;
+    for op in &ops {
+        let (k, v) = match op {
+            ClientOp::Get(k) | ClientOp::Delete(k) => (k, None),
+            ClientOp::Put(k, v) => (k, Some(v)),
+            ClientOp::Scan { start, .. } => (start, None),
+        };
+        if k.len() > cfg.limits.max_key_bytes {
+            return Err(format!("key of {} bytes exceeds the {}-byte limit", k.len(), cfg.limits.max_key_bytes));
+        }
+        if let Some(v) = v {
+            if v.len() > cfg.limits.max_value_bytes {
+                return Err(format!("value of {} bytes exceeds the {}-byte limit", v.len(), cfg.limits.max_value_bytes));
+            }
+        }
+    }
+    let mut last = String::new();
+    for n in &cfg.nodes {
+        match cluster::request(&n.addr, Request::Execute { ops: ops.clone() }) {
+            Ok(Response::Executed(Ok(r))) => return Ok(r),
+            Ok(Response::Executed(Err(e))) => return Err(e),
+            Ok(other) => return Err(format!("unexpected reply {other:?}")),
+            Err(e) => last = format!("node {} at {}: {e}", n.id, n.addr),
+        }
+    }
+    Err(format!("no node reachable ({last})"))
+}
+
+fn status(target: &Target) -> Result<(), String> {
+    let cfg = target.load()?;
+    println!("configuration {} (CM and clock master: node {}), {} nodes, replication {}, {} regions", cfg.config_id, cfg.cm, cfg.nodes.len(), cfg.replication, cfg.region_count);
+    println!("limits: key {} B, value {} B, drift bound {} ppm", cfg.limits.max_key_bytes, cfg.limits.max_value_bytes, cfg.clock.drift_ppm);
+    println!("regions:");
+    for r in cfg.regions() {
+        let hex = |k: &[u8]| k.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let end = r.end.as_deref().map(hex).unwrap_or_else(|| "∞".into());
+        println!("  {} [{}, {}) primary {} backups {:?}", r.id, hex(&r.start), end, r.primary, r.backups.iter().map(|b| b.to_string()).collect::<Vec<_>>());
+    }
+    println!("nodes:");
+    for n in &cfg.nodes {
+        match cluster::request(&n.addr, Request::Status) {
+            Ok(Response::Status(s)) => println!(
+                "  node {} {} ({}): up, uncertainty {:.1} µs, {} syncs, {} objects, {} log records, {} requests",
+                n.id,
+                n.addr,
+                n.failure_domain,
+                s.uncertainty_ns as f64 / 1000.0,
+                s.syncs,
+                s.objects,
+                s.log_records,
+                s.requests
+            ),
+            Ok(other) => println!("  node {} {}: unexpected {other:?}", n.id, n.addr),
+            Err(e) => println!("  node {} {}: DOWN ({e})", n.id, n.addr),
+        }
+    }
+    Ok(())
+}
+
+fn print_result(r: &meridian_bench::run::BenchResult) {
+    println!("== {} — {} sessions, {:.1} s", r.bench, r.clients, r.seconds);
+    println!("committed: {} ({:.0} tx/s), aborts: {} (abort rate {:.3}%)", r.committed, r.committed_per_s, r.aborts, r.abort_rate * 100.0);
+    if let Some(s) = r.successful_per_s {
+        println!("successful (MQTh): {s:.0} tx/s");
+    }
+    println!("clock: mean uncertainty {:.1} µs, mean GET_TS wait {:.1} µs", r.mean_uncertainty_us, r.mean_uncertainty_wait_us);
+    if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
+        println!("null-RPC baseline (same run): {b:.0} round trips/s; ratio tx/s ÷ rpc/s = {q:.3}");
+    }
+    println!("{:<26} {:>10} {:>10} {:>10} {:>10}", "latency (µs)", "count", "p50", "p99", "p99.9");
+    for (k, l) in &r.latency {
+        println!("{:<26} {:>10} {:>10.0} {:>10.0} {:>10.0}", k, l.committed, l.p50_us, l.p99_us, l.p999_us);
+    }
+}
+
+fn bench_cmd(b: BenchCmd) -> Result<(), String> {
+    let opts = match &b {
+        BenchCmd::Tatp { opts, .. } | BenchCmd::Ycsb { opts, .. } | BenchCmd::Rpc { opts } | BenchCmd::Bank { opts, .. } => opts.clone(),
+    };
+    let _cluster = match &opts.cm {
+        Some(_) => None,
+        None => {
+            eprintln!("starting a local 3-node cluster (3-way replication) in {}", opts.dir.display());
+            Some(cluster::LocalCluster::start(&opts.dir, 3, 3, 12).map_err(|e| e.to_string())?)
+        }
+    };
+    let cm = match (&opts.cm, &_cluster) {
+        (Some(a), _) => a.clone(),
+        (None, Some(c)) => c.cm_addr(),
+        (None, None) => return Err("no cluster".into()),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    let result = rt.block_on(async move {
+        let client = meridian_client::Client::connect(&cm).await.map_err(|e| e.to_string())?;
+        let mut result = match b {
+            BenchCmd::Tatp { subscribers, .. } => {
+                let cfg = meridian_workload::tatp::TatpConfig { subscribers };
+                eprintln!("loading TATP with {subscribers} subscribers");
+                let n = meridian_bench::run::load(&client, meridian_workload::tatp::population(&cfg, 1), meridian_workload::tatp::population_count_hint(&cfg), 64, 8)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                eprintln!("loaded {n} rows");
+                meridian_bench::run::tatp(&client, cfg, opts.clients, opts.duration).await
+            }
+            BenchCmd::Ycsb { workload, records, theta, value_bytes, .. } => {
+                let w = meridian_workload::ycsb::YcsbWorkload::parse(&workload)?;
+                let cfg = meridian_workload::ycsb::YcsbConfig { records, value_bytes, theta, workload: w };
+                cfg.validate()?;
+                eprintln!("loading YCSB with {records} records of {value_bytes} B");
+                meridian_bench::run::load(&client, meridian_workload::ycsb::population(&cfg, 1), records, 32, 8).await.map_err(|e| e.to_string())?;
+                meridian_bench::run::ycsb(&client, cfg, opts.clients, opts.duration).await?
+            }
+            BenchCmd::Rpc { .. } => {
+                let per_s = meridian_bench::run::rpc(&client, opts.clients, opts.duration, true).await;
+                println!("null RPC: {per_s:.0} round trips/s with {} sessions", opts.clients);
+                return Ok(None);
+            }
+            BenchCmd::Bank { accounts, edn, .. } => {
+                let cfg = meridian_workload::bank::BankConfig { accounts, initial_balance: 1000, audit_percent: 20 };
+                let out = meridian_bench::run::bank(&client, cfg, opts.clients, opts.duration).await.map_err(|e| e.to_string())?;
+                let t0 = std::time::Instant::now();
+                let report = meridian_checker::check(&out.history);
+                println!("bank: {} audits committed, {} with a wrong total", out.audits, out.failures.len());
+                println!("checker ({:.1} s): {report}", t0.elapsed().as_secs_f64());
+                if let Some(p) = edn {
+                    let f = std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                    let mut w = std::io::BufWriter::new(f);
+                    meridian_checker::write_edn(&out.history, &mut w).map_err(|e| e.to_string())?;
+                    println!("history written to {}", p.display());
+                }
+                let mut r = out.result;
+                r.extra.insert("audits".into(), out.audits as f64);
+                r.extra.insert("audit_failures".into(), out.failures.len() as f64);
+                r.extra.insert("checker_ok".into(), report.is_ok() as u8 as f64);
+                if !report.is_ok() || !out.failures.is_empty() {
+                    print_result(&r);
+                    return Err(format!("bank check FAILED: {:?}", out.failures.iter().take(5).collect::<Vec<_>>()));
+                }
+                r
+            }
+        };
+        if opts.baseline > 0 {
+            let per_s = meridian_bench::run::rpc(&client, opts.clients, opts.baseline, true).await;
+            result.rpc_baseline_per_s = Some(per_s);
+            result.ratio_to_rpc = Some(result.committed_per_s / per_s);
+        }
+        Ok::<_, String>(Some(result))
+    })?;
+    if let Some(r) = result {
+        print_result(&r);
+        let path = opts.json.clone().unwrap_or_else(|| PathBuf::from(format!("bench-results/{}.json", r.bench)));
+        if let Some(parent) = path.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("results written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn sim(seeds: u64, first: u64, workload: &str) -> Result<(), String> {
+    let t0 = std::time::Instant::now();
+    let (mut committed, mut aborted) = (0, 0);
+    for seed in first..first + seeds {
+        let cfg = match workload {
+            "bank" => meridian_sim::SimConfig::bank(seed),
+            "register" => meridian_sim::SimConfig::register(seed),
+            other => return Err(format!("unknown workload {other:?} (bank or register)")),
+        };
+        let r = meridian_sim::run_and_check(cfg)?;
+        committed += r.committed;
+        aborted += r.aborted;
+    }
+    println!("{seeds} seeds ({workload}) passed in {:.2} s: {committed} committed, {aborted} aborted", t0.elapsed().as_secs_f64());
+    let _ = Path::new(".");
+    Ok(())
+}
