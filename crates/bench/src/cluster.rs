@@ -83,6 +83,14 @@ pub fn free_base_port(n: u16) -> u16 {
 /// Errors: [`ClusterError`] if a cluster already runs in `dir`, a process
 /// cannot be started, or a node does not answer within 10 s.
 pub fn start(dir: &Path, nodes: u32, replication: usize, regions: u32, base_port: Option<u16>) -> Result<Configuration, ClusterError> {
+    let exe = std::env::current_exe().map_err(io("finding the meridian binary"))?;
+    start_with_exe(dir, &exe, nodes, replication, regions, base_port)
+}
+
+/// As [`start`], running node processes from the `meridian` binary `exe`.
+///
+/// Errors: as [`start`].
+pub fn start_with_exe(dir: &Path, exe: &Path, nodes: u32, replication: usize, regions: u32, base_port: Option<u16>) -> Result<Configuration, ClusterError> {
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
     let dir = dir.canonicalize().map_err(io("resolving the cluster directory"))?;
     if let Ok(old) = Configuration::load(&config_path(&dir)) {
@@ -96,7 +104,6 @@ pub fn start(dir: &Path, nodes: u32, replication: usize, regions: u32, base_port
     let cfg = Configuration::local(nodes, base, replication, regions, &dir);
     cfg.check_invariants();
     std::fs::write(config_path(&dir), cfg.to_toml()?).map_err(io("writing cluster.toml"))?;
-    let exe = std::env::current_exe().map_err(io("finding the meridian binary"))?;
     for n in &cfg.nodes {
         let nd = node_dir(&cfg, &dir, n.id);
         std::fs::create_dir_all(&nd).map_err(io(format!("creating {}", nd.display())))?;
@@ -245,6 +252,14 @@ impl LocalCluster {
     /// Errors: as [`start`].
     pub fn start(dir: &Path, nodes: u32, replication: usize, regions: u32) -> Result<Self, ClusterError> {
         let config = start(dir, nodes, replication, regions, None)?;
+        Ok(LocalCluster { dir: dir.to_path_buf(), config })
+    }
+
+    /// Start `nodes` nodes in `dir` from the binary `exe` (for tests).
+    ///
+    /// Errors: as [`start`].
+    pub fn start_with_exe(dir: &Path, exe: &Path, nodes: u32, replication: usize, regions: u32) -> Result<Self, ClusterError> {
+        let config = start_with_exe(dir, exe, nodes, replication, regions, None)?;
         Ok(LocalCluster { dir: dir.to_path_buf(), config })
     }
 

@@ -171,7 +171,7 @@ async fn serve(state: Arc<State>, stream: tokio::net::TcpStream) -> Result<(), m
                 };
                 let resp = match p.handle(&truncate, &req) {
                     Some(r) => r,
-                    None => match local_request(&state, req) {
+                    None => match local_request(&state, &p, req) {
                         Local::Now(r) => r,
                         Local::Later(req) => {
                             let (st, ob) = (state.clone(), outbox.clone());
@@ -207,7 +207,7 @@ enum Local {
     Later(Vec<ClientOp>),
 }
 
-fn local_request(state: &State, req: Request) -> Local {
+fn local_request(state: &State, p: &Participant, req: Request) -> Local {
     Local::Now(match req {
         Request::Ping => Response::Pong,
         Request::ClockSync => {
@@ -227,7 +227,6 @@ fn local_request(state: &State, req: Request) -> Local {
             }
         }
         Request::Status => {
-            let p = lock(&state.participant);
             let (uncertainty_ns, syncs) = {
                 let mut c = lock(&state.clock);
                 (c.time(mono_ns()).map(|iv| iv.uncertainty_ns()).unwrap_or(u64::MAX), c.stats().syncs)

@@ -395,6 +395,14 @@ impl Sim {
 
     /// Deliver every queued truncation directly and compare replicas.
     fn drain_and_check_replicas(&mut self) {
+        // Deliver the one-way messages (TRUNCATE, ABORT) still in flight.
+        while let Some(Reverse((at, _, id))) = self.queue.pop() {
+            let Some(ev) = self.events.remove(&id) else { continue };
+            if let Event::Deliver { to: Addr::Node(n), rpc: 0, truncate, msg: Msg::Req(req), .. } = ev {
+                self.now = at;
+                let _ = self.nodes[n as usize].0.handle(&truncate, &req);
+            }
+        }
         let mut all: BTreeMap<NodeId, Vec<TxId>> = BTreeMap::new();
         for c in &mut self.clients {
             for (n, v) in std::mem::take(&mut c.pending_truncates) {

@@ -15,7 +15,7 @@ fn seeds(default: u64) -> Vec<u64> {
 fn bank_seeds_pass_the_checker() {
     let mut committed = 0;
     let mut aborted = 0;
-    for seed in seeds(12) {
+    for seed in seeds(200) {
         let r = run_and_check(SimConfig::bank(seed)).unwrap_or_else(|e| panic!("{e}"));
         committed += r.committed;
         aborted += r.aborted;
@@ -25,7 +25,7 @@ fn bank_seeds_pass_the_checker() {
 
 #[test]
 fn register_seeds_pass_the_checker() {
-    for seed in seeds(12) {
+    for seed in seeds(200) {
         let r = run_and_check(SimConfig::register(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(r.committed > 0);
     }
