@@ -52,7 +52,11 @@ pub fn config_path(dir: &Path) -> PathBuf {
 }
 
 fn node_dir(cfg: &Configuration, dir: &Path, id: u32) -> PathBuf {
-    cfg.nodes.iter().find(|n| n.id == id).and_then(|n| n.data_dir.clone()).unwrap_or_else(|| dir.join(format!("node{id}")))
+    cfg.nodes
+        .iter()
+        .find(|n| n.id == id)
+        .and_then(|n| n.data_dir.clone())
+        .unwrap_or_else(|| dir.join(format!("node{id}")))
 }
 
 /// Is process `pid` alive?
@@ -82,7 +86,13 @@ pub fn free_base_port(n: u16) -> u16 {
 ///
 /// Errors: [`ClusterError`] if a cluster already runs in `dir`, a process
 /// cannot be started, or a node does not answer within 10 s.
-pub fn start(dir: &Path, nodes: u32, replication: usize, regions: u32, base_port: Option<u16>) -> Result<Configuration, ClusterError> {
+pub fn start(
+    dir: &Path,
+    nodes: u32,
+    replication: usize,
+    regions: u32,
+    base_port: Option<u16>,
+) -> Result<Configuration, ClusterError> {
     let exe = std::env::current_exe().map_err(io("finding the meridian binary"))?;
     start_with_exe(dir, &exe, nodes, replication, regions, base_port)
 }
@@ -90,9 +100,18 @@ pub fn start(dir: &Path, nodes: u32, replication: usize, regions: u32, base_port
 /// As [`start`], running node processes from the `meridian` binary `exe`.
 ///
 /// Errors: as [`start`].
-pub fn start_with_exe(dir: &Path, exe: &Path, nodes: u32, replication: usize, regions: u32, base_port: Option<u16>) -> Result<Configuration, ClusterError> {
+pub fn start_with_exe(
+    dir: &Path,
+    exe: &Path,
+    nodes: u32,
+    replication: usize,
+    regions: u32,
+    base_port: Option<u16>,
+) -> Result<Configuration, ClusterError> {
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-    let dir = dir.canonicalize().map_err(io("resolving the cluster directory"))?;
+    let dir = dir
+        .canonicalize()
+        .map_err(io("resolving the cluster directory"))?;
     if let Ok(old) = Configuration::load(&config_path(&dir)) {
         for n in &old.nodes {
             if read_pid(&node_dir(&old, &dir, n.id).join("pid")).is_some_and(alive) {
@@ -128,7 +147,10 @@ pub fn start_with_exe(dir: &Path, exe: &Path, nodes: u32, replication: usize, re
         wait_ready(&n.addr, Duration::from_secs(10)).map_err(|_| ClusterError::NotReady {
             node: n.id,
             secs: 10,
-            log: node_dir(&cfg, &dir, n.id).join("node.log").display().to_string(),
+            log: node_dir(&cfg, &dir, n.id)
+                .join("node.log")
+                .display()
+                .to_string(),
         })?;
     }
     Ok(cfg)
@@ -153,25 +175,42 @@ pub fn wait_ready(addr: &str, timeout: Duration) -> Result<(), std::io::Error> {
 /// Errors: I/O or decoding errors.
 pub fn request(addr: &str, req: Request) -> Result<Response, std::io::Error> {
     use std::io::{Read, Write};
-    let sock: std::net::SocketAddr = addr.parse().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
+    let sock: std::net::SocketAddr = addr.parse().map_err(|e| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
+    })?;
     let mut s = std::net::TcpStream::connect_timeout(&sock, Duration::from_millis(500))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut buf = Vec::new();
-    meridian_wire::encode_frame(&meridian_wire::Frame::Request { id: 1, truncate: Vec::new(), req }, &mut buf)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+    meridian_wire::encode_frame(
+        &meridian_wire::Frame::Request {
+            id: 1,
+            truncate: Vec::new(),
+            req,
+        },
+        &mut buf,
+    )
+    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
     s.write_all(&buf)?;
     let mut got = Vec::new();
     let mut chunk = [0u8; 65536];
     loop {
-        if let Some((f, _)) = meridian_wire::decode_frame(&got).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))? {
+        if let Some((f, _)) = meridian_wire::decode_frame(&got)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?
+        {
             return match f {
                 meridian_wire::Frame::Response { resp, .. } => Ok(resp),
-                other => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("unexpected frame {other:?}"))),
+                other => Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("unexpected frame {other:?}"),
+                )),
             };
         }
         let n = s.read(&mut chunk)?;
         if n == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "connection closed",
+            ));
         }
         got.extend_from_slice(&chunk[..n]);
     }
@@ -221,7 +260,9 @@ fn reap(pid: i32) {
 }
 
 /// Status of each node: (id, addr, pid if alive, node status if reachable).
-pub fn status(dir: &Path) -> Result<Vec<(u32, String, Option<i32>, Option<meridian_wire::NodeStatus>)>, ClusterError> {
+pub fn status(
+    dir: &Path,
+) -> Result<Vec<(u32, String, Option<i32>, Option<meridian_wire::NodeStatus>)>, ClusterError> {
     let cfg = Configuration::load(&config_path(dir))?;
     Ok(cfg
         .nodes
@@ -250,22 +291,42 @@ impl LocalCluster {
     /// Start `nodes` nodes in `dir`.
     ///
     /// Errors: as [`start`].
-    pub fn start(dir: &Path, nodes: u32, replication: usize, regions: u32) -> Result<Self, ClusterError> {
+    pub fn start(
+        dir: &Path,
+        nodes: u32,
+        replication: usize,
+        regions: u32,
+    ) -> Result<Self, ClusterError> {
         let config = start(dir, nodes, replication, regions, None)?;
-        Ok(LocalCluster { dir: dir.to_path_buf(), config })
+        Ok(LocalCluster {
+            dir: dir.to_path_buf(),
+            config,
+        })
     }
 
     /// Start `nodes` nodes in `dir` from the binary `exe` (for tests).
     ///
     /// Errors: as [`start`].
-    pub fn start_with_exe(dir: &Path, exe: &Path, nodes: u32, replication: usize, regions: u32) -> Result<Self, ClusterError> {
+    pub fn start_with_exe(
+        dir: &Path,
+        exe: &Path,
+        nodes: u32,
+        replication: usize,
+        regions: u32,
+    ) -> Result<Self, ClusterError> {
         let config = start_with_exe(dir, exe, nodes, replication, regions, None)?;
-        Ok(LocalCluster { dir: dir.to_path_buf(), config })
+        Ok(LocalCluster {
+            dir: dir.to_path_buf(),
+            config,
+        })
     }
 
     /// The CM's address.
     pub fn cm_addr(&self) -> String {
-        self.config.node(NodeId(self.config.cm)).map(|n| n.addr.clone()).unwrap_or_default()
+        self.config
+            .node(NodeId(self.config.cm))
+            .map(|n| n.addr.clone())
+            .unwrap_or_default()
     }
 }
 

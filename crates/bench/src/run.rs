@@ -65,7 +65,8 @@ pub struct BenchResult {
 
 fn hist() -> Histogram<u64> {
     // 1 µs .. 60 s, 3 significant digits; creation cannot fail for these bounds.
-    Histogram::new_with_bounds(1, 60_000_000, 3).unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+    Histogram::new_with_bounds(1, 60_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
 }
 
 /// Per-session accumulators.
@@ -93,9 +94,17 @@ impl Acc {
     }
 }
 
-fn progress(label: &str, secs: u64, counter: Arc<AtomicU64>, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+fn progress(
+    label: &str,
+    secs: u64,
+    counter: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
     let pb = ProgressBar::new(secs);
-    pb.set_style(ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len}s {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    pb.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len}s {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     pb.set_prefix(label.to_string());
     tokio::spawn(async move {
         let start = Instant::now();
@@ -103,7 +112,10 @@ fn progress(label: &str, secs: u64, counter: Arc<AtomicU64>, stop: Arc<AtomicBoo
             tokio::time::sleep(Duration::from_millis(250)).await;
             let el = start.elapsed().as_secs_f64();
             pb.set_position(el as u64);
-            pb.set_message(format!("{:.0}/s", counter.load(Ordering::Relaxed) as f64 / el.max(0.001)));
+            pb.set_message(format!(
+                "{:.0}/s",
+                counter.load(Ordering::Relaxed) as f64 / el.max(0.001)
+            ));
         }
         pb.finish_and_clear();
     })
@@ -148,12 +160,21 @@ pub async fn rpc(client: &Client, clients: usize, secs: u64, show: bool) -> f64 
 /// Load rows with `loaders` parallel sessions, `batch` rows per transaction.
 ///
 /// Errors: the first operational error (aborts are retried).
-pub async fn load<I>(client: &Client, rows: I, total_hint: u64, batch: usize, loaders: usize) -> Result<u64, TxnError>
+pub async fn load<I>(
+    client: &Client,
+    rows: I,
+    total_hint: u64,
+    batch: usize,
+    loaders: usize,
+) -> Result<u64, TxnError>
 where
     I: Iterator<Item = (Vec<u8>, Vec<u8>)> + Send + 'static,
 {
     let pb = ProgressBar::new(total_hint);
-    pb.set_style(ProgressStyle::with_template("load [{bar:30}] {pos}/{len} rows {per_sec} eta {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    pb.set_style(
+        ProgressStyle::with_template("load [{bar:30}] {pos}/{len} rows {per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     let (tx, rx) = tokio::sync::mpsc::channel::<Vec<(Vec<u8>, Vec<u8>)>>(loaders * 4);
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
     let producer = tokio::task::spawn_blocking(move || {
@@ -173,7 +194,9 @@ where
             let mut s = c.session();
             loop {
                 let chunk = { rx.lock().await.recv().await };
-                let Some(chunk) = chunk else { return Ok::<(), TxnError>(()) };
+                let Some(chunk) = chunk else {
+                    return Ok::<(), TxnError>(());
+                };
                 let n = chunk.len() as u64;
                 s.run(TxnOptions::default(), |tx| {
                     let chunk = chunk.clone();
@@ -208,12 +231,22 @@ fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) 
         let _ = all.add(h);
         latency.insert(
             k.to_string(),
-            Latency { committed: h.len(), p50_us: h.value_at_quantile(0.5) as f64, p99_us: h.value_at_quantile(0.99) as f64, p999_us: h.value_at_quantile(0.999) as f64 },
+            Latency {
+                committed: h.len(),
+                p50_us: h.value_at_quantile(0.5) as f64,
+                p99_us: h.value_at_quantile(0.99) as f64,
+                p999_us: h.value_at_quantile(0.999) as f64,
+            },
         );
     }
     latency.insert(
         "all".into(),
-        Latency { committed: all.len(), p50_us: all.value_at_quantile(0.5) as f64, p99_us: all.value_at_quantile(0.99) as f64, p999_us: all.value_at_quantile(0.999) as f64 },
+        Latency {
+            committed: all.len(),
+            p50_us: all.value_at_quantile(0.5) as f64,
+            p99_us: all.value_at_quantile(0.99) as f64,
+            p999_us: all.value_at_quantile(0.999) as f64,
+        },
     );
     let (_, unc, wait) = client.ts_stats().snapshot();
     BenchResult {
@@ -234,7 +267,13 @@ fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) 
     }
 }
 
-async fn closed_loop<F, Fut>(client: &Client, label: &str, clients: usize, secs: u64, body: F) -> (Acc, f64)
+async fn closed_loop<F, Fut>(
+    client: &Client,
+    label: &str,
+    clients: usize,
+    secs: u64,
+    body: F,
+) -> (Acc, f64)
 where
     F: Fn(Client, usize, Instant, Arc<AtomicU64>) -> Fut,
     Fut: std::future::Future<Output = Acc> + Send + 'static,
@@ -244,7 +283,9 @@ where
     let bar = progress(label, secs, count.clone(), stop.clone());
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
-    let tasks: Vec<_> = (0..clients).map(|i| tokio::spawn(body(client.clone(), i, deadline, count.clone()))).collect();
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| tokio::spawn(body(client.clone(), i, deadline, count.clone())))
+        .collect();
     let mut acc = Acc::default();
     for t in tasks {
         if let Ok(a) = t.await {
@@ -258,88 +299,46 @@ where
 }
 
 /// Run the TATP mix for `secs` with `clients` sessions.
-pub async fn tatp(client: &Client, cfg: tatp::TatpConfig, clients: usize, secs: u64) -> BenchResult {
-    let (acc, el) = closed_loop(client, "tatp", clients, secs, move |c, i, deadline, count| async move {
-        let mut acc = Acc::default();
-        let mut s = c.session();
-        let mut rng = SmallRng::seed_from_u64(0x7a7b ^ i as u64);
-        while Instant::now() < deadline {
-            let input = tatp::next_txn(&cfg, &mut rng);
-            let t0 = mono_ns();
-            let opts = TxnOptions { read_only: input.kind.is_read_only() };
-            loop {
-                let r = async {
-                    let mut tx = s.begin(opts).await?;
-                    let ok = match tatp::execute(&mut tx, &input).await {
-                        Ok(ok) => ok,
-                        Err(e) => {
-                            tx.abort();
-                            return Err(e);
-                        }
-                    };
-                    tx.commit().await?;
-                    Ok::<bool, TxnError>(ok)
-                }
-                .await;
-                match r {
-                    Ok(ok) => {
-                        acc.committed += 1;
-                        acc.successful += ok as u64;
-                        acc.record(input.kind.name(), (mono_ns() - t0) / 1000);
-                        count.fetch_add(1, Ordering::Relaxed);
-                        break;
-                    }
-                    Err(e) if e.is_abort() => {
-                        acc.aborts += 1;
-                        if Instant::now() >= deadline {
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!("tatp: {e}");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        break;
-                    }
-                }
-            }
-        }
-        acc
-    })
-    .await;
-    let successful = acc.successful;
-    let mut r = summarize("tatp", el, clients, acc, client);
-    r.successful_per_s = Some(successful as f64 / el);
-    r.extra.insert("subscribers".into(), cfg.subscribers as f64);
-    r
-}
-
-/// Run a YCSB workload for `secs` with `clients` sessions.
-pub async fn ycsb(client: &Client, cfg: ycsb::YcsbConfig, clients: usize, secs: u64) -> Result<BenchResult, String> {
-    let generator = Arc::new(ycsb::YcsbGenerator::new(&cfg)?);
-    let value_bytes = cfg.value_bytes;
-    let (acc, el) = closed_loop(client, "ycsb", clients, secs, move |c, i, deadline, count| {
-        let generator = generator.clone();
-        async move {
+pub async fn tatp(
+    client: &Client,
+    cfg: tatp::TatpConfig,
+    clients: usize,
+    secs: u64,
+) -> BenchResult {
+    let (acc, el) = closed_loop(
+        client,
+        "tatp",
+        clients,
+        secs,
+        move |c, i, deadline, count| async move {
             let mut acc = Acc::default();
             let mut s = c.session();
-            let mut rng = SmallRng::seed_from_u64(0x5c5b ^ i as u64);
+            let mut rng = SmallRng::seed_from_u64(0x7a7b ^ i as u64);
             while Instant::now() < deadline {
-                let op = generator.next_op(&mut rng);
+                let input = tatp::next_txn(&cfg, &mut rng);
                 let t0 = mono_ns();
+                let opts = TxnOptions {
+                    read_only: input.kind.is_read_only(),
+                };
                 loop {
                     let r = async {
-                        let mut tx = s.begin(TxnOptions { read_only: op.is_read_only() }).await?;
-                        if let Err(e) = ycsb::execute(&mut tx, op, value_bytes, &mut rng).await {
-                            tx.abort();
-                            return Err(e);
-                        }
-                        tx.commit().await.map(|_| ())
+                        let mut tx = s.begin(opts).await?;
+                        let ok = match tatp::execute(&mut tx, &input).await {
+                            Ok(ok) => ok,
+                            Err(e) => {
+                                tx.abort();
+                                return Err(e);
+                            }
+                        };
+                        tx.commit().await?;
+                        Ok::<bool, TxnError>(ok)
                     }
                     .await;
                     match r {
-                        Ok(()) => {
+                        Ok(ok) => {
                             acc.committed += 1;
-                            acc.record(op.name(), (mono_ns() - t0) / 1000);
+                            acc.successful += ok as u64;
+                            acc.record(input.kind.name(), (mono_ns() - t0) / 1000);
                             count.fetch_add(1, Ordering::Relaxed);
                             break;
                         }
@@ -350,17 +349,94 @@ pub async fn ycsb(client: &Client, cfg: ycsb::YcsbConfig, clients: usize, secs: 
                             }
                         }
                         Err(e) => {
-                            tracing::error!("ycsb: {e}");
+                            tracing::error!("tatp: {e}");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
                             break;
                         }
                     }
                 }
             }
             acc
-        }
-    })
+        },
+    )
     .await;
-    let mut r = summarize(&format!("ycsb-{}", cfg.workload.name()), el, clients, acc, client);
+    let successful = acc.successful;
+    let mut r = summarize("tatp", el, clients, acc, client);
+    r.successful_per_s = Some(successful as f64 / el);
+    r.extra.insert("subscribers".into(), cfg.subscribers as f64);
+    r
+}
+
+/// Run a YCSB workload for `secs` with `clients` sessions.
+pub async fn ycsb(
+    client: &Client,
+    cfg: ycsb::YcsbConfig,
+    clients: usize,
+    secs: u64,
+) -> Result<BenchResult, String> {
+    let generator = Arc::new(ycsb::YcsbGenerator::new(&cfg)?);
+    let value_bytes = cfg.value_bytes;
+    let (acc, el) = closed_loop(
+        client,
+        "ycsb",
+        clients,
+        secs,
+        move |c, i, deadline, count| {
+            let generator = generator.clone();
+            async move {
+                let mut acc = Acc::default();
+                let mut s = c.session();
+                let mut rng = SmallRng::seed_from_u64(0x5c5b ^ i as u64);
+                while Instant::now() < deadline {
+                    let op = generator.next_op(&mut rng);
+                    let t0 = mono_ns();
+                    loop {
+                        let r = async {
+                            let mut tx = s
+                                .begin(TxnOptions {
+                                    read_only: op.is_read_only(),
+                                })
+                                .await?;
+                            if let Err(e) = ycsb::execute(&mut tx, op, value_bytes, &mut rng).await
+                            {
+                                tx.abort();
+                                return Err(e);
+                            }
+                            tx.commit().await.map(|_| ())
+                        }
+                        .await;
+                        match r {
+                            Ok(()) => {
+                                acc.committed += 1;
+                                acc.record(op.name(), (mono_ns() - t0) / 1000);
+                                count.fetch_add(1, Ordering::Relaxed);
+                                break;
+                            }
+                            Err(e) if e.is_abort() => {
+                                acc.aborts += 1;
+                                if Instant::now() >= deadline {
+                                    break;
+                                }
+                            }
+                            Err(e) => {
+                                tracing::error!("ycsb: {e}");
+                                break;
+                            }
+                        }
+                    }
+                }
+                acc
+            }
+        },
+    )
+    .await;
+    let mut r = summarize(
+        &format!("ycsb-{}", cfg.workload.name()),
+        el,
+        clients,
+        acc,
+        client,
+    );
     r.extra.insert("theta".into(), cfg.theta);
     r.extra.insert("records".into(), cfg.records as f64);
     Ok(r)
@@ -381,7 +457,12 @@ pub struct BankOutcome {
 /// Load the bank and run transfers and audits, recording the history.
 ///
 /// Errors: loading failures.
-pub async fn bank(client: &Client, cfg: BankConfig, clients: usize, secs: u64) -> Result<BankOutcome, TxnError> {
+pub async fn bank(
+    client: &Client,
+    cfg: BankConfig,
+    clients: usize,
+    secs: u64,
+) -> Result<BankOutcome, TxnError> {
     let rows = cfg.population();
     let mut s = client.session();
     let start_load = mono_ns();
@@ -402,64 +483,94 @@ pub async fn bank(client: &Client, cfg: BankConfig, clients: usize, secs: u64) -
         invoke_ns: start_load,
         complete_ns: mono_ns(),
         reads: Vec::new(),
-        writes: cfg.population().iter().filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?))).collect(),
+        writes: cfg
+            .population()
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?)))
+            .collect(),
         outcome: Outcome::Committed,
         read_ts: Some(load_info.read_ts.0),
         write_ts: Some(load_info.write_ts.0),
     });
-    let shared = Arc::new(std::sync::Mutex::new((History::default(), 0u64, Vec::<String>::new())));
+    let shared = Arc::new(std::sync::Mutex::new((
+        History::default(),
+        0u64,
+        Vec::<String>::new(),
+    )));
     let sh = shared.clone();
-    let (acc, el) = closed_loop(client, "bank", clients, secs, move |c, i, deadline, count| {
-        let shared = sh.clone();
-        async move {
-            let mut acc = Acc::default();
-            let mut s = c.session();
-            let mut rng = SmallRng::seed_from_u64(0xba4c ^ i as u64);
-            let mut ids = WriteIds::new(i as u64 + 1);
-            let mut local = History::default();
-            let (mut audits, mut failures) = (0u64, Vec::new());
-            while Instant::now() < deadline {
-                let mut program = cfg.next_txn(&mut ids, &mut rng);
-                let t0 = mono_ns();
-                let mut rec = TxnRecord { process: i as u64, invoke_ns: t0, complete_ns: 0, reads: Vec::new(), writes: Vec::new(), outcome: Outcome::Unknown, read_ts: None, write_ts: None };
-                let r = run_program(&mut s, &mut program, &mut rec).await;
-                rec.complete_ns = mono_ns();
-                match r {
-                    Ok(info) => {
-                        rec.outcome = Outcome::Committed;
-                        rec.read_ts = Some(info.read_ts.0);
-                        if info.wrote {
-                            rec.write_ts = Some(info.write_ts.0);
+    let (acc, el) = closed_loop(
+        client,
+        "bank",
+        clients,
+        secs,
+        move |c, i, deadline, count| {
+            let shared = sh.clone();
+            async move {
+                let mut acc = Acc::default();
+                let mut s = c.session();
+                let mut rng = SmallRng::seed_from_u64(0xba4c ^ i as u64);
+                let mut ids = WriteIds::new(i as u64 + 1);
+                let mut local = History::default();
+                let (mut audits, mut failures) = (0u64, Vec::new());
+                while Instant::now() < deadline {
+                    let mut program = cfg.next_txn(&mut ids, &mut rng);
+                    let t0 = mono_ns();
+                    let mut rec = TxnRecord {
+                        process: i as u64,
+                        invoke_ns: t0,
+                        complete_ns: 0,
+                        reads: Vec::new(),
+                        writes: Vec::new(),
+                        outcome: Outcome::Unknown,
+                        read_ts: None,
+                        write_ts: None,
+                    };
+                    let r = run_program(&mut s, &mut program, &mut rec).await;
+                    rec.complete_ns = mono_ns();
+                    match r {
+                        Ok(info) => {
+                            rec.outcome = Outcome::Committed;
+                            rec.read_ts = Some(info.read_ts.0);
+                            if info.wrote {
+                                rec.write_ts = Some(info.write_ts.0);
+                            }
+                            acc.committed += 1;
+                            count.fetch_add(1, Ordering::Relaxed);
+                            acc.record(
+                                if program.is_audit() {
+                                    "audit"
+                                } else {
+                                    "transfer"
+                                },
+                                (rec.complete_ns - t0) / 1000,
+                            );
+                            if program.is_audit() {
+                                audits += 1;
+                            }
+                            if let Err(e) = program.on_commit() {
+                                failures.push(e);
+                            }
                         }
-                        acc.committed += 1;
-                        count.fetch_add(1, Ordering::Relaxed);
-                        acc.record(if program.is_audit() { "audit" } else { "transfer" }, (rec.complete_ns - t0) / 1000);
-                        if program.is_audit() {
-                            audits += 1;
+                        Err(e) if e.is_abort() => {
+                            rec.outcome = Outcome::Aborted;
+                            acc.aborts += 1;
                         }
-                        if let Err(e) = program.on_commit() {
-                            failures.push(e);
+                        Err(e) => {
+                            // Outcome unknown to the client: the checker decides.
+                            tracing::error!("bank: {e}");
                         }
                     }
-                    Err(e) if e.is_abort() => {
-                        rec.outcome = Outcome::Aborted;
-                        acc.aborts += 1;
-                    }
-                    Err(e) => {
-                        // Outcome unknown to the client: the checker decides.
-                        tracing::error!("bank: {e}");
-                    }
+                    local.push(rec);
                 }
-                local.push(rec);
+                if let Ok(mut g) = shared.lock() {
+                    g.0.merge(local);
+                    g.1 += audits;
+                    g.2.extend(failures);
+                }
+                acc
             }
-            if let Ok(mut g) = shared.lock() {
-                g.0.merge(local);
-                g.1 += audits;
-                g.2.extend(failures);
-            }
-            acc
-        }
-    })
+        },
+    )
     .await;
     let result = summarize("bank", el, clients, acc, client);
     let (h, audits, failures) = match Arc::try_unwrap(shared) {
@@ -470,10 +581,19 @@ pub async fn bank(client: &Client, cfg: BankConfig, clients: usize, secs: u64) -
         }
     };
     history.merge(h);
-    Ok(BankOutcome { result, history, audits, failures })
+    Ok(BankOutcome {
+        result,
+        history,
+        audits,
+        failures,
+    })
 }
 
-async fn run_program(s: &mut meridian_client::Session, program: &mut impl Program, rec: &mut TxnRecord) -> Result<meridian_client::CommitInfo, TxnError> {
+async fn run_program(
+    s: &mut meridian_client::Session,
+    program: &mut impl Program,
+    rec: &mut TxnRecord,
+) -> Result<meridian_client::CommitInfo, TxnError> {
     let mut tx: Txn = s.begin(TxnOptions::default()).await?;
     let mut last = None;
     loop {
@@ -483,7 +603,8 @@ async fn run_program(s: &mut meridian_client::Session, program: &mut impl Progra
                     // Only reads served by the store are recorded (not own writes).
                     let own = v.as_ref().is_some_and(|(ts, _)| ts.0 == 0);
                     if !own {
-                        rec.reads.push((k, v.as_ref().and_then(|(_, val)| bank::write_id(val))));
+                        rec.reads
+                            .push((k, v.as_ref().and_then(|(_, val)| bank::write_id(val))));
                     }
                     last = Some(v.map(|(_, val)| val));
                 }

@@ -4,11 +4,15 @@ use clap::{Parser, Subcommand};
 use meridian_bench::cluster;
 use meridian_config::Configuration;
 use meridian_wire::{ClientOp, ClientOpResult, NodeId, Request, Response};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "meridian", version, about = "Meridian: a distributed, main-memory, strictly serializable transactional key-value store")]
+#[command(
+    name = "meridian",
+    version,
+    about = "Meridian: a distributed, main-memory, strictly serializable transactional key-value store"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -104,8 +108,13 @@ struct Target {
 
 impl Target {
     fn load(&self) -> Result<Configuration, String> {
-        let path = self.config.clone().unwrap_or_else(|| cluster::config_path(&self.dir));
-        Configuration::load(&path).map_err(|e| format!("{e} (start a cluster with `meridian cluster start` or pass --config)"))
+        let path = self
+            .config
+            .clone()
+            .unwrap_or_else(|| cluster::config_path(&self.dir));
+        Configuration::load(&path).map_err(|e| {
+            format!("{e} (start a cluster with `meridian cluster start` or pass --config)")
+        })
     }
     fn bytes(&self, s: &str) -> Result<Vec<u8>, String> {
         if !self.hex {
@@ -114,7 +123,10 @@ impl Target {
         if s.len() % 2 != 0 {
             return Err(format!("{s:?} is not hex (odd length)"));
         }
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| format!("{s:?} is not hex"))).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| format!("{s:?} is not hex")))
+            .collect()
     }
     fn show(&self, b: &[u8]) -> String {
         if self.hex {
@@ -229,7 +241,10 @@ enum BenchCmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,meridian_node=info")))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,meridian_node=info")),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(cli) {
@@ -242,7 +257,10 @@ fn main() -> ExitCode {
 }
 
 fn rt_current() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 fn run(cli: Cli) -> Result<(), String> {
@@ -250,7 +268,9 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Node { config, id } => {
             let cfg = Configuration::load(&config).map_err(|e| e.to_string())?;
             cfg.node(NodeId(id)).map_err(|e| e.to_string())?;
-            rt_current()?.block_on(meridian_node::run(cfg, NodeId(id))).map_err(|e| e.to_string())
+            rt_current()?
+                .block_on(meridian_node::run(cfg, NodeId(id)))
+                .map_err(|e| e.to_string())
         }
         Cmd::Cluster { cmd } => cluster_cmd(cmd),
         Cmd::Get { target, key } => {
@@ -274,10 +294,24 @@ fn run(cli: Cli) -> Result<(), String> {
             println!("OK");
             Ok(())
         }
-        Cmd::Scan { target, start, end, limit } => {
+        Cmd::Scan {
+            target,
+            start,
+            end,
+            limit,
+        } => {
             let s = target.bytes(&start)?;
             let e = end.map(|e| target.bytes(&e)).transpose()?;
-            if let Some(ClientOpResult::Rows(rows)) = one_shot(&target, vec![ClientOp::Scan { start: s, end: e, limit }])?.pop() {
+            if let Some(ClientOpResult::Rows(rows)) = one_shot(
+                &target,
+                vec![ClientOp::Scan {
+                    start: s,
+                    end: e,
+                    limit,
+                }],
+            )?
+            .pop()
+            {
                 for (k, v) in rows {
                     println!("{}\t{}", target.show(&k), target.show(&v));
                 }
@@ -286,15 +320,31 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Cmd::Status { target } => status(&target),
         Cmd::Bench { bench } => bench_cmd(bench),
-        Cmd::Sim { seeds, first, workload } => sim(seeds, first, &workload),
+        Cmd::Sim {
+            seeds,
+            first,
+            workload,
+        } => sim(seeds, first, &workload),
     }
 }
 
 fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
     match cmd {
-        ClusterCmd::Start { dir, nodes, replication, regions, base_port } => {
-            let cfg = cluster::start(&dir, nodes, replication, regions, base_port).map_err(|e| e.to_string())?;
-            println!("started {} nodes in {} (config {})", cfg.nodes.len(), dir.display(), cluster::config_path(&dir).display());
+        ClusterCmd::Start {
+            dir,
+            nodes,
+            replication,
+            regions,
+            base_port,
+        } => {
+            let cfg = cluster::start(&dir, nodes, replication, regions, base_port)
+                .map_err(|e| e.to_string())?;
+            println!(
+                "started {} nodes in {} (config {})",
+                cfg.nodes.len(),
+                dir.display(),
+                cluster::config_path(&dir).display()
+            );
             for n in &cfg.nodes {
                 println!("  node {} at {}", n.id, n.addr);
             }
@@ -327,11 +377,19 @@ fn one_shot(target: &Target, ops: Vec<ClientOp>) -> Result<Vec<ClientOpResult>, 
             ClientOp::Scan { start, .. } => (start, None),
         };
         if k.len() > cfg.limits.max_key_bytes {
-            return Err(format!("key of {} bytes exceeds the {}-byte limit", k.len(), cfg.limits.max_key_bytes));
+            return Err(format!(
+                "key of {} bytes exceeds the {}-byte limit",
+                k.len(),
+                cfg.limits.max_key_bytes
+            ));
         }
         if let Some(v) = v {
             if v.len() > cfg.limits.max_value_bytes {
-                return Err(format!("value of {} bytes exceeds the {}-byte limit", v.len(), cfg.limits.max_value_bytes));
+                return Err(format!(
+                    "value of {} bytes exceeds the {}-byte limit",
+                    v.len(),
+                    cfg.limits.max_value_bytes
+                ));
             }
         }
     }
@@ -349,13 +407,30 @@ fn one_shot(target: &Target, ops: Vec<ClientOp>) -> Result<Vec<ClientOpResult>, 
 
 fn status(target: &Target) -> Result<(), String> {
     let cfg = target.load()?;
-    println!("configuration {} (CM and clock master: node {}), {} nodes, replication {}, {} regions", cfg.config_id, cfg.cm, cfg.nodes.len(), cfg.replication, cfg.region_count);
-    println!("limits: key {} B, value {} B, drift bound {} ppm", cfg.limits.max_key_bytes, cfg.limits.max_value_bytes, cfg.clock.drift_ppm);
+    println!(
+        "configuration {} (CM and clock master: node {}), {} nodes, replication {}, {} regions",
+        cfg.config_id,
+        cfg.cm,
+        cfg.nodes.len(),
+        cfg.replication,
+        cfg.region_count
+    );
+    println!(
+        "limits: key {} B, value {} B, drift bound {} ppm",
+        cfg.limits.max_key_bytes, cfg.limits.max_value_bytes, cfg.clock.drift_ppm
+    );
     println!("regions:");
     for r in cfg.regions() {
         let hex = |k: &[u8]| k.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let end = r.end.as_deref().map(hex).unwrap_or_else(|| "∞".into());
-        println!("  {} [{}, {}) primary {} backups {:?}", r.id, hex(&r.start), end, r.primary, r.backups.iter().map(|b| b.to_string()).collect::<Vec<_>>());
+        println!(
+            "  {} [{}, {}) primary {} backups {:?}",
+            r.id,
+            hex(&r.start),
+            end,
+            r.primary,
+            r.backups.iter().map(|b| b.to_string()).collect::<Vec<_>>()
+        );
     }
     println!("nodes:");
     for n in &cfg.nodes {
@@ -379,29 +454,53 @@ fn status(target: &Target) -> Result<(), String> {
 }
 
 fn print_result(r: &meridian_bench::run::BenchResult) {
-    println!("== {} — {} sessions, {:.1} s", r.bench, r.clients, r.seconds);
-    println!("committed: {} ({:.0} tx/s), aborts: {} (abort rate {:.3}%)", r.committed, r.committed_per_s, r.aborts, r.abort_rate * 100.0);
+    println!(
+        "== {} — {} sessions, {:.1} s",
+        r.bench, r.clients, r.seconds
+    );
+    println!(
+        "committed: {} ({:.0} tx/s), aborts: {} (abort rate {:.3}%)",
+        r.committed,
+        r.committed_per_s,
+        r.aborts,
+        r.abort_rate * 100.0
+    );
     if let Some(s) = r.successful_per_s {
         println!("successful (MQTh): {s:.0} tx/s");
     }
-    println!("clock: mean uncertainty {:.1} µs, mean GET_TS wait {:.1} µs", r.mean_uncertainty_us, r.mean_uncertainty_wait_us);
+    println!(
+        "clock: mean uncertainty {:.1} µs, mean GET_TS wait {:.1} µs",
+        r.mean_uncertainty_us, r.mean_uncertainty_wait_us
+    );
     if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
         println!("null-RPC baseline (same run): {b:.0} round trips/s; ratio tx/s ÷ rpc/s = {q:.3}");
     }
-    println!("{:<26} {:>10} {:>10} {:>10} {:>10}", "latency (µs)", "count", "p50", "p99", "p99.9");
+    println!(
+        "{:<26} {:>10} {:>10} {:>10} {:>10}",
+        "latency (µs)", "count", "p50", "p99", "p99.9"
+    );
     for (k, l) in &r.latency {
-        println!("{:<26} {:>10} {:>10.0} {:>10.0} {:>10.0}", k, l.committed, l.p50_us, l.p99_us, l.p999_us);
+        println!(
+            "{:<26} {:>10} {:>10.0} {:>10.0} {:>10.0}",
+            k, l.committed, l.p50_us, l.p99_us, l.p999_us
+        );
     }
 }
 
 fn bench_cmd(b: BenchCmd) -> Result<(), String> {
     let opts = match &b {
-        BenchCmd::Tatp { opts, .. } | BenchCmd::Ycsb { opts, .. } | BenchCmd::Rpc { opts } | BenchCmd::Bank { opts, .. } => opts.clone(),
+        BenchCmd::Tatp { opts, .. }
+        | BenchCmd::Ycsb { opts, .. }
+        | BenchCmd::Rpc { opts }
+        | BenchCmd::Bank { opts, .. } => opts.clone(),
     };
     let _cluster = match &opts.cm {
         Some(_) => None,
         None => {
-            eprintln!("starting a local 3-node cluster (3-way replication) in {}", opts.dir.display());
+            eprintln!(
+                "starting a local 3-node cluster (3-way replication) in {}",
+                opts.dir.display()
+            );
             Some(cluster::LocalCluster::start(&opts.dir, 3, 3, 12).map_err(|e| e.to_string())?)
         }
     };
@@ -410,52 +509,103 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         (None, Some(c)) => c.cm_addr(),
         (None, None) => return Err("no cluster".into()),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let result = rt.block_on(async move {
-        let client = meridian_client::Client::connect(&cm).await.map_err(|e| e.to_string())?;
+        let client = meridian_client::Client::connect(&cm)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut result = match b {
             BenchCmd::Tatp { subscribers, .. } => {
                 let cfg = meridian_workload::tatp::TatpConfig { subscribers };
                 eprintln!("loading TATP with {subscribers} subscribers");
-                let n = meridian_bench::run::load(&client, meridian_workload::tatp::population(&cfg, 1), meridian_workload::tatp::population_count_hint(&cfg), 64, 8)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let n = meridian_bench::run::load(
+                    &client,
+                    meridian_workload::tatp::population(&cfg, 1),
+                    meridian_workload::tatp::population_count_hint(&cfg),
+                    64,
+                    8,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
                 eprintln!("loaded {n} rows");
                 meridian_bench::run::tatp(&client, cfg, opts.clients, opts.duration).await
             }
-            BenchCmd::Ycsb { workload, records, theta, value_bytes, .. } => {
+            BenchCmd::Ycsb {
+                workload,
+                records,
+                theta,
+                value_bytes,
+                ..
+            } => {
                 let w = meridian_workload::ycsb::YcsbWorkload::parse(&workload)?;
-                let cfg = meridian_workload::ycsb::YcsbConfig { records, value_bytes, theta, workload: w };
+                let cfg = meridian_workload::ycsb::YcsbConfig {
+                    records,
+                    value_bytes,
+                    theta,
+                    workload: w,
+                };
                 cfg.validate()?;
                 eprintln!("loading YCSB with {records} records of {value_bytes} B");
-                meridian_bench::run::load(&client, meridian_workload::ycsb::population(&cfg, 1), records, 32, 8).await.map_err(|e| e.to_string())?;
+                meridian_bench::run::load(
+                    &client,
+                    meridian_workload::ycsb::population(&cfg, 1),
+                    records,
+                    32,
+                    8,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
                 meridian_bench::run::ycsb(&client, cfg, opts.clients, opts.duration).await?
             }
             BenchCmd::Rpc { .. } => {
-                let per_s = meridian_bench::run::rpc(&client, opts.clients, opts.duration, true).await;
-                println!("null RPC: {per_s:.0} round trips/s with {} sessions", opts.clients);
+                let per_s =
+                    meridian_bench::run::rpc(&client, opts.clients, opts.duration, true).await;
+                println!(
+                    "null RPC: {per_s:.0} round trips/s with {} sessions",
+                    opts.clients
+                );
                 return Ok(None);
             }
             BenchCmd::Bank { accounts, edn, .. } => {
-                let cfg = meridian_workload::bank::BankConfig { accounts, initial_balance: 1000, audit_percent: 20 };
-                let out = meridian_bench::run::bank(&client, cfg, opts.clients, opts.duration).await.map_err(|e| e.to_string())?;
+                let cfg = meridian_workload::bank::BankConfig {
+                    accounts,
+                    initial_balance: 1000,
+                    audit_percent: 20,
+                };
+                let out = meridian_bench::run::bank(&client, cfg, opts.clients, opts.duration)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let t0 = std::time::Instant::now();
                 let report = meridian_checker::check(&out.history);
-                println!("bank: {} audits committed, {} with a wrong total", out.audits, out.failures.len());
+                println!(
+                    "bank: {} audits committed, {} with a wrong total",
+                    out.audits,
+                    out.failures.len()
+                );
                 println!("checker ({:.1} s): {report}", t0.elapsed().as_secs_f64());
                 if let Some(p) = edn {
-                    let f = std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                    let f =
+                        std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
                     let mut w = std::io::BufWriter::new(f);
                     meridian_checker::write_edn(&out.history, &mut w).map_err(|e| e.to_string())?;
                     println!("history written to {}", p.display());
                 }
                 let mut r = out.result;
                 r.extra.insert("audits".into(), out.audits as f64);
-                r.extra.insert("audit_failures".into(), out.failures.len() as f64);
-                r.extra.insert("checker_ok".into(), report.is_ok() as u8 as f64);
+                r.extra
+                    .insert("audit_failures".into(), out.failures.len() as f64);
+                r.extra
+                    .insert("checker_ok".into(), report.is_ok() as u8 as f64);
                 if !report.is_ok() || !out.failures.is_empty() {
                     print_result(&r);
-                    return Err(format!("bank check FAILED: {:?}", out.failures.iter().take(5).collect::<Vec<_>>()));
+                    return Err(format!(
+                        "bank check FAILED: {:?}",
+                        out.failures.iter().take(5).collect::<Vec<_>>()
+                    ));
                 }
                 r
             }
@@ -469,7 +619,10 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
     })?;
     if let Some(r) = result {
         print_result(&r);
-        let path = opts.json.clone().unwrap_or_else(|| PathBuf::from(format!("bench-results/{}.json", r.bench)));
+        let path = opts
+            .json
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("bench-results/{}.json", r.bench)));
         if let Some(parent) = path.parent() {
             let _ = std::fs::create_dir_all(parent);
         }
@@ -493,7 +646,9 @@ fn sim(seeds: u64, first: u64, workload: &str) -> Result<(), String> {
         committed += r.committed;
         aborted += r.aborted;
     }
-    println!("{seeds} seeds ({workload}) passed in {:.2} s: {committed} committed, {aborted} aborted", t0.elapsed().as_secs_f64());
-    let _ = Path::new(".");
+    println!(
+        "{seeds} seeds ({workload}) passed in {:.2} s: {committed} committed, {aborted} aborted",
+        t0.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -29,15 +29,23 @@ fn watchdog(dir: &Path, secs: u64) {
 }
 
 fn meridian(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_meridian")).args(args).output().expect("run meridian");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(env!("CARGO_BIN_EXE_meridian"))
+        .args(args)
+        .output()
+        .expect("run meridian");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
 fn cli_one_shot_operations_status_and_bad_input() {
     let dir = test_dir("cli");
     watchdog(&dir, 120);
-    let c = LocalCluster::start_with_exe(&dir, Path::new(env!("CARGO_BIN_EXE_meridian")), 3, 3, 12).expect("start cluster");
+    let c = LocalCluster::start_with_exe(&dir, Path::new(env!("CARGO_BIN_EXE_meridian")), 3, 3, 12)
+        .expect("start cluster");
     let d = dir.to_str().expect("utf-8 dir");
     assert!(meridian(&["put", "--dir", d, "apple", "red"]).0);
     assert!(meridian(&["put", "--dir", d, "apricot", "orange"]).0);
@@ -63,32 +71,63 @@ fn cli_one_shot_operations_status_and_bad_input() {
     // A malformed frame closes that connection only; the node keeps serving.
     let addr = c.config.nodes[1].addr.clone();
     let mut s = std::net::TcpStream::connect(&addr).expect("connect");
-    s.write_all(&[5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff]).expect("write garbage");
+    s.write_all(&[5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff])
+        .expect("write garbage");
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(cluster::request(&addr, Request::Ping).expect("ping after garbage"), Response::Pong);
+    assert_eq!(
+        cluster::request(&addr, Request::Ping).expect("ping after garbage"),
+        Response::Pong
+    );
     // A config that does not parse is a clear error.
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "nodes = 3").expect("write bad config");
     let (ok, _, err) = meridian(&["get", "--config", bad.to_str().expect("utf-8"), "x"]);
     assert!(!ok && err.contains("does not parse"), "{err}");
     drop(c);
-    assert!(cluster::status(&dir).expect("status").iter().all(|(_, _, pid, _)| pid.is_none()), "nodes still running after stop");
+    assert!(
+        cluster::status(&dir)
+            .expect("status")
+            .iter()
+            .all(|(_, _, pid, _)| pid.is_none()),
+        "nodes still running after stop"
+    );
 }
 
 #[test]
 fn bank_on_a_real_cluster_passes_audits_and_the_checker() {
     let dir = test_dir("bank");
     watchdog(&dir, 180);
-    let c = LocalCluster::start_with_exe(&dir, Path::new(env!("CARGO_BIN_EXE_meridian")), 3, 3, 12).expect("start cluster");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let c = LocalCluster::start_with_exe(&dir, Path::new(env!("CARGO_BIN_EXE_meridian")), 3, 3, 12)
+        .expect("start cluster");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let out = rt.block_on(async {
-        let client = meridian_client::Client::connect(&c.cm_addr()).await.expect("connect");
-        let cfg = meridian_workload::bank::BankConfig { accounts: 16, initial_balance: 1000, audit_percent: 20 };
-        meridian_bench::run::bank(&client, cfg, 8, 5).await.expect("bank run")
+        let client = meridian_client::Client::connect(&c.cm_addr())
+            .await
+            .expect("connect");
+        let cfg = meridian_workload::bank::BankConfig {
+            accounts: 16,
+            initial_balance: 1000,
+            audit_percent: 20,
+        };
+        meridian_bench::run::bank(&client, cfg, 8, 5)
+            .await
+            .expect("bank run")
     });
-    assert!(out.failures.is_empty(), "audit failures: {:?}", out.failures);
+    assert!(
+        out.failures.is_empty(),
+        "audit failures: {:?}",
+        out.failures
+    );
     assert!(out.audits > 10, "too few audits: {}", out.audits);
-    assert!(out.result.committed > 100, "too few commits: {}", out.result.committed);
+    assert!(
+        out.result.committed > 100,
+        "too few commits: {}",
+        out.result.committed
+    );
     let report = meridian_checker::check(&out.history);
     assert!(report.is_ok(), "{report}");
     // The history exports as EDN, one op per line, invoke + completion per transaction.

@@ -65,7 +65,10 @@ pub enum ClientError {
 
 /// The local monotonic clock, ns (CLOCK_MONOTONIC).
 pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the provided timespec; CLOCK_MONOTONIC is always valid.
     unsafe {
         libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
@@ -89,7 +92,11 @@ impl TsStats {
     pub fn snapshot(&self) -> (u64, u64, u64) {
         let n = self.count.load(Ordering::Relaxed);
         let d = n.max(1);
-        (n, self.uncertainty_ns.load(Ordering::Relaxed) / d, self.waited_ns.load(Ordering::Relaxed) / d)
+        (
+            n,
+            self.uncertainty_ns.load(Ordering::Relaxed) / d,
+            self.waited_ns.load(Ordering::Relaxed) / d,
+        )
     }
 }
 
@@ -127,9 +134,18 @@ impl Client {
     /// clock that does not synchronise within 5 s.
     pub async fn connect(cm_addr: &str) -> Result<Client, ClientError> {
         let limits = Limits::default();
-        let cm = Connection::connect(cm_addr, limits.max_inflight_per_connection, limits.max_batch_bytes, limits.rpc_timeout_ms).await?;
+        let cm = Connection::connect(
+            cm_addr,
+            limits.max_inflight_per_connection,
+            limits.max_batch_bytes,
+            limits.rpc_timeout_ms,
+        )
+        .await?;
         let (coordinator, config_toml) = match cm.call(Vec::new(), Request::RegisterClient).await? {
-            Response::Registered { coordinator, config_toml } => (coordinator, config_toml),
+            Response::Registered {
+                coordinator,
+                config_toml,
+            } => (coordinator, config_toml),
             other => return Err(ClientError::Protocol(cm_addr.into(), format!("{other:?}"))),
         };
         let config = Configuration::from_toml(&config_toml)?;
@@ -140,11 +156,20 @@ impl Client {
     /// that coordinate for thin clients).
     ///
     /// Errors: as [`Client::connect`].
-    pub async fn connect_with(config: Configuration, coordinator: u64) -> Result<Client, ClientError> {
+    pub async fn connect_with(
+        config: Configuration,
+        coordinator: u64,
+    ) -> Result<Client, ClientError> {
         let limits = Arc::new(config.limits.clone());
         let mut conns = HashMap::new();
         for n in &config.nodes {
-            let c = Connection::connect(&n.addr, limits.max_inflight_per_connection, limits.max_batch_bytes, limits.rpc_timeout_ms).await?;
+            let c = Connection::connect(
+                &n.addr,
+                limits.max_inflight_per_connection,
+                limits.max_batch_bytes,
+                limits.rpc_timeout_ms,
+            )
+            .await?;
             conns.insert(NodeId(n.id), c);
         }
         // A dedicated connection for clock sync, so batches do not delay it.
@@ -183,7 +208,11 @@ impl Client {
                 match clock_conn.call(Vec::new(), Request::ClockSync).await {
                     Ok(Response::MasterTime { master_ns }) => {
                         let recv = mono_ns();
-                        lock(&inner.clock).on_sync(SyncSample { send_local_ns: send, master_ns, recv_local_ns: recv });
+                        lock(&inner.clock).on_sync(SyncSample {
+                            send_local_ns: send,
+                            master_ns,
+                            recv_local_ns: recv,
+                        });
                     }
                     Ok(other) => tracing::warn!("unexpected clock reply {other:?}"),
                     Err(e) => {
@@ -202,7 +231,10 @@ impl Client {
             loop {
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 let Some(inner) = weak.upgrade() else { break };
-                let pending: Vec<(NodeId, Vec<TxId>)> = lock(&inner.truncates).drain().filter(|(_, v)| !v.is_empty()).collect();
+                let pending: Vec<(NodeId, Vec<TxId>)> = lock(&inner.truncates)
+                    .drain()
+                    .filter(|(_, v)| !v.is_empty())
+                    .collect();
                 for (n, txs) in pending {
                     if let Some(c) = inner.conns.get(&n) {
                         if let Err(e) = c.send_oneway(Vec::new(), Request::Truncate { txs }).await {
@@ -231,12 +263,19 @@ impl Client {
 
     /// A new session (one coordinator thread).
     pub fn session(&self) -> Session {
-        Session { client: self.clone(), thread: self.inner.next_thread.fetch_add(1, Ordering::Relaxed), next_local: 0 }
+        Session {
+            client: self.clone(),
+            thread: self.inner.next_thread.fetch_add(1, Ordering::Relaxed),
+            next_local: 0,
+        }
     }
 
     /// The clock's current uncertainty, ns (`None` if not synchronised).
     pub fn uncertainty_ns(&self) -> Option<u64> {
-        lock(&self.inner.clock).time(mono_ns()).ok().map(|iv| iv.uncertainty_ns())
+        lock(&self.inner.clock)
+            .time(mono_ns())
+            .ok()
+            .map(|iv| iv.uncertainty_ns())
     }
 
     /// GET_TS (FaRMv2 Figure 4): a timestamp, returned once it is in the past.
@@ -244,21 +283,31 @@ impl Client {
     /// Errors: [`TxnError::ClockUnavailable`] if the clock is not synchronised.
     pub async fn get_ts(&self) -> Result<Timestamp, TxnError> {
         let start = mono_ns();
-        let ticket = lock(&self.inner.clock).get_ts(start).map_err(|_| TxnError::ClockUnavailable)?;
+        let ticket = lock(&self.inner.clock)
+            .get_ts(start)
+            .map_err(|_| TxnError::ClockUnavailable)?;
         wait::wait_until(ticket.ready_local_ns).await;
         let s = &self.inner.ts_stats;
         s.count.fetch_add(1, Ordering::Relaxed);
-        s.uncertainty_ns.fetch_add(ticket.uncertainty_ns, Ordering::Relaxed);
-        s.waited_ns.fetch_add(mono_ns().saturating_sub(start), Ordering::Relaxed);
+        s.uncertainty_ns
+            .fetch_add(ticket.uncertainty_ns, Ordering::Relaxed);
+        s.waited_ns
+            .fetch_add(mono_ns().saturating_sub(start), Ordering::Relaxed);
         Ok(ticket.ts)
     }
 
     fn conn(&self, node: NodeId) -> Result<&Arc<Connection>, TxnError> {
-        self.inner.conns.get(&node).ok_or_else(|| TxnError::Transport(format!("no connection to {node}")))
+        self.inner
+            .conns
+            .get(&node)
+            .ok_or_else(|| TxnError::Transport(format!("no connection to {node}")))
     }
 
     fn take_truncates(&self, node: NodeId) -> Vec<TxId> {
-        lock(&self.inner.truncates).get_mut(&node).map(std::mem::take).unwrap_or_default()
+        lock(&self.inner.truncates)
+            .get_mut(&node)
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn queue_truncates(&self, tx: TxId, nodes: &[NodeId]) {
@@ -274,17 +323,32 @@ impl Client {
     pub async fn call(&self, node: NodeId, req: Request) -> Result<Response, TxnError> {
         let c = self.conn(node)?;
         let t = self.take_truncates(node);
-        c.call(t, req).await.map_err(|e| TxnError::Transport(e.to_string()))
+        c.call(t, req)
+            .await
+            .map_err(|e| TxnError::Transport(e.to_string()))
     }
 
-    async fn start(&self, node: NodeId, req: Request) -> Result<tokio::sync::oneshot::Receiver<Response>, TxnError> {
+    async fn start(
+        &self,
+        node: NodeId,
+        req: Request,
+    ) -> Result<tokio::sync::oneshot::Receiver<Response>, TxnError> {
         let c = self.conn(node)?;
         let t = self.take_truncates(node);
-        c.start(t, req).await.map_err(|e| TxnError::Transport(e.to_string()))
+        c.start(t, req)
+            .await
+            .map_err(|e| TxnError::Transport(e.to_string()))
     }
 
-    async fn finish(&self, node: NodeId, rx: tokio::sync::oneshot::Receiver<Response>) -> Result<Response, TxnError> {
-        self.conn(node)?.finish(rx).await.map_err(|e| TxnError::Transport(e.to_string()))
+    async fn finish(
+        &self,
+        node: NodeId,
+        rx: tokio::sync::oneshot::Receiver<Response>,
+    ) -> Result<Response, TxnError> {
+        self.conn(node)?
+            .finish(rx)
+            .await
+            .map_err(|e| TxnError::Transport(e.to_string()))
     }
 }
 
@@ -322,10 +386,25 @@ impl Session {
     /// Errors: [`TxnError::ClockUnavailable`].
     pub async fn begin(&mut self, opts: TxnOptions) -> Result<Txn, TxnError> {
         let read_ts = self.client.get_ts().await?;
-        let id = TxId { config: ConfigId(self.client.inner.config.config_id), coordinator: self.client.inner.coordinator, thread: self.thread, local: self.next_local };
+        let id = TxId {
+            config: ConfigId(self.client.inner.config.config_id),
+            coordinator: self.client.inner.coordinator,
+            thread: self.thread,
+            local: self.next_local,
+        };
         self.next_local += 1;
-        let engine = Transaction::new(id, read_ts, opts, self.client.inner.map.clone(), self.client.inner.limits.clone());
-        Ok(Txn { client: self.client.clone(), engine, invoke_ns: 0 })
+        let engine = Transaction::new(
+            id,
+            read_ts,
+            opts,
+            self.client.inner.map.clone(),
+            self.client.inner.limits.clone(),
+        );
+        Ok(Txn {
+            client: self.client.clone(),
+            engine,
+            invoke_ns: 0,
+        })
     }
 
     /// The retry helper: run `f` in a transaction and commit, retrying aborts
@@ -387,12 +466,18 @@ impl Txn {
     /// writes are returned with version `Timestamp::ZERO`.
     ///
     /// Errors: `Aborted` (retry), `KeyTooLarge`, `Transport`, …
-    pub async fn get_versioned(&mut self, key: &[u8]) -> Result<Option<(Timestamp, Value)>, TxnError> {
+    pub async fn get_versioned(
+        &mut self,
+        key: &[u8],
+    ) -> Result<Option<(Timestamp, Value)>, TxnError> {
         match self.engine.get(key)? {
             GetStep::Local(v) => Ok(v.map(|v| (Timestamp::ZERO, v))),
             GetStep::Remote(node, req) => {
                 let resp = self.client.call(node, req).await?;
-                Ok(self.engine.on_read_reply(node, key, resp)?.map(|v| (v.version, v.value)))
+                Ok(self
+                    .engine
+                    .on_read_reply(node, key, resp)?
+                    .map(|v| (v.version, v.value)))
             }
         }
     }
@@ -424,7 +509,12 @@ impl Txn {
     /// phantoms at commit.
     ///
     /// Errors: as [`Txn::get_versioned`].
-    pub async fn scan(&mut self, start: &[u8], end: Option<&[u8]>, limit: u32) -> Result<Vec<(Key, Value)>, TxnError> {
+    pub async fn scan(
+        &mut self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: u32,
+    ) -> Result<Vec<(Key, Value)>, TxnError> {
         let plan = self.engine.scan_plan(start, end, limit)?;
         let mut rows = Vec::new();
         for (node, req) in plan {
@@ -455,7 +545,12 @@ impl Txn {
         loop {
             step = match step {
                 CommitStep::Done(Ok(write_ts)) => {
-                    return Ok(CommitInfo { tx: self.engine.id(), read_ts: self.engine.read_ts(), write_ts, wrote });
+                    return Ok(CommitInfo {
+                        tx: self.engine.id(),
+                        read_ts: self.engine.read_ts(),
+                        write_ts,
+                        wrote,
+                    });
                 }
                 CommitStep::Done(Err(reason)) => {
                     for (n, req) in self.engine.abort_messages() {
@@ -487,7 +582,10 @@ impl Txn {
                         }
                     }
                     let Some(next) = next else {
-                        return Err(TxnError::Protocol { node: NodeId(u32::MAX), detail: "phase ended without a decision".into() });
+                        return Err(TxnError::Protocol {
+                            node: NodeId(u32::MAX),
+                            detail: "phase ended without a decision".into(),
+                        });
                     };
                     let remaining: Vec<_> = rest.collect();
                     if let CommitStep::Done(Ok(write_ts)) = next {
@@ -496,7 +594,12 @@ impl Txn {
                         // TRUNCATE to piggyback on later traffic.
                         let client = self.client.clone();
                         let mut engine = self.engine;
-                        let info = CommitInfo { tx: engine.id(), read_ts: engine.read_ts(), write_ts, wrote };
+                        let info = CommitInfo {
+                            tx: engine.id(),
+                            read_ts: engine.read_ts(),
+                            write_ts,
+                            wrote,
+                        };
                         tokio::spawn(async move {
                             for (n, rx) in remaining {
                                 match client.finish(n, rx).await {
@@ -532,7 +635,12 @@ impl meridian_workload::ops::TxnOps for Txn {
     async fn delete(&mut self, key: Key) -> Result<(), TxnError> {
         Txn::delete(self, key).await
     }
-    async fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Key, Value)>, TxnError> {
+    async fn scan(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Key, Value)>, TxnError> {
         Txn::scan(self, start, Some(end), limit.min(u32::MAX as usize) as u32).await
     }
 }

@@ -6,8 +6,8 @@
 //! variable until the earliest one, and wakes the tasks whose deadline has
 //! passed. Tasks never spin.
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -40,33 +40,41 @@ impl Ord for WakerBox {
 fn waiter() -> &'static Waiter {
     static W: OnceLock<&'static Waiter> = OnceLock::new();
     W.get_or_init(|| {
-        let w: &'static Waiter = Box::leak(Box::new(Waiter { heap: Mutex::new(BinaryHeap::new()), cv: Condvar::new() }));
-        let spawned = std::thread::Builder::new().name("meridian-waiter".into()).spawn(move || {
-            // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
-            unsafe {
-                libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-            }
-            let mut heap = match w.heap.lock() {
-                Ok(h) => h,
-                Err(p) => p.into_inner(),
-            };
-            loop {
-                let now = crate::mono_ns();
-                while let Some(Reverse((at, _, _))) = heap.peek() {
-                    if *at > now {
-                        break;
-                    }
-                    if let Some(Reverse((_, _, wb))) = heap.pop() {
-                        wb.0.wake();
-                    }
+        let w: &'static Waiter = Box::leak(Box::new(Waiter {
+            heap: Mutex::new(BinaryHeap::new()),
+            cv: Condvar::new(),
+        }));
+        let spawned = std::thread::Builder::new()
+            .name("meridian-waiter".into())
+            .spawn(move || {
+                // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
+                unsafe {
+                    libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
                 }
-                let timeout = heap.peek().map(|Reverse((at, _, _))| Duration::from_nanos(at - now)).unwrap_or(Duration::from_millis(100));
-                heap = match w.cv.wait_timeout(heap, timeout) {
-                    Ok((h, _)) => h,
-                    Err(p) => p.into_inner().0,
+                let mut heap = match w.heap.lock() {
+                    Ok(h) => h,
+                    Err(p) => p.into_inner(),
                 };
-            }
-        });
+                loop {
+                    let now = crate::mono_ns();
+                    while let Some(Reverse((at, _, _))) = heap.peek() {
+                        if *at > now {
+                            break;
+                        }
+                        if let Some(Reverse((_, _, wb))) = heap.pop() {
+                            wb.0.wake();
+                        }
+                    }
+                    let timeout = heap
+                        .peek()
+                        .map(|Reverse((at, _, _))| Duration::from_nanos(at - now))
+                        .unwrap_or(Duration::from_millis(100));
+                    heap = match w.cv.wait_timeout(heap, timeout) {
+                        Ok((h, _)) => h,
+                        Err(p) => p.into_inner().0,
+                    };
+                }
+            });
         if let Err(e) = spawned {
             tracing::error!("cannot start the waiter thread: {e}; uncertainty waits will poll");
         }
@@ -97,7 +105,11 @@ impl Future for WaitUntil {
             Ok(h) => h,
             Err(p) => p.into_inner(),
         };
-        heap.push(Reverse((self.deadline_ns, seq, WakerBox(cx.waker().clone()))));
+        heap.push(Reverse((
+            self.deadline_ns,
+            seq,
+            WakerBox(cx.waker().clone()),
+        )));
         drop(heap);
         w.cv.notify_one();
         Poll::Pending

@@ -96,7 +96,10 @@ pub struct ClockConfig {
 
 impl Default for ClockConfig {
     fn default() -> Self {
-        ClockConfig { drift_ppm: 1000, sync_interval_us: 1000 }
+        ClockConfig {
+            drift_ppm: 1000,
+            sync_interval_us: 1000,
+        }
     }
 }
 
@@ -203,7 +206,8 @@ impl Configuration {
     /// Errors: [`ConfigError::Parse`] for syntax/unknown fields,
     /// [`ConfigError::Invalid`] for semantic problems.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let c: Configuration = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let c: Configuration =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         c.validate()?;
         Ok(c)
     }
@@ -213,7 +217,10 @@ impl Configuration {
     ///
     /// Errors: as [`Configuration::from_toml`], plus [`ConfigError::Io`].
     pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let mut c = Self::from_toml(&text)?;
         let base = path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
         for n in &mut c.nodes {
@@ -235,7 +242,13 @@ impl Configuration {
 
     /// A local cluster of `n` nodes on 127.0.0.1 starting at `base_port`, each
     /// in its own failure domain, data in `<dir>/node<i>`.
-    pub fn local(n: u32, base_port: u16, replication: usize, region_count: u32, dir: &std::path::Path) -> Self {
+    pub fn local(
+        n: u32,
+        base_port: u16,
+        replication: usize,
+        region_count: u32,
+        dir: &std::path::Path,
+    ) -> Self {
         Configuration {
             config_id: 1,
             cm: 0,
@@ -268,7 +281,10 @@ impl Configuration {
     ///
     /// Errors: [`ConfigError::UnknownNode`].
     pub fn node(&self, id: NodeId) -> Result<&NodeConfig, ConfigError> {
-        self.nodes.iter().find(|n| n.id == id.0).ok_or(ConfigError::UnknownNode(id.0))
+        self.nodes
+            .iter()
+            .find(|n| n.id == id.0)
+            .ok_or(ConfigError::UnknownNode(id.0))
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -284,15 +300,24 @@ impl Configuration {
             return bad(format!("cm {} is not a member", self.cm));
         }
         if self.replication == 0 || self.replication > self.nodes.len() {
-            return bad(format!("replication {} needs between 1 and {} nodes", self.replication, self.nodes.len()));
+            return bad(format!(
+                "replication {} needs between 1 and {} nodes",
+                self.replication,
+                self.nodes.len()
+            ));
         }
         if self.region_count == 0 || self.region_count > 256 {
-            return bad(format!("region_count {} must be in 1..=256", self.region_count));
+            return bad(format!(
+                "region_count {} must be in 1..=256",
+                self.region_count
+            ));
         }
         if self.limits.max_key_bytes == 0 || self.limits.max_value_bytes == 0 {
             return bad("key and value limits must be positive".into());
         }
-        if self.limits.max_value_bytes + self.limits.max_key_bytes + 4096 > meridian_wire::MAX_FRAME_BYTES {
+        if self.limits.max_value_bytes + self.limits.max_key_bytes + 4096
+            > meridian_wire::MAX_FRAME_BYTES
+        {
             return bad("max_value_bytes too large for the frame limit".into());
         }
         if self.clock.drift_ppm >= 1_000_000 {
@@ -300,7 +325,10 @@ impl Configuration {
         }
         for n in &self.nodes {
             if n.addr.parse::<std::net::SocketAddr>().is_err() && !n.addr.contains(':') {
-                return bad(format!("node {} address {:?} is not host:port", n.id, n.addr));
+                return bad(format!(
+                    "node {} address {:?} is not host:port",
+                    n.id, n.addr
+                ));
             }
         }
         Ok(())
@@ -314,8 +342,16 @@ impl Configuration {
         let members: Vec<&NodeConfig> = self.nodes.iter().collect();
         (0..n)
             .map(|r| {
-                let start = if r == 0 { Vec::new() } else { vec![(r * 256 / n) as u8] };
-                let end = if r + 1 == n { None } else { Some(vec![((r + 1) * 256 / n) as u8]) };
+                let start = if r == 0 {
+                    Vec::new()
+                } else {
+                    vec![(r * 256 / n) as u8]
+                };
+                let end = if r + 1 == n {
+                    None
+                } else {
+                    Some(vec![((r + 1) * 256 / n) as u8])
+                };
                 let mut replicas: Vec<&NodeConfig> = Vec::new();
                 let mut domains: BTreeSet<&str> = BTreeSet::new();
                 for pass in 0..2 {
@@ -353,13 +389,27 @@ impl Configuration {
         let regions = self.regions();
         let mut prev_end: Option<Key> = Some(Vec::new());
         for r in &regions {
-            assert_eq!(Some(r.start.clone()), prev_end, "regions must tile the key space");
+            assert_eq!(
+                Some(r.start.clone()),
+                prev_end,
+                "regions must tile the key space"
+            );
             prev_end = r.end.clone();
             let mut all = vec![r.primary];
             all.extend(&r.backups);
             let distinct: BTreeSet<_> = all.iter().collect();
-            assert_eq!(distinct.len(), all.len(), "replicas of {} not distinct", r.id);
-            assert_eq!(all.len(), self.replication, "region {} has wrong replica count", r.id);
+            assert_eq!(
+                distinct.len(),
+                all.len(),
+                "replicas of {} not distinct",
+                r.id
+            );
+            assert_eq!(
+                all.len(),
+                self.replication,
+                "region {} has wrong replica count",
+                r.id
+            );
         }
         assert!(prev_end.is_none(), "last region must be unbounded");
     }
@@ -383,7 +433,10 @@ impl RegionMap {
                 *slot = r.id.0;
             }
         }
-        RegionMap { regions, by_first_byte }
+        RegionMap {
+            regions,
+            by_first_byte,
+        }
     }
 
     /// The region holding `key`.
@@ -454,13 +507,24 @@ max_key_bytes = 100
 
     #[test]
     fn bad_configs_are_clear_errors() {
-        assert!(matches!(Configuration::from_toml("nodes = 3"), Err(ConfigError::Parse(_))));
-        assert!(matches!(Configuration::from_toml("[[nodes]]\nid=0\naddr=\"x:1\"\nbogus=1"), Err(ConfigError::Parse(_))));
-        let e = Configuration::from_toml("cm = 5\n[[nodes]]\nid=0\naddr=\"127.0.0.1:1\"").unwrap_err();
+        assert!(matches!(
+            Configuration::from_toml("nodes = 3"),
+            Err(ConfigError::Parse(_))
+        ));
+        assert!(matches!(
+            Configuration::from_toml("[[nodes]]\nid=0\naddr=\"x:1\"\nbogus=1"),
+            Err(ConfigError::Parse(_))
+        ));
+        let e =
+            Configuration::from_toml("cm = 5\n[[nodes]]\nid=0\naddr=\"127.0.0.1:1\"").unwrap_err();
         assert!(e.to_string().contains("cm 5 is not a member"), "{e}");
-        let e = Configuration::from_toml("replication = 3\n[[nodes]]\nid=0\naddr=\"127.0.0.1:1\"").unwrap_err();
+        let e = Configuration::from_toml("replication = 3\n[[nodes]]\nid=0\naddr=\"127.0.0.1:1\"")
+            .unwrap_err();
         assert!(matches!(e, ConfigError::Invalid(_)));
         let c = Configuration::from_toml(SAMPLE).unwrap();
-        assert!(matches!(c.node(NodeId(9)), Err(ConfigError::UnknownNode(9))));
+        assert!(matches!(
+            c.node(NodeId(9)),
+            Err(ConfigError::UnknownNode(9))
+        ));
     }
 }

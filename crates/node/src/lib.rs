@@ -24,7 +24,9 @@ use meridian_config::Configuration;
 use meridian_time::{ClockSync, SyncSample};
 use meridian_transport::{Connection, FrameReader, Outbox};
 use meridian_txn::Participant;
-use meridian_wire::{encode_frame, ClientOp, ClientOpResult, Frame, NodeId, NodeStatus, Request, Response, Timestamp};
+use meridian_wire::{
+    encode_frame, ClientOp, ClientOpResult, Frame, NodeId, NodeStatus, Request, Response, Timestamp,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,12 +71,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Errors: [`NodeError`] if the node is unknown or cannot listen.
 pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
     let addr = config.node(id)?.addr.clone();
-    let listener = TcpListener::bind(&addr).await.map_err(|source| NodeError::Bind { addr: addr.clone(), source })?;
+    let listener = TcpListener::bind(&addr)
+        .await
+        .map_err(|source| NodeError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
     let is_master = config.cm() == id;
     let state = Arc::new(State {
         id,
         participant: Mutex::new(Participant::new(id, &config)),
-        clock: Mutex::new(if is_master { ClockSync::master() } else { ClockSync::new(config.clock.drift_ppm) }),
+        clock: Mutex::new(if is_master {
+            ClockSync::master()
+        } else {
+            ClockSync::new(config.clock.drift_ppm)
+        }),
         // Coordinator ids: the CM hands them out; ids below 1000 are left for
         // nodes coordinating for thin clients (node n uses 1 + n).
         next_coordinator: AtomicU64::new(1000),
@@ -126,9 +137,15 @@ async fn clock_sync_loop(state: Arc<State>) {
         };
         while !conn.is_closed() {
             let send = mono_ns();
-            if let Ok(Response::MasterTime { master_ns }) = conn.call(Vec::new(), Request::ClockSync).await {
+            if let Ok(Response::MasterTime { master_ns }) =
+                conn.call(Vec::new(), Request::ClockSync).await
+            {
                 let recv = mono_ns();
-                lock(&state.clock).on_sync(SyncSample { send_local_ns: send, master_ns, recv_local_ns: recv });
+                lock(&state.clock).on_sync(SyncSample {
+                    send_local_ns: send,
+                    master_ns,
+                    recv_local_ns: recv,
+                });
             }
             tokio::time::sleep(interval).await;
         }
@@ -147,10 +164,18 @@ async fn gc_loop(state: Arc<State>) {
     }
 }
 
-async fn serve(state: Arc<State>, stream: tokio::net::TcpStream) -> Result<(), meridian_transport::TransportError> {
+async fn serve(
+    state: Arc<State>,
+    stream: tokio::net::TcpStream,
+) -> Result<(), meridian_transport::TransportError> {
     let limits = &state.config.limits;
     let (r, w) = stream.into_split();
-    let outbox = Outbox::spawn(w, limits.max_inflight_per_connection, limits.max_batch_bytes, None);
+    let outbox = Outbox::spawn(
+        w,
+        limits.max_inflight_per_connection,
+        limits.max_batch_bytes,
+        None,
+    );
     let mut reader = FrameReader::new(r);
     let mut frames = Vec::with_capacity(64);
     let mut out = Vec::with_capacity(64 << 10);
@@ -160,7 +185,9 @@ async fn serve(state: Arc<State>, stream: tokio::net::TcpStream) -> Result<(), m
             return Ok(());
         }
         out.clear();
-        state.requests.fetch_add(frames.len() as u64, Ordering::Relaxed);
+        state
+            .requests
+            .fetch_add(frames.len() as u64, Ordering::Relaxed);
         {
             let mut p = lock(&state.participant);
             for f in frames.drain(..) {
@@ -179,7 +206,8 @@ async fn serve(state: Arc<State>, stream: tokio::net::TcpStream) -> Result<(), m
                                 let resp = execute(&st, req).await;
                                 if let Some(id) = id {
                                     let mut buf = Vec::new();
-                                    if encode_frame(&Frame::Response { id, resp }, &mut buf).is_ok() {
+                                    if encode_frame(&Frame::Response { id, resp }, &mut buf).is_ok()
+                                    {
                                         let _ = ob.send(buf).await;
                                     }
                                 }
@@ -212,24 +240,38 @@ fn local_request(state: &State, p: &Participant, req: Request) -> Local {
         Request::Ping => Response::Pong,
         Request::ClockSync => {
             if state.config.cm() == state.id {
-                Response::MasterTime { master_ns: mono_ns() }
+                Response::MasterTime {
+                    master_ns: mono_ns(),
+                }
             } else {
                 Response::Error(format!("{} is not the clock master", state.id))
             }
         }
         Request::RegisterClient => {
             if state.config.cm() != state.id {
-                return Local::Now(Response::Error(format!("{} is not the CM; register with {}", state.id, state.config.cm())));
+                return Local::Now(Response::Error(format!(
+                    "{} is not the CM; register with {}",
+                    state.id,
+                    state.config.cm()
+                )));
             }
             match state.config.to_toml() {
-                Ok(config_toml) => Response::Registered { coordinator: state.next_coordinator.fetch_add(1, Ordering::Relaxed), config_toml },
+                Ok(config_toml) => Response::Registered {
+                    coordinator: state.next_coordinator.fetch_add(1, Ordering::Relaxed),
+                    config_toml,
+                },
                 Err(e) => Response::Error(e.to_string()),
             }
         }
         Request::Status => {
             let (uncertainty_ns, syncs) = {
                 let mut c = lock(&state.clock);
-                (c.time(mono_ns()).map(|iv| iv.uncertainty_ns()).unwrap_or(u64::MAX), c.stats().syncs)
+                (
+                    c.time(mono_ns())
+                        .map(|iv| iv.uncertainty_ns())
+                        .unwrap_or(u64::MAX),
+                    c.stats().syncs,
+                )
             };
             Response::Status(NodeStatus {
                 node: state.id,
@@ -250,7 +292,11 @@ fn local_request(state: &State, p: &Participant, req: Request) -> Local {
 
 /// Run a thin client's one-shot transaction with the embedded client.
 async fn execute(state: &Arc<State>, ops: Vec<ClientOp>) -> Response {
-    let client = match state.embedded.get_or_try_init(|| Client::connect_with(state.config.clone(), 1 + state.id.0 as u64)).await {
+    let client = match state
+        .embedded
+        .get_or_try_init(|| Client::connect_with(state.config.clone(), 1 + state.id.0 as u64))
+        .await
+    {
         Ok(c) => c,
         Err(e) => return Response::Executed(Err(format!("cannot start coordinator: {e}"))),
     };
@@ -271,7 +317,9 @@ async fn execute(state: &Arc<State>, ops: Vec<ClientOp>) -> Response {
                             tx.delete(k).await?;
                             ClientOpResult::Done
                         }
-                        ClientOp::Scan { start, end, limit } => ClientOpResult::Rows(tx.scan(&start, end.as_deref(), limit).await?),
+                        ClientOp::Scan { start, end, limit } => {
+                            ClientOpResult::Rows(tx.scan(&start, end.as_deref(), limit).await?)
+                        }
                     });
                 }
                 Ok(out)

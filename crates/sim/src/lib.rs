@@ -88,7 +88,11 @@ impl SimConfig {
             regions: 6,
             clients: 6,
             txns_per_client: 60,
-            workload: SimWorkload::Bank(BankConfig { accounts: 8, initial_balance: 100, audit_percent: 25 }),
+            workload: SimWorkload::Bank(BankConfig {
+                accounts: 8,
+                initial_balance: 100,
+                audit_percent: 25,
+            }),
             min_delay_ns: 5_000,
             max_delay_ns: 200_000,
             drift_ppm: 1000,
@@ -99,7 +103,14 @@ impl SimConfig {
 
     /// A contended register run.
     pub fn register(seed: u64) -> Self {
-        SimConfig { workload: SimWorkload::Register(RegisterConfig { keys: 5, max_reads: 3, max_writes: 2 }), ..Self::bank(seed) }
+        SimConfig {
+            workload: SimWorkload::Register(RegisterConfig {
+                keys: 5,
+                max_reads: 3,
+                max_writes: 2,
+            }),
+            ..Self::bank(seed)
+        }
     }
 }
 
@@ -132,7 +143,13 @@ enum Addr {
 
 #[derive(Debug)]
 enum Event {
-    Deliver { to: Addr, from: Addr, rpc: u64, truncate: Vec<TxId>, msg: Msg },
+    Deliver {
+        to: Addr,
+        from: Addr,
+        rpc: u64,
+        truncate: Vec<TxId>,
+        msg: Msg,
+    },
     Sync(u32),
     NodeTick(u32),
     TsReady(u32),
@@ -161,7 +178,9 @@ impl SimClock {
     /// Smallest true time at which local >= `local_ns`.
     fn true_at(&self, local_ns: u64) -> u64 {
         let l = local_ns as i128 - self.offset_ns as i128;
-        let t = (l * 1_000_000_000).div_euclid(1_000_000_000 + self.drift_ppb as i128).max(0) as u64;
+        let t = (l * 1_000_000_000)
+            .div_euclid(1_000_000_000 + self.drift_ppb as i128)
+            .max(0) as u64;
         let mut t = t.saturating_sub(2);
         while self.local(t) < local_ns {
             t += 1;
@@ -224,17 +243,30 @@ impl Sim {
     /// Build a simulation from its parameters.
     pub fn new(cfg: SimConfig) -> Self {
         let mut rng = StdRng::seed_from_u64(cfg.seed);
-        let mut conf = Configuration::local(cfg.nodes, 7000, cfg.replication, cfg.regions, std::path::Path::new("/nonexistent"));
+        let mut conf = Configuration::local(
+            cfg.nodes,
+            7000,
+            cfg.replication,
+            cfg.regions,
+            std::path::Path::new("/nonexistent"),
+        );
         conf.clock.drift_ppm = cfg.drift_ppm;
         conf.limits.gc_window_ms = cfg.gc_window_ms;
         conf.limits.max_versions_per_object = 8;
         let map = Arc::new(RegionMap::new(&conf));
         let limits = Arc::new(conf.limits.clone());
         let bound_ppb = (cfg.drift_ppm as i64) * 1000 * 45 / 100;
-        let clock = |rng: &mut StdRng| SimClock { offset_ns: rng.gen_range(0..1_000_000_000), drift_ppb: rng.gen_range(-bound_ppb..=bound_ppb) };
+        let clock = |rng: &mut StdRng| SimClock {
+            offset_ns: rng.gen_range(0..1_000_000_000),
+            drift_ppb: rng.gen_range(-bound_ppb..=bound_ppb),
+        };
         let nodes: Vec<_> = (0..cfg.nodes)
             .map(|i| {
-                let sync = if i == 0 { ClockSync::master() } else { ClockSync::new(cfg.drift_ppm) };
+                let sync = if i == 0 {
+                    ClockSync::master()
+                } else {
+                    ClockSync::new(cfg.drift_ppm)
+                };
                 (Participant::new(NodeId(i), &conf), clock(&mut rng), sync)
             })
             .collect();
@@ -297,14 +329,22 @@ impl Sim {
             SimWorkload::Bank(b) => b.population(),
             SimWorkload::Register(_) => Vec::new(),
         };
-        let tx = TxId { config: ConfigId(1), coordinator: 0, thread: 0, local: 0 };
+        let tx = TxId {
+            config: ConfigId(1),
+            coordinator: 0,
+            thread: 0,
+            local: 0,
+        };
         if !rows.is_empty() {
             self.history.push(TxnRecord {
                 process: u64::MAX,
                 invoke_ns: 0,
                 complete_ns: 0,
                 reads: Vec::new(),
-                writes: rows.iter().filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?))).collect(),
+                writes: rows
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?)))
+                    .collect(),
                 outcome: Outcome::Committed,
                 read_ts: Some(0),
                 write_ts: Some(1),
@@ -316,15 +356,31 @@ impl Sim {
                 tx,
                 read_ts: Timestamp(0),
                 regions: vec![r.id],
-                writes: vec![meridian_wire::WriteOp { region: r.id, key: k.clone(), value: Some(v) }],
+                writes: vec![meridian_wire::WriteOp {
+                    region: r.id,
+                    key: k.clone(),
+                    value: Some(v),
+                }],
             };
             for (node, _, _) in self.nodes.iter_mut() {
                 if node.node() == r.primary {
                     let _ = node.handle(&[], &Request::Lock(lock.clone()));
-                    let _ = node.handle(&[], &Request::CommitPrimary { tx, write_ts: Timestamp(1) });
+                    let _ = node.handle(
+                        &[],
+                        &Request::CommitPrimary {
+                            tx,
+                            write_ts: Timestamp(1),
+                        },
+                    );
                     let _ = node.handle(&[tx], &Request::Ping);
                 } else if r.backups.contains(&node.node()) {
-                    let _ = node.handle(&[], &Request::CommitBackup { record: lock.clone(), write_ts: Timestamp(1) });
+                    let _ = node.handle(
+                        &[],
+                        &Request::CommitBackup {
+                            record: lock.clone(),
+                            write_ts: Timestamp(1),
+                        },
+                    );
                     let _ = node.handle(&[tx], &Request::Ping);
                 }
             }
@@ -340,12 +396,26 @@ impl Sim {
     }
 
     fn send(&mut self, from: Addr, to: Addr, rpc: u64, truncate: Vec<TxId>, msg: Msg) {
-        let d = self.rng.gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns);
-        self.schedule(self.now + d, Event::Deliver { to, from, rpc, truncate, msg });
+        let d = self
+            .rng
+            .gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns);
+        self.schedule(
+            self.now + d,
+            Event::Deliver {
+                to,
+                from,
+                rpc,
+                truncate,
+                msg,
+            },
+        );
     }
 
     fn client_request(&mut self, c: u32, node: NodeId, req: Request, pending: Option<Pending>) {
-        let truncate = self.clients[c as usize].pending_truncates.remove(&node).unwrap_or_default();
+        let truncate = self.clients[c as usize]
+            .pending_truncates
+            .remove(&node)
+            .unwrap_or_default();
         let rpc = match pending {
             Some(p) => {
                 let id = self.next_rpc;
@@ -355,28 +425,49 @@ impl Sim {
             }
             None => 0,
         };
-        self.send(Addr::Client(c), Addr::Node(node.0), rpc, truncate, Msg::Req(req));
+        self.send(
+            Addr::Client(c),
+            Addr::Node(node.0),
+            rpc,
+            truncate,
+            Msg::Req(req),
+        );
     }
 
     /// Run to completion and return the report.
     pub fn run(mut self) -> SimReport {
         let limit_ns = 60_000_000_000u64;
         while let Some(Reverse((at, _, id))) = self.queue.pop() {
-            let Some(ev) = self.events.remove(&id) else { continue };
+            let Some(ev) = self.events.remove(&id) else {
+                continue;
+            };
             self.now = at;
             if at > limit_ns {
-                panic!("seed {}: simulation did not finish within {} s of simulated time", self.cfg.seed, limit_ns / 1_000_000_000);
+                panic!(
+                    "seed {}: simulation did not finish within {} s of simulated time",
+                    self.cfg.seed,
+                    limit_ns / 1_000_000_000
+                );
             }
             self.step(ev);
             for (p, _, _) in &self.nodes {
                 p.check_invariants();
             }
-            if self.all_done() && self.pending.values().all(|p| matches!(p, Pending::Sync { .. })) {
+            if self.all_done()
+                && self
+                    .pending
+                    .values()
+                    .all(|p| matches!(p, Pending::Sync { .. }))
+            {
                 break;
             }
         }
         self.drain_and_check_replicas();
-        let mean = if self.uncertainty_n == 0 { 0 } else { (self.uncertainty_sum / self.uncertainty_n as u128) as u64 };
+        let mean = if self.uncertainty_n == 0 {
+            0
+        } else {
+            (self.uncertainty_sum / self.uncertainty_n as u128) as u64
+        };
         SimReport {
             seed: self.cfg.seed,
             history: self.history,
@@ -390,15 +481,26 @@ impl Sim {
     }
 
     fn all_done(&self) -> bool {
-        self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client && c.txn.is_none() && c.finishing.is_empty())
+        self.clients.iter().all(|c| {
+            c.done >= self.cfg.txns_per_client && c.txn.is_none() && c.finishing.is_empty()
+        })
     }
 
     /// Deliver every queued truncation directly and compare replicas.
     fn drain_and_check_replicas(&mut self) {
         // Deliver the one-way messages (TRUNCATE, ABORT) still in flight.
         while let Some(Reverse((at, _, id))) = self.queue.pop() {
-            let Some(ev) = self.events.remove(&id) else { continue };
-            if let Event::Deliver { to: Addr::Node(n), rpc: 0, truncate, msg: Msg::Req(req), .. } = ev {
+            let Some(ev) = self.events.remove(&id) else {
+                continue;
+            };
+            if let Event::Deliver {
+                to: Addr::Node(n),
+                rpc: 0,
+                truncate,
+                msg: Msg::Req(req),
+                ..
+            } = ev
+            {
                 self.now = at;
                 let _ = self.nodes[n as usize].0.handle(&truncate, &req);
             }
@@ -416,17 +518,33 @@ impl Sim {
             let primary = self.nodes[r.primary.0 as usize].0.store(r.id).map(heads);
             for b in &r.backups {
                 let backup = self.nodes[b.0 as usize].0.store(r.id).map(heads);
-                assert_eq!(primary, backup, "seed {}: backup {} of {} diverged from its primary", self.cfg.seed, b, r.id);
+                assert_eq!(
+                    primary, backup,
+                    "seed {}: backup {} of {} diverged from its primary",
+                    self.cfg.seed, b, r.id
+                );
             }
         }
         for (p, _, _) in &self.nodes {
-            assert_eq!(p.log_len(), 0, "seed {}: {} log not fully truncated", self.cfg.seed, p.node());
+            assert_eq!(
+                p.log_len(),
+                0,
+                "seed {}: {} log not fully truncated",
+                self.cfg.seed,
+                p.node()
+            );
         }
     }
 
     fn step(&mut self, ev: Event) {
         match ev {
-            Event::Deliver { to, from, rpc, truncate, msg } => {
+            Event::Deliver {
+                to,
+                from,
+                rpc,
+                truncate,
+                msg,
+            } => {
                 self.messages += 1;
                 self.deliver(to, from, rpc, truncate, msg)
             }
@@ -437,14 +555,28 @@ impl Sim {
                     let local = self.nodes[n as usize].1.local(self.now);
                     let rpc = self.next_rpc;
                     self.next_rpc += 1;
-                    self.pending.insert((who, rpc), Pending::Sync { send_local: local });
-                    self.send(Addr::Client(who), Addr::Node(0), rpc, Vec::new(), Msg::Req(Request::ClockSync));
+                    self.pending
+                        .insert((who, rpc), Pending::Sync { send_local: local });
+                    self.send(
+                        Addr::Client(who),
+                        Addr::Node(0),
+                        rpc,
+                        Vec::new(),
+                        Msg::Req(Request::ClockSync),
+                    );
                 } else {
                     let local = self.clients[who as usize].clock.local(self.now);
                     let rpc = self.next_rpc;
                     self.next_rpc += 1;
-                    self.pending.insert((who, rpc), Pending::Sync { send_local: local });
-                    self.send(Addr::Client(who), Addr::Node(0), rpc, Vec::new(), Msg::Req(Request::ClockSync));
+                    self.pending
+                        .insert((who, rpc), Pending::Sync { send_local: local });
+                    self.send(
+                        Addr::Client(who),
+                        Addr::Node(0),
+                        rpc,
+                        Vec::new(),
+                        Msg::Req(Request::ClockSync),
+                    );
                 }
                 if !self.all_done() {
                     let next = self.now + self.cfg.sync_interval_ns;
@@ -455,7 +587,9 @@ impl Sim {
                 let local = self.nodes[n as usize].1.local(self.now);
                 let window = self.cfg.gc_window_ms * 1_000_000;
                 if let Ok(iv) = self.nodes[n as usize].2.time(local) {
-                    self.nodes[n as usize].0.gc(Timestamp(iv.lower.saturating_sub(window)));
+                    self.nodes[n as usize]
+                        .0
+                        .gc(Timestamp(iv.lower.saturating_sub(window)));
                 }
                 if !self.all_done() {
                     self.schedule(self.now + 1_000_000, Event::NodeTick(n));
@@ -466,7 +600,13 @@ impl Sim {
             Event::FlushTruncates(c) => {
                 let pending = std::mem::take(&mut self.clients[c as usize].pending_truncates);
                 for (n, txs) in pending {
-                    self.send(Addr::Client(c), Addr::Node(n.0), 0, Vec::new(), Msg::Req(Request::Truncate { txs }));
+                    self.send(
+                        Addr::Client(c),
+                        Addr::Node(n.0),
+                        0,
+                        Vec::new(),
+                        Msg::Req(Request::Truncate { txs }),
+                    );
                 }
                 if !self.all_done() {
                     self.schedule(self.now + 5_000_000, Event::FlushTruncates(c));
@@ -486,7 +626,8 @@ impl Sim {
                     _ => self.nodes[n as usize].0.handle(&truncate, &req),
                 };
                 if rpc != 0 {
-                    let resp = resp.unwrap_or_else(|| Response::Error("unsupported in simulation".into()));
+                    let resp =
+                        resp.unwrap_or_else(|| Response::Error("unsupported in simulation".into()));
                     self.send(to, from, rpc, Vec::new(), Msg::Resp(resp));
                 }
             }
@@ -495,11 +636,19 @@ impl Sim {
                     Addr::Node(n) => NodeId(n),
                     Addr::Client(_) => return,
                 };
-                let Some(p) = self.pending.remove(&(c, rpc)) else { return };
+                let Some(p) = self.pending.remove(&(c, rpc)) else {
+                    return;
+                };
                 match p {
                     Pending::Sync { send_local } => {
-                        let Response::MasterTime { master_ns } = resp else { return };
-                        let sample = |clock: SimClock, now| SyncSample { send_local_ns: send_local, master_ns, recv_local_ns: clock.local(now) };
+                        let Response::MasterTime { master_ns } = resp else {
+                            return;
+                        };
+                        let sample = |clock: SimClock, now| SyncSample {
+                            send_local_ns: send_local,
+                            master_ns,
+                            recv_local_ns: clock.local(now),
+                        };
                         if c >= 1000 {
                             let n = (c - 1000) as usize;
                             let s = sample(self.nodes[n].1, self.now);
@@ -514,7 +663,9 @@ impl Sim {
                     }
                     Pending::Read { key } => self.on_read(c, from_node, key, resp),
                     Pending::Commit => self.on_commit_reply(c, from_node, resp),
-                    Pending::PostCommit(local) => self.on_post_commit_reply(c, local, from_node, resp),
+                    Pending::PostCommit(local) => {
+                        self.on_post_commit_reply(c, local, from_node, resp)
+                    }
                 }
             }
             _ => {}
@@ -559,11 +710,18 @@ impl Sim {
 
     fn ts_ready(&mut self, c: u32) {
         let cl = &mut self.clients[c as usize];
-        let Some((ts, is_write)) = cl.awaiting_ts.take() else { return };
+        let Some((ts, is_write)) = cl.awaiting_ts.take() else {
+            return;
+        };
         // The ticket promised ts is in the past now: check it (Lemma 1).
         let local = cl.clock.local(self.now);
         if let Ok(iv) = cl.sync.time(local) {
-            assert!(iv.lower > ts.0, "seed {}: timestamp {} not in the past after the uncertainty wait", self.cfg.seed, ts.0);
+            assert!(
+                iv.lower > ts.0,
+                "seed {}: timestamp {} not in the past after the uncertainty wait",
+                self.cfg.seed,
+                ts.0
+            );
         }
         if is_write {
             let step = match cl.txn.as_mut().map(|t| t.on_write_ts(ts)) {
@@ -574,9 +732,20 @@ impl Sim {
             self.commit_step(c, step);
             return;
         }
-        let id = TxId { config: ConfigId(1), coordinator: c as u64 + 1, thread: 0, local: cl.next_local };
+        let id = TxId {
+            config: ConfigId(1),
+            coordinator: c as u64 + 1,
+            thread: 0,
+            local: cl.next_local,
+        };
         cl.next_local += 1;
-        cl.txn = Some(Transaction::new(id, ts, TxnOptions::default(), self.map.clone(), self.limits.clone()));
+        cl.txn = Some(Transaction::new(
+            id,
+            ts,
+            TxnOptions::default(),
+            self.map.clone(),
+            self.limits.clone(),
+        ));
         if let Some(r) = cl.record.as_mut() {
             r.read_ts = Some(ts.0);
         }
@@ -587,7 +756,9 @@ impl Sim {
     fn advance(&mut self, c: u32, mut last: Option<Option<Value>>) {
         loop {
             let cl = &mut self.clients[c as usize];
-            let (Some(program), Some(txn)) = (cl.program.as_mut(), cl.txn.as_mut()) else { return };
+            let (Some(program), Some(txn)) = (cl.program.as_mut(), cl.txn.as_mut()) else {
+                return;
+            };
             match program.next(last.take()) {
                 Step::Get(k) => match txn.get(&k) {
                     Ok(GetStep::Local(v)) => last = Some(v),
@@ -607,7 +778,11 @@ impl Sim {
                     return self.finish(c, Err(TxnError::Aborted(meridian_txn::AbortReason::User)));
                 }
                 Step::Commit => {
-                    let writes: Vec<_> = txn.writes().iter().filter_map(|(k, v)| Some((k.clone(), bank::write_id(v.as_ref()?)?))).collect();
+                    let writes: Vec<_> = txn
+                        .writes()
+                        .iter()
+                        .filter_map(|(k, v)| Some((k.clone(), bank::write_id(v.as_ref()?)?)))
+                        .collect();
                     if let Some(r) = cl.record.as_mut() {
                         r.writes = writes;
                     }
@@ -684,7 +859,9 @@ impl Sim {
     fn on_post_commit_reply(&mut self, c: u32, k: u64, from: NodeId, resp: Response) {
         let cl = &mut self.clients[c as usize];
         let done = {
-            let Some(t) = cl.finishing.get_mut(&k) else { return };
+            let Some(t) = cl.finishing.get_mut(&k) else {
+                return;
+            };
             if let Err(e) = t.on_reply(from, resp) {
                 panic!("seed {}: protocol error {e}", self.cfg.seed);
             }
@@ -757,7 +934,14 @@ impl Sim {
 }
 
 fn heads(s: &meridian_storage_view::Store) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
-    s.iter().filter_map(|(k, o)| o.versions.last().map(|v| (k.clone(), v.ts.0, v.value.clone()))).filter(|(_, _, v)| v.is_some()).collect()
+    s.iter()
+        .filter_map(|(k, o)| {
+            o.versions
+                .last()
+                .map(|v| (k.clone(), v.ts.0, v.value.clone()))
+        })
+        .filter(|(_, _, v)| v.is_some())
+        .collect()
 }
 
 mod meridian_storage_view {
@@ -772,7 +956,10 @@ pub fn run_and_check(cfg: SimConfig) -> Result<SimReport, String> {
     let report = Sim::new(cfg).run();
     let check = meridian_checker::check(&report.history);
     if !check.is_ok() || !report.workload_failures.is_empty() {
-        return Err(format!("seed {seed} FAILED (replay with this seed)\n{check}\nworkload failures: {:?}", report.workload_failures));
+        return Err(format!(
+            "seed {seed} FAILED (replay with this seed)\n{check}\nworkload failures: {:?}",
+            report.workload_failures
+        ));
     }
     Ok(report)
 }

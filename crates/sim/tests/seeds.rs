@@ -7,7 +7,10 @@ fn seeds(default: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("MERIDIAN_SIM_SEED") {
         return vec![s.parse().expect("MERIDIAN_SIM_SEED must be a number")];
     }
-    let n = std::env::var("MERIDIAN_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default);
+    let n = std::env::var("MERIDIAN_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
     (0..n).collect()
 }
 
@@ -20,7 +23,10 @@ fn bank_seeds_pass_the_checker() {
         committed += r.committed;
         aborted += r.aborted;
     }
-    assert!(committed > 0 && aborted > 0, "workload must commit and also contend: {committed} committed, {aborted} aborted");
+    assert!(
+        committed > 0 && aborted > 0,
+        "workload must commit and also contend: {committed} committed, {aborted} aborted"
+    );
 }
 
 #[test]
@@ -37,7 +43,10 @@ fn a_seed_reproduces_exactly() {
     let b = Sim::new(SimConfig::bank(42)).run();
     assert_eq!(a.messages, b.messages);
     assert_eq!(a.end_ns, b.end_ns);
-    assert_eq!(meridian_checker::to_edn(&a.history), meridian_checker::to_edn(&b.history));
+    assert_eq!(
+        meridian_checker::to_edn(&a.history),
+        meridian_checker::to_edn(&b.history)
+    );
     let c = Sim::new(SimConfig::bank(43)).run();
     assert_ne!(a.end_ns, c.end_ns, "different seeds should differ");
 }

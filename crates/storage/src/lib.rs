@@ -58,7 +58,10 @@ pub struct Object {
 impl Object {
     /// `write_ts` of the head version, `Timestamp::ZERO` if none.
     pub fn head_ts(&self) -> Timestamp {
-        self.versions.last().map(|v| v.ts).unwrap_or(Timestamp::ZERO)
+        self.versions
+            .last()
+            .map(|v| v.ts)
+            .unwrap_or(Timestamp::ZERO)
     }
 
     fn at(&self, read_ts: Timestamp) -> Result<Option<&Version>, Conflict> {
@@ -146,18 +149,30 @@ impl RegionStore {
         if read_ts < self.safe_point {
             return Err(Conflict::TooOld);
         }
-        let Some(obj) = self.objects.get(key) else { return Ok(None) };
+        let Some(obj) = self.objects.get(key) else {
+            return Ok(None);
+        };
         if obj.lock.is_some() {
             return Err(Conflict::Locked);
         }
-        Ok(obj.at(read_ts)?.and_then(|v| v.value.as_ref().map(|value| Versioned { version: v.ts, value: value.clone() })))
+        Ok(obj.at(read_ts)?.and_then(|v| {
+            v.value.as_ref().map(|value| Versioned {
+                version: v.ts,
+                value: value.clone(),
+            })
+        }))
     }
 
     /// Scan live keys of `range` at `read_ts`, at most `limit` of them.
     ///
     /// Returns the rows and whether the limit cut the scan short. Errors as
     /// [`RegionStore::read`] for any object met in the range.
-    pub fn scan(&self, range: &KeyRange, read_ts: Timestamp, limit: usize) -> Result<(Vec<(Key, Versioned)>, bool), Conflict> {
+    pub fn scan(
+        &self,
+        range: &KeyRange,
+        read_ts: Timestamp,
+        limit: usize,
+    ) -> Result<(Vec<(Key, Versioned)>, bool), Conflict> {
         if read_ts < self.safe_point {
             return Err(Conflict::TooOld);
         }
@@ -171,7 +186,13 @@ impl RegionStore {
                     if rows.len() == limit {
                         return Ok((rows, true));
                     }
-                    rows.push((k.clone(), Versioned { version: v.ts, value: value.clone() }));
+                    rows.push((
+                        k.clone(),
+                        Versioned {
+                            version: v.ts,
+                            value: value.clone(),
+                        },
+                    ));
                 }
             }
         }
@@ -233,7 +254,10 @@ impl RegionStore {
             obj.lock = None;
         }
         let had_versions = !obj.versions.is_empty();
-        obj.versions.push(Version { ts: write_ts, value });
+        obj.versions.push(Version {
+            ts: write_ts,
+            value,
+        });
         if obj.versions.len() > self.max_versions {
             let drop = obj.versions.len() - self.max_versions;
             obj.versions.drain(..drop);
@@ -257,7 +281,13 @@ impl RegionStore {
         };
         match obj.versions.binary_search_by(|v| v.ts.cmp(&write_ts)) {
             Ok(_) => return,
-            Err(pos) => obj.versions.insert(pos, Version { ts: write_ts, value }),
+            Err(pos) => obj.versions.insert(
+                pos,
+                Version {
+                    ts: write_ts,
+                    value,
+                },
+            ),
         }
         if obj.versions.len() > self.max_versions {
             let drop = obj.versions.len() - self.max_versions;
@@ -305,11 +335,20 @@ impl RegionStore {
     /// another transaction.
     ///
     /// Errors: as [`RegionStore::validate_key`].
-    pub fn validate_range(&self, tx: TxId, range: &KeyRange, read_ts: Timestamp) -> Result<(), Conflict> {
+    pub fn validate_range(
+        &self,
+        tx: TxId,
+        range: &KeyRange,
+        read_ts: Timestamp,
+    ) -> Result<(), Conflict> {
         if read_ts < self.safe_point {
             return Err(Conflict::TooOld);
         }
-        for obj in self.objects.range::<[u8], _>(check_range(range)).map(|(_, o)| o) {
+        for obj in self
+            .objects
+            .range::<[u8], _>(check_range(range))
+            .map(|(_, o)| o)
+        {
             Self::validate_obj(tx, obj, read_ts)?;
         }
         Ok(())
@@ -326,8 +365,12 @@ impl RegionStore {
             if *ts > safe_point {
                 break;
             }
-            let Some((_, key)) = self.gc_queue.pop_front() else { break };
-            let Some(obj) = self.objects.get_mut(&key) else { continue };
+            let Some((_, key)) = self.gc_queue.pop_front() else {
+                break;
+            };
+            let Some(obj) = self.objects.get_mut(&key) else {
+                continue;
+            };
             // Keep the newest version <= safe point and everything after it.
             if let Some(keep) = obj.versions.iter().rposition(|v| v.ts <= safe_point) {
                 if keep > 0 {
@@ -335,7 +378,8 @@ impl RegionStore {
                     obj.floor_ts = obj.floor_ts.max(obj.versions[0].ts);
                     self.stats.versions_freed += keep as u64;
                 }
-                if obj.versions.len() == 1 && obj.versions[0].value.is_none() && obj.lock.is_none() {
+                if obj.versions.len() == 1 && obj.versions[0].value.is_none() && obj.lock.is_none()
+                {
                     self.objects.remove(&key);
                     self.stats.objects_removed += 1;
                 }
@@ -346,13 +390,22 @@ impl RegionStore {
     /// Panics (release builds too) if an invariant is broken.
     pub fn check_invariants(&self) {
         for (k, obj) in &self.objects {
-            assert!(obj.versions.len() <= self.max_versions, "version chain of {k:?} over its bound");
-            assert!(!obj.versions.is_empty() || obj.lock.is_some(), "unlocked empty object {k:?}");
+            assert!(
+                obj.versions.len() <= self.max_versions,
+                "version chain of {k:?} over its bound"
+            );
+            assert!(
+                !obj.versions.is_empty() || obj.lock.is_some(),
+                "unlocked empty object {k:?}"
+            );
             for w in obj.versions.windows(2) {
                 assert!(w[0].ts < w[1].ts, "versions of {k:?} out of order");
             }
             if let Some(first) = obj.versions.first() {
-                assert!(obj.floor_ts <= first.ts, "floor above oldest version on {k:?}");
+                assert!(
+                    obj.floor_ts <= first.ts,
+                    "floor above oldest version on {k:?}"
+                );
             }
         }
     }
@@ -364,7 +417,12 @@ mod tests {
     use meridian_wire::ConfigId;
 
     fn tx(l: u64) -> TxId {
-        TxId { config: ConfigId(1), coordinator: 1, thread: 0, local: l }
+        TxId {
+            config: ConfigId(1),
+            coordinator: 1,
+            thread: 0,
+            local: l,
+        }
     }
     fn ts(t: u64) -> Timestamp {
         Timestamp(t)
@@ -410,20 +468,35 @@ mod tests {
         for (i, k) in [b"a", b"b", b"c"].iter().enumerate() {
             s.install(tx(i as u64), *k, ts(10 + i as u64), Some(k.to_vec()));
         }
-        let all = KeyRange { start: b"a".to_vec(), end: None };
+        let all = KeyRange {
+            start: b"a".to_vec(),
+            end: None,
+        };
         let (rows, more) = s.scan(&all, ts(100), 2).unwrap();
         assert_eq!(rows.len(), 2);
         assert!(more);
         let (rows, more) = s.scan(&all, ts(11), 10).unwrap();
-        assert_eq!(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), vec![b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(
+            rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+            vec![b"a".to_vec(), b"b".to_vec()]
+        );
         assert!(!more);
-        assert_eq!(s.validate_range(tx(9), &all, ts(11)), Err(Conflict::Changed));
+        assert_eq!(
+            s.validate_range(tx(9), &all, ts(11)),
+            Err(Conflict::Changed)
+        );
         assert_eq!(s.validate_range(tx(9), &all, ts(12)), Ok(()));
         // An insert after read_ts is a phantom; so is a delete.
         s.install(tx(5), b"bb", ts(30), Some(vec![]));
-        assert_eq!(s.validate_range(tx(9), &all, ts(12)), Err(Conflict::Changed));
+        assert_eq!(
+            s.validate_range(tx(9), &all, ts(12)),
+            Err(Conflict::Changed)
+        );
         s.install(tx(6), b"a", ts(40), None);
-        let r = KeyRange { start: b"a".to_vec(), end: Some(b"b".to_vec()) };
+        let r = KeyRange {
+            start: b"a".to_vec(),
+            end: Some(b"b".to_vec()),
+        };
         assert_eq!(s.validate_range(tx(9), &r, ts(35)), Err(Conflict::Changed));
         assert_eq!(s.scan(&r, ts(45), 10).unwrap().0.len(), 0);
     }
@@ -456,7 +529,13 @@ mod tests {
         s.apply_backup(b"k", ts(20), Some(vec![2]));
         s.apply_backup(b"k", ts(10), Some(vec![1]));
         s.apply_backup(b"k", ts(20), Some(vec![2]));
-        let v: Vec<_> = s.object(b"k").unwrap().versions.iter().map(|v| v.ts).collect();
+        let v: Vec<_> = s
+            .object(b"k")
+            .unwrap()
+            .versions
+            .iter()
+            .map(|v| v.ts)
+            .collect();
         assert_eq!(v, vec![ts(10), ts(20)]);
         s.check_invariants();
     }

@@ -89,7 +89,9 @@ pub enum ClockError {
 impl std::fmt::Display for ClockError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ClockError::NotSynchronised => f.write_str("clock not yet synchronised with the clock master"),
+            ClockError::NotSynchronised => {
+                f.write_str("clock not yet synchronised with the clock master")
+            }
         }
     }
 }
@@ -128,12 +130,26 @@ const PPM: i128 = 1_000_000;
 impl ClockSync {
     /// A non-master process with drift bound `drift_ppm` (e.g. 1000 = 0.1%).
     pub fn new(drift_ppm: u64) -> Self {
-        ClockSync { drift_ppm, is_master: false, best_lower: None, best_upper: None, last_lower: 0, stats: ClockStats::default() }
+        ClockSync {
+            drift_ppm,
+            is_master: false,
+            best_lower: None,
+            best_upper: None,
+            last_lower: 0,
+            stats: ClockStats::default(),
+        }
     }
 
     /// The clock master: its local clock *is* global time.
     pub fn master() -> Self {
-        ClockSync { drift_ppm: 0, is_master: true, best_lower: None, best_upper: None, last_lower: 0, stats: ClockStats::default() }
+        ClockSync {
+            drift_ppm: 0,
+            is_master: true,
+            best_lower: None,
+            best_upper: None,
+            last_lower: 0,
+            stats: ClockStats::default(),
+        }
     }
 
     /// True for the clock master.
@@ -200,7 +216,10 @@ impl ClockSync {
     pub fn time(&mut self, local_ns: u64) -> Result<Interval, ClockError> {
         if self.is_master {
             self.last_lower = self.last_lower.max(local_ns);
-            return Ok(Interval { lower: local_ns, upper: local_ns });
+            return Ok(Interval {
+                lower: local_ns,
+                upper: local_ns,
+            });
         }
         let (Some(l), Some(u)) = (self.best_lower, self.best_upper) else {
             return Err(ClockError::NotSynchronised);
@@ -211,7 +230,10 @@ impl ClockSync {
         // only absorbs a local clock read taken before a concurrent sync.
         let lower = lower.max(self.last_lower).min(upper.max(self.last_lower));
         self.last_lower = lower;
-        Ok(Interval { lower, upper: upper.max(lower) })
+        Ok(Interval {
+            lower,
+            upper: upper.max(lower),
+        })
     }
 
     /// GET_TS (FaRMv2 Figure 4): the upper bound now, and the local time at
@@ -222,7 +244,11 @@ impl ClockSync {
         let iv = self.time(local_ns)?;
         if self.is_master {
             // Exact clock: ts = now is in the past one nanosecond later.
-            return Ok(TsTicket { ts: Timestamp(iv.upper), ready_local_ns: local_ns + 1, uncertainty_ns: 0 });
+            return Ok(TsTicket {
+                ts: Timestamp(iv.upper),
+                ready_local_ns: local_ns + 1,
+                uncertainty_ns: 0,
+            });
         }
         let Some(l) = self.best_lower else {
             return Err(ClockError::NotSynchronised);
@@ -234,7 +260,11 @@ impl ClockSync {
         let factor = PPM - self.drift_ppm as i128;
         let dt = (need * PPM + factor - 1).div_euclid(factor);
         let ready = (l.recv_local_ns as i128 + dt).max(local_ns as i128) as u64;
-        Ok(TsTicket { ts: Timestamp(iv.upper), ready_local_ns: ready, uncertainty_ns: iv.uncertainty_ns() })
+        Ok(TsTicket {
+            ts: Timestamp(iv.upper),
+            ready_local_ns: ready,
+            uncertainty_ns: iv.uncertainty_ns(),
+        })
     }
 
     /// True once `time()` can answer.
@@ -247,7 +277,12 @@ impl ClockSync {
     pub fn check_invariants(&mut self, local_ns: u64) {
         let before = self.last_lower;
         if let Ok(iv) = self.time(local_ns) {
-            assert!(iv.lower >= before, "clock lower bound went backwards: {} < {}", iv.lower, before);
+            assert!(
+                iv.lower >= before,
+                "clock lower bound went backwards: {} < {}",
+                iv.lower,
+                before
+            );
             assert!(iv.lower <= iv.upper, "clock interval inverted: {iv:?}");
             if self.is_master {
                 assert_eq!(iv.lower, iv.upper, "clock master interval must be exact");
@@ -277,7 +312,11 @@ mod tests {
             let master = t + rtt / 3; // served somewhere inside the round trip
             t += rtt;
             let recv = local(t, off, d);
-            c.on_sync(SyncSample { send_local_ns: send, master_ns: master, recv_local_ns: recv });
+            c.on_sync(SyncSample {
+                send_local_ns: send,
+                master_ns: master,
+                recv_local_ns: recv,
+            });
             t += 1_000_000;
             let iv = c.time(local(t, off, d)).unwrap();
             assert!(iv.lower <= t && t <= iv.upper, "true {t} outside {iv:?}");
@@ -289,17 +328,35 @@ mod tests {
     fn keeps_best_bounds_separately() {
         let mut c = ClockSync::new(0);
         // Sync A: tight on the lower side, sync B: tight on the upper side.
-        c.on_sync(SyncSample { send_local_ns: 0, master_ns: 100, recv_local_ns: 10 });
-        c.on_sync(SyncSample { send_local_ns: 50, master_ns: 140, recv_local_ns: 100 });
+        c.on_sync(SyncSample {
+            send_local_ns: 0,
+            master_ns: 100,
+            recv_local_ns: 10,
+        });
+        c.on_sync(SyncSample {
+            send_local_ns: 50,
+            master_ns: 140,
+            recv_local_ns: 100,
+        });
         // At t=100: lower from A = 190, from B = 140; upper from A = 200, from B = 190.
         let iv = c.time(100).unwrap();
-        assert_eq!(iv, Interval { lower: 190, upper: 190 });
+        assert_eq!(
+            iv,
+            Interval {
+                lower: 190,
+                upper: 190
+            }
+        );
     }
 
     #[test]
     fn get_ts_ready_time_makes_ts_past() {
         let mut c = ClockSync::new(1000);
-        c.on_sync(SyncSample { send_local_ns: 1_000, master_ns: 50_000, recv_local_ns: 41_000 });
+        c.on_sync(SyncSample {
+            send_local_ns: 1_000,
+            master_ns: 50_000,
+            recv_local_ns: 41_000,
+        });
         let tk = c.get_ts(100_000).unwrap();
         assert!(tk.uncertainty_ns >= 40_000);
         let before = c.time(tk.ready_local_ns - 1).unwrap();
@@ -313,7 +370,13 @@ mod tests {
         let mut c = ClockSync::new(1000);
         assert_eq!(c.time(5), Err(ClockError::NotSynchronised));
         let mut m = ClockSync::master();
-        assert_eq!(m.time(77).unwrap(), Interval { lower: 77, upper: 77 });
+        assert_eq!(
+            m.time(77).unwrap(),
+            Interval {
+                lower: 77,
+                upper: 77
+            }
+        );
         let tk = m.get_ts(77).unwrap();
         assert_eq!(tk.ts, Timestamp(77));
         assert!(tk.ready_local_ns > 77);

@@ -59,7 +59,10 @@ pub struct FrameReader<R> {
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Wrap a read half.
     pub fn new(inner: R) -> Self {
-        FrameReader { inner, buf: bytes::BytesMut::with_capacity(64 << 10) }
+        FrameReader {
+            inner,
+            buf: bytes::BytesMut::with_capacity(64 << 10),
+        }
     }
 
     /// Wait for at least one frame, then append every complete frame in the
@@ -81,7 +84,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.buf.reserve(64 << 10);
             }
             if self.inner.read_buf(&mut self.buf).await? == 0 {
-                return if self.buf.is_empty() { Ok(false) } else { Err(TransportError::Closed("peer (mid-frame)".into())) };
+                return if self.buf.is_empty() {
+                    Ok(false)
+                } else {
+                    Err(TransportError::Closed("peer (mid-frame)".into()))
+                };
             }
         }
     }
@@ -96,7 +103,12 @@ pub struct Outbox {
 impl Outbox {
     /// Spawn the writer task for `w`, queueing at most `depth` buffers and
     /// writing at most `max_batch_bytes` per system call (soft bound).
-    pub fn spawn<W: AsyncWrite + Unpin + Send + 'static>(mut w: W, depth: usize, max_batch_bytes: usize, on_close: Option<Arc<AtomicBool>>) -> Self {
+    pub fn spawn<W: AsyncWrite + Unpin + Send + 'static>(
+        mut w: W,
+        depth: usize,
+        max_batch_bytes: usize,
+        on_close: Option<Arc<AtomicBool>>,
+    ) -> Self {
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(depth.max(1));
         tokio::spawn(async move {
             let mut batch: Vec<u8> = Vec::with_capacity(64 << 10);
@@ -125,7 +137,10 @@ impl Outbox {
     ///
     /// Errors: [`TransportError::Closed`] once the writer has stopped.
     pub async fn send(&self, bytes: Vec<u8>) -> Result<(), TransportError> {
-        self.tx.send(bytes).await.map_err(|_| TransportError::Closed("outbox".into()))
+        self.tx
+            .send(bytes)
+            .await
+            .map_err(|_| TransportError::Closed("outbox".into()))
     }
 }
 
@@ -145,14 +160,26 @@ impl Connection {
     /// Connect to `addr`.
     ///
     /// Errors: [`TransportError::Io`] if the connection fails.
-    pub async fn connect(addr: &str, depth: usize, max_batch_bytes: usize, timeout_ms: u64) -> Result<Arc<Self>, TransportError> {
+    pub async fn connect(
+        addr: &str,
+        depth: usize,
+        max_batch_bytes: usize,
+        timeout_ms: u64,
+    ) -> Result<Arc<Self>, TransportError> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         let (r, w) = stream.into_split();
         let closed = Arc::new(AtomicBool::new(false));
         let outbox = Outbox::spawn(w, depth, max_batch_bytes, Some(closed.clone()));
         let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
-        let conn = Arc::new(Connection { peer: addr.to_string(), outbox, pending: pending.clone(), next_id: AtomicU64::new(1), closed: closed.clone(), timeout_ms });
+        let conn = Arc::new(Connection {
+            peer: addr.to_string(),
+            outbox,
+            pending: pending.clone(),
+            next_id: AtomicU64::new(1),
+            closed: closed.clone(),
+            timeout_ms,
+        });
         let peer = addr.to_string();
         tokio::spawn(async move {
             let mut reader = FrameReader::new(r);
@@ -201,7 +228,11 @@ impl Connection {
     /// Send a request; returns a receiver for its response.
     ///
     /// Errors: [`TransportError::Closed`], encoding errors.
-    pub async fn start(&self, truncate: Vec<TxId>, req: Request) -> Result<oneshot::Receiver<Response>, TransportError> {
+    pub async fn start(
+        &self,
+        truncate: Vec<TxId>,
+        req: Request,
+    ) -> Result<oneshot::Receiver<Response>, TransportError> {
         if self.is_closed() {
             return Err(TransportError::Closed(self.peer.clone()));
         }
@@ -220,18 +251,28 @@ impl Connection {
     /// Await a response started with [`Connection::start`], with the timeout.
     ///
     /// Errors: [`TransportError::Timeout`], [`TransportError::Closed`].
-    pub async fn finish(&self, rx: oneshot::Receiver<Response>) -> Result<Response, TransportError> {
+    pub async fn finish(
+        &self,
+        rx: oneshot::Receiver<Response>,
+    ) -> Result<Response, TransportError> {
         match tokio::time::timeout(std::time::Duration::from_millis(self.timeout_ms), rx).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(_)) => Err(TransportError::Closed(self.peer.clone())),
-            Err(_) => Err(TransportError::Timeout { peer: self.peer.clone(), ms: self.timeout_ms }),
+            Err(_) => Err(TransportError::Timeout {
+                peer: self.peer.clone(),
+                ms: self.timeout_ms,
+            }),
         }
     }
 
     /// Request/response round trip.
     ///
     /// Errors: as [`Connection::start`] and [`Connection::finish`].
-    pub async fn call(&self, truncate: Vec<TxId>, req: Request) -> Result<Response, TransportError> {
+    pub async fn call(
+        &self,
+        truncate: Vec<TxId>,
+        req: Request,
+    ) -> Result<Response, TransportError> {
         let rx = self.start(truncate, req).await?;
         self.finish(rx).await
     }
@@ -239,7 +280,11 @@ impl Connection {
     /// Send a one-way request (no response).
     ///
     /// Errors: [`TransportError::Closed`], encoding errors.
-    pub async fn send_oneway(&self, truncate: Vec<TxId>, req: Request) -> Result<(), TransportError> {
+    pub async fn send_oneway(
+        &self,
+        truncate: Vec<TxId>,
+        req: Request,
+    ) -> Result<(), TransportError> {
         let mut buf = Vec::with_capacity(64);
         encode_frame(&Frame::OneWay { truncate, req }, &mut buf)?;
         self.outbox.send(buf).await

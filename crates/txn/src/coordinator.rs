@@ -34,7 +34,10 @@
 //! the first COMMIT-PRIMARY ack.
 
 use meridian_config::{Limits, RegionMap};
-use meridian_wire::{Conflict, Key, KeyRange, LockRecord, NodeId, RegionId, Request, Response, Timestamp, TxId, Value, Versioned, WriteOp};
+use meridian_wire::{
+    Conflict, Key, KeyRange, LockRecord, NodeId, RegionId, Request, Response, Timestamp, TxId,
+    Value, Versioned, WriteOp,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -188,7 +191,13 @@ pub struct Transaction {
 impl Transaction {
     /// Begin transaction `id` at snapshot `read_ts` (which the driver took
     /// with `GET_TS`, uncertainty waited out).
-    pub fn new(id: TxId, read_ts: Timestamp, opts: TxnOptions, map: Arc<RegionMap>, limits: Arc<Limits>) -> Self {
+    pub fn new(
+        id: TxId,
+        read_ts: Timestamp,
+        opts: TxnOptions,
+        map: Arc<RegionMap>,
+        limits: Arc<Limits>,
+    ) -> Self {
         Transaction {
             id,
             read_ts,
@@ -248,10 +257,15 @@ impl Transaction {
 
     fn check_key(&self, key: &[u8]) -> Result<(), TxnError> {
         if key.len() > self.limits.max_key_bytes {
-            return Err(TxnError::KeyTooLarge { len: key.len(), max: self.limits.max_key_bytes });
+            return Err(TxnError::KeyTooLarge {
+                len: key.len(),
+                max: self.limits.max_key_bytes,
+            });
         }
         if self.reads.len() + self.writes.len() + self.scans.len() >= self.limits.max_txn_ops {
-            return Err(TxnError::TooManyOps { max: self.limits.max_txn_ops });
+            return Err(TxnError::TooManyOps {
+                max: self.limits.max_txn_ops,
+            });
         }
         Ok(())
     }
@@ -267,14 +281,26 @@ impl Transaction {
             return Ok(GetStep::Local(v.clone()));
         }
         let r = self.map.region_of(key);
-        Ok(GetStep::Remote(r.primary, Request::Read { region: r.id, key: key.to_vec(), read_ts: self.read_ts }))
+        Ok(GetStep::Remote(
+            r.primary,
+            Request::Read {
+                region: r.id,
+                key: key.to_vec(),
+                read_ts: self.read_ts,
+            },
+        ))
     }
 
     /// Consume the reply to the `Read` of `key`.
     ///
     /// Errors: `Aborted` on a conflict (the transaction is then aborted and
     /// holds no locks), `Protocol` on an unexpected reply.
-    pub fn on_read_reply(&mut self, from: NodeId, key: &[u8], resp: Response) -> Result<Option<Versioned>, TxnError> {
+    pub fn on_read_reply(
+        &mut self,
+        from: NodeId,
+        key: &[u8],
+        resp: Response,
+    ) -> Result<Option<Versioned>, TxnError> {
         self.check_executing()?;
         match resp {
             Response::ReadReply(Ok(v)) => {
@@ -283,7 +309,10 @@ impl Transaction {
                 Ok(v)
             }
             Response::ReadReply(Err(c)) => Err(self.fail(AbortReason::Read(c))),
-            other => Err(TxnError::Protocol { node: from, detail: format!("{other:?}") }),
+            other => Err(TxnError::Protocol {
+                node: from,
+                detail: format!("{other:?}"),
+            }),
         }
     }
 
@@ -291,11 +320,22 @@ impl Transaction {
     /// to the end of the key space), in key order. The driver sends them in
     /// order, passing each reply to [`Transaction::on_scan_reply`], until it
     /// has `limit` rows; then it calls [`Transaction::finish_scan`].
-    pub fn scan_plan(&mut self, start: &[u8], end: Option<&[u8]>, limit: u32) -> Result<Vec<(NodeId, Request)>, TxnError> {
+    pub fn scan_plan(
+        &mut self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: u32,
+    ) -> Result<Vec<(NodeId, Request)>, TxnError> {
         self.check_executing()?;
         self.check_key(start)?;
         // Ask for extra rows to cover buffered deletes in the range.
-        let deletes = self.writes.iter().filter(|(k, v)| v.is_none() && k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e)).count() as u32;
+        let deletes = self
+            .writes
+            .iter()
+            .filter(|(k, v)| {
+                v.is_none() && k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e)
+            })
+            .count() as u32;
         let limit = limit.min(self.limits.max_scan_rows).saturating_add(deletes);
         let mut out = Vec::new();
         for r in self.map.regions() {
@@ -305,13 +345,25 @@ impl Transaction {
             if !(starts_before_end && ends_after_start) {
                 continue;
             }
-            let s = if r.start.as_slice() > start { r.start.clone() } else { start.to_vec() };
+            let s = if r.start.as_slice() > start {
+                r.start.clone()
+            } else {
+                start.to_vec()
+            };
             let e = match (r_end, end) {
                 (Some(a), Some(b)) => Some(if a < b { a.to_vec() } else { b.to_vec() }),
                 (Some(a), None) => Some(a.to_vec()),
                 (None, b) => b.map(|b| b.to_vec()),
             };
-            out.push((r.primary, Request::Scan { region: r.id, range: KeyRange { start: s, end: e }, limit, read_ts: self.read_ts }));
+            out.push((
+                r.primary,
+                Request::Scan {
+                    region: r.id,
+                    range: KeyRange { start: s, end: e },
+                    limit,
+                    read_ts: self.read_ts,
+                },
+            ));
         }
         Ok(out)
     }
@@ -320,10 +372,18 @@ impl Transaction {
     /// for phantom validation.
     ///
     /// Errors: `Aborted` on a conflict, `Protocol` on an unexpected reply.
-    pub fn on_scan_reply(&mut self, from: NodeId, req: &Request, resp: Response) -> Result<Vec<(Key, Versioned)>, TxnError> {
+    pub fn on_scan_reply(
+        &mut self,
+        from: NodeId,
+        req: &Request,
+        resp: Response,
+    ) -> Result<Vec<(Key, Versioned)>, TxnError> {
         self.check_executing()?;
         let Request::Scan { region, range, .. } = req else {
-            return Err(TxnError::Protocol { node: from, detail: "scan reply for a non-scan request".into() });
+            return Err(TxnError::Protocol {
+                node: from,
+                detail: "scan reply for a non-scan request".into(),
+            });
         };
         match resp {
             Response::ScanReply(Ok((rows, more))) => {
@@ -332,7 +392,10 @@ impl Transaction {
                     (true, Some((last, _))) => {
                         let mut succ = last.clone();
                         succ.push(0);
-                        KeyRange { start: range.start.clone(), end: Some(succ) }
+                        KeyRange {
+                            start: range.start.clone(),
+                            end: Some(succ),
+                        }
                     }
                     _ => range.clone(),
                 };
@@ -340,15 +403,27 @@ impl Transaction {
                 Ok(rows)
             }
             Response::ScanReply(Err(c)) => Err(self.fail(AbortReason::Read(c))),
-            other => Err(TxnError::Protocol { node: from, detail: format!("{other:?}") }),
+            other => Err(TxnError::Protocol {
+                node: from,
+                detail: format!("{other:?}"),
+            }),
         }
     }
 
     /// Merge stored rows of a scan of `[start, end)` with the write buffer
     /// and cut to `limit`.
-    pub fn finish_scan(&self, rows: Vec<(Key, Value)>, start: &[u8], end: Option<&[u8]>, limit: u32) -> Vec<(Key, Value)> {
+    pub fn finish_scan(
+        &self,
+        rows: Vec<(Key, Value)>,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: u32,
+    ) -> Vec<(Key, Value)> {
         let mut merged: BTreeMap<Key, Value> = rows.into_iter().collect();
-        for (k, v) in self.writes.range::<[u8], _>((std::ops::Bound::Included(start), end.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded))) {
+        for (k, v) in self.writes.range::<[u8], _>((
+            std::ops::Bound::Included(start),
+            end.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+        )) {
             match v {
                 Some(v) => merged.insert(k.clone(), v.clone()),
                 None => merged.remove(k),
@@ -365,7 +440,10 @@ impl Transaction {
         self.check_executing()?;
         self.check_key(&key)?;
         if value.len() > self.limits.max_value_bytes {
-            return Err(TxnError::ValueTooLarge { len: value.len(), max: self.limits.max_value_bytes });
+            return Err(TxnError::ValueTooLarge {
+                len: value.len(),
+                max: self.limits.max_value_bytes,
+            });
         }
         if self.opts.read_only {
             return Err(TxnError::ReadOnly);
@@ -402,19 +480,30 @@ impl Transaction {
         TxnError::Aborted(reason)
     }
 
-    fn writes_by<F: Fn(&meridian_config::RegionInfo) -> Vec<NodeId>>(&self, targets: F) -> BTreeMap<NodeId, Vec<WriteOp>> {
+    fn writes_by<F: Fn(&meridian_config::RegionInfo) -> Vec<NodeId>>(
+        &self,
+        targets: F,
+    ) -> BTreeMap<NodeId, Vec<WriteOp>> {
         let mut by: BTreeMap<NodeId, Vec<WriteOp>> = BTreeMap::new();
         for (k, v) in &self.writes {
             let r = self.map.region_of(k);
             for n in targets(r) {
-                by.entry(n).or_default().push(WriteOp { region: r.id, key: k.clone(), value: v.clone() });
+                by.entry(n).or_default().push(WriteOp {
+                    region: r.id,
+                    key: k.clone(),
+                    value: v.clone(),
+                });
             }
         }
         by
     }
 
     fn written_regions(&self) -> Vec<RegionId> {
-        let set: BTreeSet<RegionId> = self.writes.keys().map(|k| self.map.region_of(k).id).collect();
+        let set: BTreeSet<RegionId> = self
+            .writes
+            .keys()
+            .map(|k| self.map.region_of(k).id)
+            .collect();
         set.into_iter().collect()
     }
 
@@ -431,7 +520,17 @@ impl Transaction {
         let by = self.writes_by(|r| vec![r.primary]);
         let msgs: Vec<(NodeId, Request)> = by
             .into_iter()
-            .map(|(n, writes)| (n, Request::Lock(LockRecord { tx: self.id, read_ts: self.read_ts, regions: regions.clone(), writes })))
+            .map(|(n, writes)| {
+                (
+                    n,
+                    Request::Lock(LockRecord {
+                        tx: self.id,
+                        read_ts: self.read_ts,
+                        regions: regions.clone(),
+                        writes,
+                    }),
+                )
+            })
             .collect();
         self.lock_targets = msgs.iter().map(|(n, _)| *n).collect();
         self.pending = self.lock_targets.clone();
@@ -444,22 +543,42 @@ impl Transaction {
     /// Errors: `Protocol` if called out of phase.
     pub fn on_write_ts(&mut self, write_ts: Timestamp) -> Result<CommitStep, TxnError> {
         if self.phase != Phase::AwaitWriteTs {
-            return Err(TxnError::Protocol { node: NodeId(u32::MAX), detail: format!("write_ts in phase {:?}", self.phase) });
+            return Err(TxnError::Protocol {
+                node: NodeId(u32::MAX),
+                detail: format!("write_ts in phase {:?}", self.phase),
+            });
         }
-        assert!(write_ts > self.read_ts, "write_ts {write_ts} not after read_ts {} for {}", self.read_ts, self.id);
+        assert!(
+            write_ts > self.read_ts,
+            "write_ts {write_ts} not after read_ts {} for {}",
+            self.read_ts,
+            self.id
+        );
         self.write_ts = Some(write_ts);
         // Validate keys read but not written, and all scanned ranges.
-        let mut by: BTreeMap<NodeId, (Vec<(RegionId, Key)>, Vec<(RegionId, KeyRange)>)> = BTreeMap::new();
+        let mut by: BTreeMap<NodeId, (Vec<(RegionId, Key)>, Vec<(RegionId, KeyRange)>)> =
+            BTreeMap::new();
         for (k, region) in &self.reads {
             if self.writes.contains_key(k) {
                 continue; // the lock already checked it (LockAtTs)
             }
-            let primary = self.map.get(*region).map(|r| r.primary).unwrap_or(NodeId(0));
+            let primary = self
+                .map
+                .get(*region)
+                .map(|r| r.primary)
+                .unwrap_or(NodeId(0));
             by.entry(primary).or_default().0.push((*region, k.clone()));
         }
         for (region, range) in &self.scans {
-            let primary = self.map.get(*region).map(|r| r.primary).unwrap_or(NodeId(0));
-            by.entry(primary).or_default().1.push((*region, range.clone()));
+            let primary = self
+                .map
+                .get(*region)
+                .map(|r| r.primary)
+                .unwrap_or(NodeId(0));
+            by.entry(primary)
+                .or_default()
+                .1
+                .push((*region, range.clone()));
         }
         if by.is_empty() {
             return Ok(self.start_commit_backup());
@@ -467,7 +586,19 @@ impl Transaction {
         self.phase = Phase::Validating;
         self.pending = by.keys().copied().collect();
         Ok(CommitStep::Send(
-            by.into_iter().map(|(n, (keys, ranges))| (n, Request::Validate { tx: self.id, read_ts: self.read_ts, keys, ranges })).collect(),
+            by.into_iter()
+                .map(|(n, (keys, ranges))| {
+                    (
+                        n,
+                        Request::Validate {
+                            tx: self.id,
+                            read_ts: self.read_ts,
+                            keys,
+                            ranges,
+                        },
+                    )
+                })
+                .collect(),
         ))
     }
 
@@ -486,7 +617,18 @@ impl Transaction {
         CommitStep::Send(
             by.into_iter()
                 .map(|(n, writes)| {
-                    (n, Request::CommitBackup { record: LockRecord { tx: self.id, read_ts: self.read_ts, regions: regions.clone(), writes }, write_ts })
+                    (
+                        n,
+                        Request::CommitBackup {
+                            record: LockRecord {
+                                tx: self.id,
+                                read_ts: self.read_ts,
+                                regions: regions.clone(),
+                                writes,
+                            },
+                            write_ts,
+                        },
+                    )
                 })
                 .collect(),
         )
@@ -498,7 +640,20 @@ impl Transaction {
         };
         self.phase = Phase::CommittingPrimaries;
         self.pending = self.lock_targets.clone();
-        CommitStep::Send(self.lock_targets.iter().map(|n| (*n, Request::CommitPrimary { tx: self.id, write_ts })).collect())
+        CommitStep::Send(
+            self.lock_targets
+                .iter()
+                .map(|n| {
+                    (
+                        *n,
+                        Request::CommitPrimary {
+                            tx: self.id,
+                            write_ts,
+                        },
+                    )
+                })
+                .collect(),
+        )
     }
 
     /// Consume one reply of the current phase. Returns the next step when the
@@ -506,9 +661,16 @@ impl Transaction {
     /// while replies are still outstanding.
     ///
     /// Errors: `Protocol` for a reply that does not fit the phase.
-    pub fn on_reply(&mut self, from: NodeId, resp: Response) -> Result<Option<CommitStep>, TxnError> {
+    pub fn on_reply(
+        &mut self,
+        from: NodeId,
+        resp: Response,
+    ) -> Result<Option<CommitStep>, TxnError> {
         if !self.pending.remove(&from) {
-            return Err(TxnError::Protocol { node: from, detail: format!("unexpected reply in phase {:?}: {resp:?}", self.phase) });
+            return Err(TxnError::Protocol {
+                node: from,
+                detail: format!("unexpected reply in phase {:?}: {resp:?}", self.phase),
+            });
         }
         match (self.phase, resp) {
             (Phase::Locking, Response::LockReply(r)) => {
@@ -554,7 +716,10 @@ impl Transaction {
                 self.reported = true;
                 Ok(self.write_ts.map(|ts| CommitStep::Done(Ok(ts))))
             }
-            (phase, resp) => Err(TxnError::Protocol { node: from, detail: format!("reply {resp:?} in phase {phase:?}") }),
+            (phase, resp) => Err(TxnError::Protocol {
+                node: from,
+                detail: format!("reply {resp:?} in phase {phase:?}"),
+            }),
         }
     }
 
@@ -564,7 +729,10 @@ impl Transaction {
         if self.phase != Phase::Aborted {
             return Vec::new();
         }
-        self.lock_targets.iter().map(|n| (*n, Request::Abort { tx: self.id })).collect()
+        self.lock_targets
+            .iter()
+            .map(|n| (*n, Request::Abort { tx: self.id }))
+            .collect()
     }
 
     /// True once every COMMIT-PRIMARY has been acknowledged.
@@ -575,7 +743,11 @@ impl Transaction {
     /// Nodes that hold log records of this committed transaction and must
     /// receive its TRUNCATE: the write-set primaries and backups.
     pub fn truncation_targets(&self) -> Vec<NodeId> {
-        let set: BTreeSet<NodeId> = self.lock_targets.union(&self.backup_targets).copied().collect();
+        let set: BTreeSet<NodeId> = self
+            .lock_targets
+            .union(&self.backup_targets)
+            .copied()
+            .collect();
         set.into_iter().collect()
     }
 
@@ -583,12 +755,23 @@ impl Transaction {
     pub fn check_invariants(&self) {
         if let Some(w) = self.write_ts {
             assert!(w > self.read_ts, "write_ts not after read_ts");
-            assert!(self.phase >= Phase::Validating, "write_ts before locking finished");
+            assert!(
+                self.phase >= Phase::Validating,
+                "write_ts before locking finished"
+            );
         }
         if self.phase >= Phase::CommittingBackups && self.phase != Phase::Aborted {
             assert!(self.write_ts.is_some(), "committing without write_ts");
             assert!(self.failure.is_none(), "committing after a failure");
         }
-        assert!(self.pending.is_subset(&self.lock_targets.union(&self.backup_targets).copied().collect()) || self.phase == Phase::Validating);
+        assert!(
+            self.pending.is_subset(
+                &self
+                    .lock_targets
+                    .union(&self.backup_targets)
+                    .copied()
+                    .collect()
+            ) || self.phase == Phase::Validating
+        );
     }
 }

@@ -74,7 +74,16 @@ impl Participant {
             }
             stores.insert(r.id, RegionStore::new(cfg.limits.max_versions_per_object));
         }
-        Participant { node, map, limits: cfg.limits.clone(), stores, primary_for, backup_for, log: TxLog::default(), stats: ParticipantStats::default() }
+        Participant {
+            node,
+            map,
+            limits: cfg.limits.clone(),
+            stores,
+            primary_for,
+            backup_for,
+            log: TxLog::default(),
+            stats: ParticipantStats::default(),
+        }
     }
 
     /// The node id.
@@ -114,20 +123,36 @@ impl Participant {
 
     fn primary_store(&self, region: RegionId) -> Result<&RegionStore, Conflict> {
         if !self.primary_for.contains(&region) {
-            return Err(if self.stores.contains_key(&region) { Conflict::NotPrimary } else { Conflict::UnknownRegion });
+            return Err(if self.stores.contains_key(&region) {
+                Conflict::NotPrimary
+            } else {
+                Conflict::UnknownRegion
+            });
         }
         self.stores.get(&region).ok_or(Conflict::UnknownRegion)
     }
 
     /// Serve a read straight from storage (no transaction state involved).
     pub fn read(&self, region: RegionId, key: &[u8], read_ts: Timestamp) -> Response {
-        Response::ReadReply(self.primary_store(region).and_then(|s| s.read(key, read_ts)))
+        Response::ReadReply(
+            self.primary_store(region)
+                .and_then(|s| s.read(key, read_ts)),
+        )
     }
 
     /// Serve a scan straight from storage, clamped to the region's range.
-    pub fn scan(&self, region: RegionId, range: &KeyRange, limit: u32, read_ts: Timestamp) -> Response {
+    pub fn scan(
+        &self,
+        region: RegionId,
+        range: &KeyRange,
+        limit: u32,
+        read_ts: Timestamp,
+    ) -> Response {
         let limit = limit.min(self.limits.max_scan_rows) as usize;
-        Response::ScanReply(self.primary_store(region).and_then(|s| s.scan(range, read_ts, limit)))
+        Response::ScanReply(
+            self.primary_store(region)
+                .and_then(|s| s.scan(range, read_ts, limit)),
+        )
     }
 
     /// Handle the transaction-protocol requests; piggybacked `truncate` ids
@@ -140,10 +165,24 @@ impl Participant {
             self.truncate(truncate);
         }
         Some(match req {
-            Request::Read { region, key, read_ts } => self.read(*region, key, *read_ts),
-            Request::Scan { region, range, limit, read_ts } => self.scan(*region, range, *limit, *read_ts),
+            Request::Read {
+                region,
+                key,
+                read_ts,
+            } => self.read(*region, key, *read_ts),
+            Request::Scan {
+                region,
+                range,
+                limit,
+                read_ts,
+            } => self.scan(*region, range, *limit, *read_ts),
             Request::Lock(rec) => Response::LockReply(self.lock(rec)),
-            Request::Validate { tx, read_ts, keys, ranges } => Response::ValidateReply(self.validate(*tx, *read_ts, keys, ranges)),
+            Request::Validate {
+                tx,
+                read_ts,
+                keys,
+                ranges,
+            } => Response::ValidateReply(self.validate(*tx, *read_ts, keys, ranges)),
             Request::CommitBackup { record, write_ts } => {
                 self.commit_backup(record, *write_ts);
                 Response::Ack
@@ -160,7 +199,11 @@ impl Participant {
                 self.truncate(txs);
                 Response::Ack
             }
-            Request::Ping | Request::ClockSync | Request::RegisterClient | Request::Execute { .. } | Request::Status => return None,
+            Request::Ping
+            | Request::ClockSync
+            | Request::RegisterClient
+            | Request::Execute { .. }
+            | Request::Status => return None,
         })
     }
 
@@ -173,14 +216,21 @@ impl Participant {
         }
         for w in &rec.writes {
             self.primary_store(w.region)?;
-            if w.key.len() > self.limits.max_key_bytes || w.value.as_ref().is_some_and(|v| v.len() > self.limits.max_value_bytes) {
+            if w.key.len() > self.limits.max_key_bytes
+                || w.value
+                    .as_ref()
+                    .is_some_and(|v| v.len() > self.limits.max_value_bytes)
+            {
                 return Err(Conflict::Overloaded);
             }
         }
         let mut locked = 0;
         let mut result = Ok(());
         for w in &rec.writes {
-            let store = self.stores.get_mut(&w.region).ok_or(Conflict::UnknownRegion)?;
+            let store = self
+                .stores
+                .get_mut(&w.region)
+                .ok_or(Conflict::UnknownRegion)?;
             if let Err(c) = store.lock(rec.tx, &w.key, rec.read_ts) {
                 result = Err(c);
                 break;
@@ -196,17 +246,27 @@ impl Participant {
             self.stats.lock_conflicts += 1;
             return Err(c);
         }
-        self.log.primary.insert(rec.tx, (rec.clone(), LockState::Locked));
+        self.log
+            .primary
+            .insert(rec.tx, (rec.clone(), LockState::Locked));
         Ok(())
     }
 
-    fn validate(&mut self, tx: TxId, read_ts: Timestamp, keys: &[(RegionId, Vec<u8>)], ranges: &[(RegionId, KeyRange)]) -> Result<(), Conflict> {
+    fn validate(
+        &mut self,
+        tx: TxId,
+        read_ts: Timestamp,
+        keys: &[(RegionId, Vec<u8>)],
+        ranges: &[(RegionId, KeyRange)],
+    ) -> Result<(), Conflict> {
         let r = (|| {
             for (region, key) in keys {
-                self.primary_store(*region)?.validate_key(tx, key, read_ts)?;
+                self.primary_store(*region)?
+                    .validate_key(tx, key, read_ts)?;
             }
             for (region, range) in ranges {
-                self.primary_store(*region)?.validate_range(tx, range, read_ts)?;
+                self.primary_store(*region)?
+                    .validate_range(tx, range, read_ts)?;
             }
             Ok(())
         })();
@@ -223,7 +283,9 @@ impl Participant {
             self.apply_backup(record, write_ts);
             return;
         }
-        self.log.backup.insert(record.tx, (record.clone(), write_ts));
+        self.log
+            .backup
+            .insert(record.tx, (record.clone(), write_ts));
     }
 
     fn apply_backup(&mut self, record: &meridian_wire::LockRecord, write_ts: Timestamp) {
@@ -303,8 +365,20 @@ impl Participant {
                 }
             }
         }
-        let expected: usize = self.log.primary.values().filter(|(_, s)| *s == LockState::Locked).map(|(r, _)| r.writes.len()).sum();
-        assert_eq!(locks, expected, "locks in storage and Locked LOCK records disagree");
-        assert!(self.log.len() <= 2 * self.limits.max_log_records, "log over its bound");
+        let expected: usize = self
+            .log
+            .primary
+            .values()
+            .filter(|(_, s)| *s == LockState::Locked)
+            .map(|(r, _)| r.writes.len())
+            .sum();
+        assert_eq!(
+            locks, expected,
+            "locks in storage and Locked LOCK records disagree"
+        );
+        assert!(
+            self.log.len() <= 2 * self.limits.max_log_records,
+            "log over its bound"
+        );
     }
 }

@@ -61,7 +61,9 @@ pub struct ConfigId(pub u64);
 
 /// A point in global time, in nanoseconds of the clock master's clock
 /// (FaRMv2 §4.1). `Timestamp(0)` is the initial version of every key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct Timestamp(pub u64);
 
 impl Timestamp {
@@ -97,7 +99,11 @@ pub struct TxId {
 
 impl fmt::Display for TxId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "tx<{},{},{},{}>", self.config.0, self.coordinator, self.thread, self.local)
+        write!(
+            f,
+            "tx<{},{},{},{}>",
+            self.config.0, self.coordinator, self.thread, self.local
+        )
     }
 }
 
@@ -447,7 +453,10 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
     }
     let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
     if len > MAX_FRAME_BYTES {
-        return Err(WireError::FrameTooLarge { len, max: MAX_FRAME_BYTES });
+        return Err(WireError::FrameTooLarge {
+            len,
+            max: MAX_FRAME_BYTES,
+        });
     }
     if buf.len() < 4 + len {
         return Ok(None);
@@ -463,7 +472,12 @@ mod tests {
     use super::*;
 
     fn tx() -> TxId {
-        TxId { config: ConfigId(1), coordinator: 7, thread: 2, local: 99 }
+        TxId {
+            config: ConfigId(1),
+            coordinator: 7,
+            thread: 2,
+            local: 99,
+        }
     }
 
     #[test]
@@ -475,10 +489,17 @@ mod tests {
                 tx: tx(),
                 read_ts: Timestamp(10),
                 regions: vec![RegionId(3)],
-                writes: vec![WriteOp { region: RegionId(3), key: b"k".to_vec(), value: None }],
+                writes: vec![WriteOp {
+                    region: RegionId(3),
+                    key: b"k".to_vec(),
+                    value: None,
+                }],
             }),
         };
-        let b = Frame::Response { id: 5, resp: Response::LockReply(Err(Conflict::Locked)) };
+        let b = Frame::Response {
+            id: 5,
+            resp: Response::LockReply(Err(Conflict::Locked)),
+        };
         let mut buf = Vec::new();
         encode_frame(&a, &mut buf).unwrap();
         encode_frame(&b, &mut buf).unwrap();
@@ -497,17 +518,26 @@ mod tests {
         bad.extend_from_slice(&[0xff, 0xff, 0xff]);
         assert!(matches!(decode_frame(&bad), Err(WireError::Malformed(_))));
         let huge = ((MAX_FRAME_BYTES + 1) as u32).to_le_bytes();
-        assert!(matches!(decode_frame(&huge), Err(WireError::FrameTooLarge { .. })));
+        assert!(matches!(
+            decode_frame(&huge),
+            Err(WireError::FrameTooLarge { .. })
+        ));
     }
 
     #[test]
     fn key_range_bounds() {
-        let r = KeyRange { start: b"b".to_vec(), end: Some(b"d".to_vec()) };
+        let r = KeyRange {
+            start: b"b".to_vec(),
+            end: Some(b"d".to_vec()),
+        };
         assert!(!r.contains(b"a"));
         assert!(r.contains(b"b"));
         assert!(r.contains(b"c\xff"));
         assert!(!r.contains(b"d"));
-        let open = KeyRange { start: b"b".to_vec(), end: None };
+        let open = KeyRange {
+            start: b"b".to_vec(),
+            end: None,
+        };
         assert!(open.contains(b"zzz"));
     }
 }

@@ -37,7 +37,10 @@ pub fn register_key(i: u32) -> Key {
 
 /// The write id at the front of a checked workload's value.
 pub fn write_id(value: &[u8]) -> Option<u64> {
-    value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes)
+    value
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
 }
 
 /// Encode a bank account value.
@@ -49,7 +52,10 @@ pub fn encode_account(write_id: u64, balance: i64) -> Value {
 
 /// Decode a bank account's balance; `None` if the value is malformed.
 pub fn balance(value: &[u8]) -> Option<i64> {
-    value.get(8..16).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes)
+    value
+        .get(8..16)
+        .and_then(|b| b.try_into().ok())
+        .map(i64::from_le_bytes)
 }
 
 /// Hands out unique write ids for one client: `client << 40 | n`.
@@ -92,7 +98,14 @@ impl BankConfig {
 
     /// The initial rows (write ids `1..=accounts` of client 0).
     pub fn population(&self) -> Vec<(Key, Value)> {
-        (0..self.accounts).map(|i| (account_key(i), encode_account(i as u64 + 1, self.initial_balance))).collect()
+        (0..self.accounts)
+            .map(|i| {
+                (
+                    account_key(i),
+                    encode_account(i as u64 + 1, self.initial_balance),
+                )
+            })
+            .collect()
     }
 }
 
@@ -128,11 +141,17 @@ impl Program for Transfer {
                 }
                 self.state = 3;
                 self.to_balance_after = to_balance + self.amount;
-                Step::Put(account_key(self.from), encode_account(self.ids[0], self.from_balance - self.amount))
+                Step::Put(
+                    account_key(self.from),
+                    encode_account(self.ids[0], self.from_balance - self.amount),
+                )
             }
             3 => {
                 self.state = 4;
-                Step::Put(account_key(self.to), encode_account(self.ids[1], self.to_balance_after))
+                Step::Put(
+                    account_key(self.to),
+                    encode_account(self.ids[1], self.to_balance_after),
+                )
             }
             _ => Step::Commit,
         }
@@ -169,7 +188,10 @@ impl Program for Audit {
             return Err("audit read a missing or malformed account".into());
         }
         if self.sum != self.expected {
-            return Err(format!("audit saw total {} instead of {}", self.sum, self.expected));
+            return Err(format!(
+                "audit saw total {} instead of {}",
+                self.sum, self.expected
+            ));
         }
         Ok(())
     }
@@ -210,7 +232,13 @@ impl BankConfig {
     /// Draw the next bank transaction.
     pub fn next_txn(&self, ids: &mut WriteIds, rng: &mut impl Rng) -> BankTxn {
         if rng.gen_range(0..100) < self.audit_percent || self.accounts < 2 {
-            return BankTxn::Audit(Audit { accounts: self.accounts, expected: self.total(), next: 0, sum: 0, malformed: false });
+            return BankTxn::Audit(Audit {
+                accounts: self.accounts,
+                expected: self.total(),
+                next: 0,
+                sum: 0,
+                malformed: false,
+            });
         }
         let from = rng.gen_range(0..self.accounts);
         let mut to = rng.gen_range(0..self.accounts - 1);
@@ -263,7 +291,10 @@ impl RegisterConfig {
             steps.push(Step::Get(register_key(rng.gen_range(0..self.keys))));
         }
         for _ in 0..rng.gen_range(0..=self.max_writes) {
-            steps.push(Step::Put(register_key(rng.gen_range(0..self.keys)), ids.next_id().to_le_bytes().to_vec()));
+            steps.push(Step::Put(
+                register_key(rng.gen_range(0..self.keys)),
+                ids.next_id().to_le_bytes().to_vec(),
+            ));
         }
         steps.push(Step::Commit);
         RegisterTxn { steps, at: 0 }
@@ -279,7 +310,11 @@ mod tests {
     /// Run programs serially against a map: audits must always pass.
     #[test]
     fn serial_bank_keeps_the_total() {
-        let cfg = BankConfig { accounts: 5, initial_balance: 100, audit_percent: 20 };
+        let cfg = BankConfig {
+            accounts: 5,
+            initial_balance: 100,
+            audit_percent: 20,
+        };
         let mut db: BTreeMap<Key, Value> = cfg.population().into_iter().collect();
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let mut ids = WriteIds::new(1);
@@ -309,10 +344,20 @@ mod tests {
 
     #[test]
     fn audit_detects_a_wrong_total() {
-        let cfg = BankConfig { accounts: 2, initial_balance: 10, audit_percent: 100 };
-        let mut p = cfg.next_txn(&mut WriteIds::new(1), &mut rand::rngs::StdRng::seed_from_u64(1));
+        let cfg = BankConfig {
+            accounts: 2,
+            initial_balance: 10,
+            audit_percent: 100,
+        };
+        let mut p = cfg.next_txn(
+            &mut WriteIds::new(1),
+            &mut rand::rngs::StdRng::seed_from_u64(1),
+        );
         assert_eq!(p.next(None), Step::Get(account_key(0)));
-        assert_eq!(p.next(Some(Some(encode_account(1, 10)))), Step::Get(account_key(1)));
+        assert_eq!(
+            p.next(Some(Some(encode_account(1, 10)))),
+            Step::Get(account_key(1))
+        );
         assert_eq!(p.next(Some(Some(encode_account(2, 11)))), Step::Commit);
         assert!(p.on_commit().is_err());
     }

@@ -13,7 +13,7 @@
 //! over the regions while keeping related rows (a subscriber's call
 //! forwardings, say) contiguous for scans.
 
+pub mod bank;
 pub mod ops;
 pub mod tatp;
 pub mod ycsb;
-pub mod bank;

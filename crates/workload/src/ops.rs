@@ -22,7 +22,12 @@ pub trait TxnOps {
     /// Buffer a delete of `key`.
     async fn delete(&mut self, key: Key) -> Result<(), Self::Error>;
     /// Up to `limit` live pairs with `start <= key < end`, in key order.
-    async fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Key, Value)>, Self::Error>;
+    async fn scan(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Key, Value)>, Self::Error>;
 }
 
 /// One step a [`Program`] asks its driver to perform.
