@@ -134,3 +134,42 @@ fn bank_on_a_real_cluster_passes_audits_and_the_checker() {
     let edn = meridian_checker::to_edn(&out.history);
     assert_eq!(edn.lines().count(), 2 * out.history.len());
 }
+
+#[test]
+fn bench_tatp_main_job_runs_and_reports() {
+    let dir = test_dir("tatp");
+    let json = dir.join("tatp.json");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_meridian"))
+        .args(["bench", "tatp", "--subscribers", "2000", "--duration", "2", "--baseline", "1", "--clients", "8"])
+        .arg("--dir")
+        .arg(dir.join("cluster"))
+        .arg("--json")
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn bench");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = cluster::stop(&dir.join("cluster"));
+            panic!("bench tatp exceeded 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "bench tatp failed");
+    let text = std::fs::read_to_string(&json).expect("results json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("valid json");
+    assert!(v["committed"].as_u64().unwrap_or(0) > 100, "{text}");
+    assert!(v["ratio_to_rpc"].as_f64().unwrap_or(0.0) > 0.0, "{text}");
+    for kind in ["GET_SUBSCRIBER_DATA", "UPDATE_LOCATION", "GET_NEW_DESTINATION"] {
+        assert!(v["latency"][kind]["committed"].as_u64().unwrap_or(0) > 0, "no {kind} in {text}");
+    }
+    // The bench stopped the cluster it started.
+    assert!(cluster::status(&dir.join("cluster")).expect("status").iter().all(|(_, _, pid, _)| pid.is_none()));
+}

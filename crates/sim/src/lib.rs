@@ -549,35 +549,27 @@ impl Sim {
                 self.deliver(to, from, rpc, truncate, msg)
             }
             Event::Sync(who) => {
-                if who >= 1000 {
-                    // A node syncing with the master; its result feeds node-side GC.
-                    let n = who - 1000;
-                    let local = self.nodes[n as usize].1.local(self.now);
-                    let rpc = self.next_rpc;
-                    self.next_rpc += 1;
-                    self.pending
-                        .insert((who, rpc), Pending::Sync { send_local: local });
-                    self.send(
-                        Addr::Client(who),
-                        Addr::Node(0),
-                        rpc,
-                        Vec::new(),
-                        Msg::Req(Request::ClockSync),
-                    );
+                // `who` >= 1000 is node `who - 1000` syncing (its clock feeds GC).
+                let clock = if who >= 1000 {
+                    self.nodes[(who - 1000) as usize].1
                 } else {
-                    let local = self.clients[who as usize].clock.local(self.now);
-                    let rpc = self.next_rpc;
-                    self.next_rpc += 1;
-                    self.pending
-                        .insert((who, rpc), Pending::Sync { send_local: local });
-                    self.send(
-                        Addr::Client(who),
-                        Addr::Node(0),
-                        rpc,
-                        Vec::new(),
-                        Msg::Req(Request::ClockSync),
-                    );
-                }
+                    self.clients[who as usize].clock
+                };
+                let rpc = self.next_rpc;
+                self.next_rpc += 1;
+                self.pending.insert(
+                    (who, rpc),
+                    Pending::Sync {
+                        send_local: clock.local(self.now),
+                    },
+                );
+                self.send(
+                    Addr::Client(who),
+                    Addr::Node(0),
+                    rpc,
+                    Vec::new(),
+                    Msg::Req(Request::ClockSync),
+                );
                 if !self.all_done() {
                     let next = self.now + self.cfg.sync_interval_ns;
                     self.schedule(next, Event::Sync(who));

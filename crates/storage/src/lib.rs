@@ -102,6 +102,18 @@ fn check_range(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
     )
 }
 
+/// Drop the oldest versions beyond `max_versions`, raising the object's
+/// `floor_ts` so that reads needing them abort. Returns the number dropped.
+fn enforce_chain_bound(obj: &mut Object, max_versions: usize) -> u64 {
+    if obj.versions.len() <= max_versions {
+        return 0;
+    }
+    let drop = obj.versions.len() - max_versions;
+    obj.versions.drain(..drop);
+    obj.floor_ts = obj.versions[0].ts;
+    drop as u64
+}
+
 impl RegionStore {
     /// An empty replica keeping at most `max_versions` versions per object.
     pub fn new(max_versions: usize) -> Self {
@@ -258,12 +270,7 @@ impl RegionStore {
             ts: write_ts,
             value,
         });
-        if obj.versions.len() > self.max_versions {
-            let drop = obj.versions.len() - self.max_versions;
-            obj.versions.drain(..drop);
-            obj.floor_ts = obj.versions[0].ts;
-            self.stats.versions_freed += drop as u64;
-        }
+        self.stats.versions_freed += enforce_chain_bound(obj, self.max_versions);
         let tombstone = obj.versions.last().is_some_and(|v| v.value.is_none());
         if had_versions || tombstone {
             self.gc_queue.push_back((write_ts, key.to_vec()));
@@ -289,12 +296,7 @@ impl RegionStore {
                 },
             ),
         }
-        if obj.versions.len() > self.max_versions {
-            let drop = obj.versions.len() - self.max_versions;
-            obj.versions.drain(..drop);
-            obj.floor_ts = obj.versions[0].ts;
-            self.stats.versions_freed += drop as u64;
-        }
+        self.stats.versions_freed += enforce_chain_bound(obj, self.max_versions);
         if obj.versions.len() > 1 || obj.versions.last().is_some_and(|v| v.value.is_none()) {
             self.gc_queue.push_back((write_ts, key.to_vec()));
         }
