@@ -133,6 +133,8 @@ fn bank_on_a_real_cluster_passes_audits_and_the_checker() {
     // The history exports as EDN, one op per line, invoke + completion per transaction.
     let edn = meridian_checker::to_edn(&out.history);
     assert_eq!(edn.lines().count(), 2 * out.history.len());
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -141,7 +143,18 @@ fn bench_tatp_main_job_runs_and_reports() {
     let json = dir.join("tatp.json");
     std::fs::create_dir_all(&dir).expect("mkdir");
     let mut child = Command::new(env!("CARGO_BIN_EXE_meridian"))
-        .args(["bench", "tatp", "--subscribers", "2000", "--duration", "2", "--baseline", "1", "--clients", "8"])
+        .args([
+            "bench",
+            "tatp",
+            "--subscribers",
+            "2000",
+            "--duration",
+            "2",
+            "--baseline",
+            "1",
+            "--clients",
+            "8",
+        ])
         .arg("--dir")
         .arg(dir.join("cluster"))
         .arg("--json")
@@ -167,9 +180,20 @@ fn bench_tatp_main_job_runs_and_reports() {
     let v: serde_json::Value = serde_json::from_str(&text).expect("valid json");
     assert!(v["committed"].as_u64().unwrap_or(0) > 100, "{text}");
     assert!(v["ratio_to_rpc"].as_f64().unwrap_or(0.0) > 0.0, "{text}");
-    for kind in ["GET_SUBSCRIBER_DATA", "UPDATE_LOCATION", "GET_NEW_DESTINATION"] {
-        assert!(v["latency"][kind]["committed"].as_u64().unwrap_or(0) > 0, "no {kind} in {text}");
+    for kind in [
+        "GET_SUBSCRIBER_DATA",
+        "UPDATE_LOCATION",
+        "GET_NEW_DESTINATION",
+    ] {
+        assert!(
+            v["latency"][kind]["committed"].as_u64().unwrap_or(0) > 0,
+            "no {kind} in {text}"
+        );
     }
     // The bench stopped the cluster it started.
-    assert!(cluster::status(&dir.join("cluster")).expect("status").iter().all(|(_, _, pid, _)| pid.is_none()));
+    assert!(cluster::status(&dir.join("cluster"))
+        .expect("status")
+        .iter()
+        .all(|(_, _, pid, _)| pid.is_none()));
+    let _ = std::fs::remove_dir_all(&dir);
 }
