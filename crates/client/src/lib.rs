@@ -310,10 +310,31 @@ impl Client {
             .unwrap_or_default()
     }
 
+    /// Queue TRUNCATE of `tx` for `nodes`; piggybacked on the next request,
+    /// or flushed by the background task. A queue that reaches
+    /// `limits.max_pending_truncations` is flushed at once.
     fn queue_truncates(&self, tx: TxId, nodes: &[NodeId]) {
-        let mut t = lock(&self.inner.truncates);
-        for n in nodes {
-            t.entry(*n).or_default().push(tx);
+        let max = self.inner.limits.max_pending_truncations;
+        let mut full = Vec::new();
+        {
+            let mut t = lock(&self.inner.truncates);
+            for n in nodes {
+                let q = t.entry(*n).or_default();
+                q.push(tx);
+                if q.len() >= max {
+                    full.push((*n, std::mem::take(q)));
+                }
+            }
+        }
+        for (n, txs) in full {
+            if let Ok(c) = self.conn(n) {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = c.send_oneway(Vec::new(), Request::Truncate { txs }).await {
+                        tracing::warn!("truncate to {n} failed: {e}");
+                    }
+                });
+            }
         }
     }
 

@@ -396,9 +396,20 @@ impl Sim {
     }
 
     fn send(&mut self, from: Addr, to: Addr, rpc: u64, truncate: Vec<TxId>, msg: Msg) {
-        let d = self
+        let mut d = self
             .rng
             .gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns);
+        // Every third client is "far" from the clock master: its clock
+        // synchronisations take 10x longer, so its uncertainty is much larger
+        // than its peers' (the setting of FaRMv2 §7.3's counterexamples).
+        let far = |a: Addr| matches!(a, Addr::Client(c) if c < 1000 && c % 3 == 0);
+        let is_sync = matches!(
+            &msg,
+            Msg::Req(Request::ClockSync) | Msg::Resp(Response::MasterTime { .. })
+        );
+        if is_sync && (far(from) || far(to)) {
+            d *= 10;
+        }
         self.schedule(
             self.now + d,
             Event::Deliver {
@@ -841,7 +852,9 @@ impl Sim {
     fn on_commit_reply(&mut self, c: u32, from: NodeId, resp: Response) {
         let cl = &mut self.clients[c as usize];
         let Some(txn) = cl.txn.as_mut() else { return };
-        match txn.on_reply(from, resp) {
+        let r = txn.on_reply(from, resp);
+        txn.check_invariants();
+        match r {
             Ok(Some(step)) => self.commit_step(c, step),
             Ok(None) => {}
             Err(e) => panic!("seed {}: protocol error {e}", self.cfg.seed),
