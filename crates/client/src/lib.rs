@@ -35,7 +35,7 @@ pub mod wait;
 use meridian_config::{Configuration, Limits, RegionMap};
 use meridian_time::{ClockSync, SyncSample};
 use meridian_transport::{Connection, TransportError};
-use meridian_txn::{CommitStep, GetStep, Transaction, TxnError, TxnOptions};
+use meridian_txn::{CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions};
 use meridian_wire::{ConfigId, Key, NodeId, Request, Response, Timestamp, TxId, Value};
 use std::collections::HashMap;
 use std::future::Future;
@@ -208,11 +208,13 @@ impl Client {
                 match clock_conn.call(Vec::new(), Request::ClockSync).await {
                     Ok(Response::MasterTime { master_ns }) => {
                         let recv = mono_ns();
-                        lock(&inner.clock).on_sync(SyncSample {
+                        if let Err(e) = lock(&inner.clock).on_sync(SyncSample {
                             send_local_ns: send,
                             master_ns,
                             recv_local_ns: recv,
-                        });
+                        }) {
+                            tracing::error!("clock sync rejected: {e}");
+                        }
                     }
                     Ok(other) => tracing::warn!("unexpected clock reply {other:?}"),
                     Err(e) => {
@@ -282,10 +284,19 @@ impl Client {
     ///
     /// Errors: [`TxnError::ClockUnavailable`] if the clock is not synchronised.
     pub async fn get_ts(&self) -> Result<Timestamp, TxnError> {
-        let start = mono_ns();
-        let ticket = lock(&self.inner.clock)
-            .get_ts(start)
-            .map_err(|_| TxnError::ClockUnavailable)?;
+        // The clock is read under the clock mutex, so no synchronisation can
+        // be applied between the reading and its use (review finding 4; the
+        // engine also refuses samples newer than the reading).
+        let (start, ticket) = {
+            let mut clock = lock(&self.inner.clock);
+            let start = mono_ns();
+            (
+                start,
+                clock
+                    .get_ts(start)
+                    .map_err(|_| TxnError::ClockUnavailable)?,
+            )
+        };
         wait::wait_until(ticket.ready_local_ns).await;
         let s = &self.inner.ts_stats;
         s.count.fetch_add(1, Ordering::Relaxed);
@@ -536,17 +547,16 @@ impl Txn {
         end: Option<&[u8]>,
         limit: u32,
     ) -> Result<Vec<(Key, Value)>, TxnError> {
-        let plan = self.engine.scan_plan(start, end, limit)?;
-        let mut rows = Vec::new();
-        for (node, req) in plan {
-            let resp = self.client.call(node, req.clone()).await?;
-            let got = self.engine.on_scan_reply(node, &req, resp)?;
-            rows.extend(got.into_iter().map(|(k, v)| (k, v.value)));
-            if rows.len() >= limit as usize {
-                break;
+        let mut step = self.engine.scan(start, end, limit)?;
+        loop {
+            match step {
+                ScanStep::Done(rows) => return Ok(rows),
+                ScanStep::Send(node, req) => {
+                    let resp = self.client.call(node, req).await?;
+                    step = self.engine.on_scan_reply(node, resp)?;
+                }
             }
         }
-        Ok(self.engine.finish_scan(rows, start, end, limit))
     }
 
     /// Abort (nothing is locked before commit, so no messages are needed).

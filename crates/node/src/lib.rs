@@ -141,11 +141,13 @@ async fn clock_sync_loop(state: Arc<State>) {
                 conn.call(Vec::new(), Request::ClockSync).await
             {
                 let recv = mono_ns();
-                lock(&state.clock).on_sync(SyncSample {
+                if let Err(e) = lock(&state.clock).on_sync(SyncSample {
                     send_local_ns: send,
                     master_ns,
                     recv_local_ns: recv,
-                });
+                }) {
+                    tracing::error!("clock sync rejected: {e}");
+                }
             }
             tokio::time::sleep(interval).await;
         }

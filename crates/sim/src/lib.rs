@@ -655,11 +655,15 @@ impl Sim {
                         if c >= 1000 {
                             let n = (c - 1000) as usize;
                             let s = sample(self.nodes[n].1, self.now);
-                            self.nodes[n].2.on_sync(s);
+                            if let Err(e) = self.nodes[n].2.on_sync(s) {
+                                panic!("seed {}: node clock sync rejected: {e}", self.cfg.seed);
+                            }
                         } else {
                             let cl = &mut self.clients[c as usize];
                             let s = sample(cl.clock, self.now);
-                            cl.sync.on_sync(s);
+                            if let Err(e) = cl.sync.on_sync(s) {
+                                panic!("seed {}: client clock sync rejected: {e}", self.cfg.seed);
+                            }
                             let local = cl.clock.local(self.now);
                             cl.sync.check_invariants(local);
                         }

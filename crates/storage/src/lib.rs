@@ -215,8 +215,16 @@ impl RegionStore {
     /// by another transaction or has a version newer than `read_ts`.
     /// Idempotent for the same `tx`.
     ///
-    /// Errors: [`Conflict::Locked`], [`Conflict::Changed`].
+    /// A `read_ts` below the GC safe point is refused, exactly as validation
+    /// refuses it: GC may have removed a deleted object entirely, and an
+    /// absent object would then look unchanged since `read_ts` (a lost update
+    /// over a concurrent delete, review finding 1).
+    ///
+    /// Errors: [`Conflict::Locked`], [`Conflict::Changed`], [`Conflict::TooOld`].
     pub fn lock(&mut self, tx: TxId, key: &[u8], read_ts: Timestamp) -> Result<(), Conflict> {
+        if read_ts < self.safe_point {
+            return Err(Conflict::TooOld);
+        }
         let obj = match self.objects.get_mut(key) {
             Some(o) => o,
             None => self.objects.entry(key.to_vec()).or_default(),
@@ -522,6 +530,31 @@ mod tests {
         assert_eq!(s.read(b"k", ts(71)).unwrap(), None);
         s.gc(ts(1)); // never backwards
         assert_eq!(s.safe_point(), ts(70));
+        s.check_invariants();
+    }
+
+    /// Review finding 1: T reads k, k is deleted and the tombstone collected,
+    /// then T locks k. The object is gone, so only the safe point can tell
+    /// that k changed after T's `read_ts`.
+    #[test]
+    fn lock_below_the_safe_point_is_refused_after_a_collected_delete() {
+        let mut s = RegionStore::new(8);
+        s.install(tx(1), b"k", ts(10), Some(vec![1]));
+        // T reads k at 20 and sees version 10.
+        assert_eq!(s.read(b"k", ts(20)).unwrap().unwrap().version, ts(10));
+        // A concurrent transaction deletes k at 30; GC collects the tombstone.
+        s.lock(tx(2), b"k", ts(25)).unwrap();
+        s.install(tx(2), b"k", ts(30), None);
+        s.gc(ts(40));
+        assert!(s.object(b"k").is_none(), "tombstone collected");
+        // T now tries to write k: it must not succeed.
+        assert_eq!(s.lock(tx(3), b"k", ts(20)), Err(Conflict::TooOld));
+        assert!(
+            s.object(b"k").is_none(),
+            "a refused lock leaves no placeholder"
+        );
+        // A transaction with a fresh snapshot can.
+        s.lock(tx(4), b"k", ts(41)).unwrap();
         s.check_invariants();
     }
 

@@ -84,6 +84,26 @@ pub struct TsTicket {
 pub enum ClockError {
     /// No synchronisation with the clock master has completed yet.
     NotSynchronised,
+    /// The local time given is older than every retained synchronisation:
+    /// the caller read its clock, stalled, and a newer sample arrived in
+    /// between. Using that sample at the older time would give a lower bound
+    /// that is too high and an upper bound that is too low (review finding
+    /// 4). Read the clock again and retry.
+    StaleLocalTime {
+        /// The local time given, ns.
+        local_ns: u64,
+        /// The oldest usable sample's receive time, ns.
+        oldest_usable_ns: u64,
+    },
+    /// A synchronisation contradicts what is already known: the master's
+    /// clock went backwards, or a clock drifted past the bound. The sample is
+    /// rejected and counted in [`ClockStats::inconsistent`].
+    Inconsistent {
+        /// Lower bound known before the sample, ns.
+        lower_ns: u64,
+        /// Upper bound the sample implies, ns.
+        upper_ns: u64,
+    },
 }
 
 impl std::fmt::Display for ClockError {
@@ -92,6 +112,17 @@ impl std::fmt::Display for ClockError {
             ClockError::NotSynchronised => {
                 f.write_str("clock not yet synchronised with the clock master")
             }
+            ClockError::StaleLocalTime {
+                local_ns,
+                oldest_usable_ns,
+            } => write!(
+                f,
+                "local time {local_ns} ns predates every usable synchronisation (oldest {oldest_usable_ns} ns)"
+            ),
+            ClockError::Inconsistent { lower_ns, upper_ns } => write!(
+                f,
+                "clock master went backwards or drift bound exceeded: upper bound {upper_ns} ns below known lower bound {lower_ns} ns"
+            ),
         }
     }
 }
@@ -109,6 +140,9 @@ pub struct ClockStats {
     pub upper_improved: u64,
     /// Replies rejected because they arrived before they were sent (bad sample).
     pub rejected: u64,
+    /// Replies rejected because they contradict the known interval (the
+    /// master's clock went backwards, or the drift bound was exceeded).
+    pub inconsistent: u64,
 }
 
 /// Synchronisation state of one process (FaRMv2 Figure 2).
@@ -116,14 +150,23 @@ pub struct ClockStats {
 pub struct ClockSync {
     drift_ppm: u64,
     is_master: bool,
-    /// Sync giving the highest lower bound.
-    best_lower: Option<SyncSample>,
-    /// Sync giving the lowest upper bound.
-    best_upper: Option<SyncSample>,
+    /// Syncs giving the highest lower bound, best first: the current best
+    /// and the ones it replaced (at most [`RETAINED_SAMPLES`]), so that a
+    /// caller whose clock reading predates the newest sample can still be
+    /// answered from a sample that it could have known.
+    best_lower: Vec<SyncSample>,
+    /// Syncs giving the lowest upper bound, likewise.
+    best_upper: Vec<SyncSample>,
     /// Highest lower bound ever returned (monotonicity guard / invariant).
     last_lower: u64,
+    /// Local time at which `last_lower` was computed.
+    last_local_ns: u64,
     stats: ClockStats,
 }
+
+/// How many superseded best samples are kept per bound. A caller stalled
+/// across more synchronisations than this gets [`ClockError::StaleLocalTime`].
+pub const RETAINED_SAMPLES: usize = 4;
 
 const PPM: i128 = 1_000_000;
 
@@ -133,9 +176,10 @@ impl ClockSync {
         ClockSync {
             drift_ppm,
             is_master: false,
-            best_lower: None,
-            best_upper: None,
+            best_lower: Vec::new(),
+            best_upper: Vec::new(),
             last_lower: 0,
+            last_local_ns: 0,
             stats: ClockStats::default(),
         }
     }
@@ -145,9 +189,10 @@ impl ClockSync {
         ClockSync {
             drift_ppm: 0,
             is_master: true,
-            best_lower: None,
-            best_upper: None,
+            best_lower: Vec::new(),
+            best_upper: Vec::new(),
             last_lower: 0,
+            last_local_ns: 0,
             stats: ClockStats::default(),
         }
     }
@@ -182,58 +227,112 @@ impl ClockSync {
 
     /// Apply a synchronisation (FaRMv2 Figure 2 SYNC): keep it if it improves
     /// the lower or the upper bound at `sample.recv_local_ns`.
-    pub fn on_sync(&mut self, sample: SyncSample) {
+    ///
+    /// Errors: [`ClockError::Inconsistent`] if the sample's upper bound is
+    /// below the lower bound already known (the master's clock went
+    /// backwards, or some clock broke the drift bound). The sample is not
+    /// applied; the interval is never silently clamped.
+    pub fn on_sync(&mut self, sample: SyncSample) -> Result<(), ClockError> {
         if self.is_master {
-            return;
+            return Ok(());
         }
         if sample.recv_local_ns < sample.send_local_ns {
             self.stats.rejected += 1;
-            return;
+            return Ok(());
+        }
+        let t = sample.recv_local_ns;
+        if let Some(b) = self.best_lower.first() {
+            let known_lower = self.lower_at(b, t).max(self.last_lower as i128);
+            let upper = self.upper_at(&sample, t);
+            if upper < known_lower && t >= self.last_local_ns {
+                self.stats.inconsistent += 1;
+                return Err(ClockError::Inconsistent {
+                    lower_ns: known_lower.max(0) as u64,
+                    upper_ns: upper.max(0) as u64,
+                });
+            }
         }
         self.stats.syncs += 1;
-        let t = sample.recv_local_ns;
-        let better_lower = match &self.best_lower {
+        let better_lower = match self.best_lower.first() {
             None => true,
             Some(b) => self.lower_at(&sample, t) > self.lower_at(b, t),
         };
         if better_lower {
-            self.best_lower = Some(sample);
+            self.best_lower.insert(0, sample);
+            self.best_lower.truncate(RETAINED_SAMPLES);
             self.stats.lower_improved += 1;
         }
-        let better_upper = match &self.best_upper {
+        let better_upper = match self.best_upper.first() {
             None => true,
             Some(b) => self.upper_at(&sample, t) < self.upper_at(b, t),
         };
         if better_upper {
-            self.best_upper = Some(sample);
+            self.best_upper.insert(0, sample);
+            self.best_upper.truncate(RETAINED_SAMPLES);
             self.stats.upper_improved += 1;
+        }
+        Ok(())
+    }
+
+    /// The best retained samples (lower, upper) known at local time `t`:
+    /// those whose reply had arrived by `t`.
+    fn usable(&self, t: u64) -> Result<(SyncSample, SyncSample), ClockError> {
+        let (Some(l0), Some(u0)) = (self.best_lower.last(), self.best_upper.last()) else {
+            return Err(ClockError::NotSynchronised);
+        };
+        let known = |s: &&SyncSample| s.recv_local_ns <= t;
+        match (
+            self.best_lower.iter().find(known),
+            self.best_upper.iter().find(known),
+        ) {
+            (Some(l), Some(u)) => Ok((*l, *u)),
+            _ => Err(ClockError::StaleLocalTime {
+                local_ns: t,
+                oldest_usable_ns: l0.recv_local_ns.max(u0.recv_local_ns),
+            }),
         }
     }
 
     /// The current interval at local time `local_ns` (FaRMv2 Figure 2 TIME).
+    /// Only samples received by `local_ns` are used, so a caller that read
+    /// its clock before a concurrent synchronisation still gets bounds that
+    /// hold at the time it read.
     ///
-    /// Errors: [`ClockError::NotSynchronised`] before the first sync.
+    /// Errors: [`ClockError::NotSynchronised`] before the first sync,
+    /// [`ClockError::StaleLocalTime`] if `local_ns` predates every retained
+    /// sample, [`ClockError::Inconsistent`] if the bounds cross (the drift
+    /// bound was broken).
     pub fn time(&mut self, local_ns: u64) -> Result<Interval, ClockError> {
         if self.is_master {
             self.last_lower = self.last_lower.max(local_ns);
+            self.last_local_ns = self.last_local_ns.max(local_ns);
             return Ok(Interval {
                 lower: local_ns,
                 upper: local_ns,
             });
         }
-        let (Some(l), Some(u)) = (self.best_lower, self.best_upper) else {
-            return Err(ClockError::NotSynchronised);
-        };
+        let (l, u) = self.usable(local_ns)?;
         let lower = self.lower_at(&l, local_ns).max(0) as u64;
         let upper = self.upper_at(&u, local_ns).max(0) as u64;
-        // Monotonic clock + common slope => lower never decreases; the guard
-        // only absorbs a local clock read taken before a concurrent sync.
-        let lower = lower.max(self.last_lower).min(upper.max(self.last_lower));
+        if lower > upper {
+            self.stats.inconsistent += 1;
+            return Err(ClockError::Inconsistent {
+                lower_ns: lower,
+                upper_ns: upper,
+            });
+        }
+        if local_ns < self.last_local_ns {
+            // A stale reading: answer for that instant, without the
+            // monotonicity guard (which holds a later instant's bound).
+            return Ok(Interval { lower, upper });
+        }
+        // Monotonic clock + common slope => lower never decreases at
+        // non-decreasing local times; the guard keeps it so across a change
+        // of best sample.
+        let lower = lower.max(self.last_lower).min(upper);
         self.last_lower = lower;
-        Ok(Interval {
-            lower,
-            upper: upper.max(lower),
-        })
+        self.last_local_ns = local_ns;
+        Ok(Interval { lower, upper })
     }
 
     /// GET_TS (FaRMv2 Figure 4): the upper bound now, and the local time at
@@ -250,9 +349,7 @@ impl ClockSync {
                 uncertainty_ns: 0,
             });
         }
-        let Some(l) = self.best_lower else {
-            return Err(ClockError::NotSynchronised);
-        };
+        let (l, _) = self.usable(local_ns)?;
         // Smallest t with lower_at(l, t) > ts:
         //   m + (t - r)(1-ε) > ts  <=>  t > r + (ts - m)/(1-ε)
         let ts = iv.upper as i128;
@@ -269,16 +366,20 @@ impl ClockSync {
 
     /// True once `time()` can answer.
     pub fn is_synchronised(&self) -> bool {
-        self.is_master || (self.best_lower.is_some() && self.best_upper.is_some())
+        self.is_master || (!self.best_lower.is_empty() && !self.best_upper.is_empty())
     }
 
     /// Check the engine's invariants at local time `local_ns`; panics (also in
     /// release builds) on violation.
     pub fn check_invariants(&mut self, local_ns: u64) {
         let before = self.last_lower;
+        let fresh = local_ns >= self.last_local_ns;
+        assert!(
+            self.best_lower.len() <= RETAINED_SAMPLES && self.best_upper.len() <= RETAINED_SAMPLES
+        );
         if let Ok(iv) = self.time(local_ns) {
             assert!(
-                iv.lower >= before,
+                !fresh || iv.lower >= before,
                 "clock lower bound went backwards: {} < {}",
                 iv.lower,
                 before
@@ -316,7 +417,8 @@ mod tests {
                 send_local_ns: send,
                 master_ns: master,
                 recv_local_ns: recv,
-            });
+            })
+            .unwrap();
             t += 1_000_000;
             let iv = c.time(local(t, off, d)).unwrap();
             assert!(iv.lower <= t && t <= iv.upper, "true {t} outside {iv:?}");
@@ -332,12 +434,14 @@ mod tests {
             send_local_ns: 0,
             master_ns: 100,
             recv_local_ns: 10,
-        });
+        })
+        .unwrap();
         c.on_sync(SyncSample {
             send_local_ns: 50,
             master_ns: 140,
             recv_local_ns: 100,
-        });
+        })
+        .unwrap();
         // At t=100: lower from A = 190, from B = 140; upper from A = 200, from B = 190.
         let iv = c.time(100).unwrap();
         assert_eq!(
@@ -356,7 +460,8 @@ mod tests {
             send_local_ns: 1_000,
             master_ns: 50_000,
             recv_local_ns: 41_000,
-        });
+        })
+        .unwrap();
         let tk = c.get_ts(100_000).unwrap();
         assert!(tk.uncertainty_ns >= 40_000);
         let before = c.time(tk.ready_local_ns - 1).unwrap();
@@ -380,5 +485,77 @@ mod tests {
         let tk = m.get_ts(77).unwrap();
         assert_eq!(tk.ts, Timestamp(77));
         assert!(tk.ready_local_ns > 77);
+    }
+
+    /// Review finding 4: the caller reads its clock at `t`, stalls, and a
+    /// sync sent after `t` is applied before it calls `get_ts(t)`. Using that
+    /// sample at `t` gives an upper bound below the master's clock at `t`,
+    /// so the timestamp would be in the past when the call began (breaking
+    /// strictness, FaRMv2 Lemma 1).
+    #[test]
+    fn a_sample_newer_than_the_callers_reading_is_not_used() {
+        // Master clock = client clock = true time; drift bound 1000 ppm.
+        let mut c = ClockSync::new(1000);
+        c.on_sync(SyncSample {
+            send_local_ns: 0,
+            master_ns: 5,
+            recv_local_ns: 10,
+        })
+        .unwrap();
+        let t = 1_000_000; // the caller reads its clock here, then stalls
+        c.on_sync(SyncSample {
+            send_local_ns: 5_000_000,
+            master_ns: 5_000_000, // read at once by the master
+            recv_local_ns: 5_000_010,
+        })
+        .unwrap();
+        let tk = c.get_ts(t).unwrap();
+        assert!(
+            tk.ts.0 >= t,
+            "ts {} below the master's clock {t} when the call began",
+            tk.ts.0
+        );
+        let iv = c.time(t).unwrap();
+        assert!(iv.lower <= t && t <= iv.upper, "{iv:?} misses {t}");
+        // A reading older than every retained sample is an error, not a guess.
+        let mut d = ClockSync::new(1000);
+        for i in 1..=(RETAINED_SAMPLES as u64 + 1) {
+            d.on_sync(SyncSample {
+                send_local_ns: i * 1000,
+                master_ns: i * 1000,
+                recv_local_ns: i * 1000,
+            })
+            .unwrap();
+        }
+        assert!(matches!(
+            d.time(1500),
+            Err(ClockError::StaleLocalTime { .. })
+        ));
+    }
+
+    /// Review finding 8: a master whose clock goes backwards is reported,
+    /// not clamped.
+    #[test]
+    fn a_master_clock_going_backwards_is_reported() {
+        let mut c = ClockSync::new(1000);
+        c.on_sync(SyncSample {
+            send_local_ns: 0,
+            master_ns: 1_000_000,
+            recv_local_ns: 100,
+        })
+        .unwrap();
+        let before = c.time(200_000).unwrap();
+        let r = c.on_sync(SyncSample {
+            send_local_ns: 300_000,
+            master_ns: 500_000, // went back by more than the drift allows
+            recv_local_ns: 300_100,
+        });
+        assert!(matches!(r, Err(ClockError::Inconsistent { .. })), "{r:?}");
+        assert_eq!(c.stats().inconsistent, 1);
+        let after = c.time(400_000).unwrap();
+        assert!(
+            after.lower >= before.lower,
+            "the bad sample was not applied"
+        );
     }
 }

@@ -141,6 +141,31 @@ pub enum GetStep {
     Remote(NodeId, Request),
 }
 
+/// What a scan needs next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScanStep {
+    /// Send this request and pass the reply to [`Transaction::on_scan_reply`].
+    Send(NodeId, Request),
+    /// The scan's rows, in key order (at most `limit`).
+    Done(Vec<(Key, Value)>),
+}
+
+/// An open scan: what has been covered so far and what is left.
+#[derive(Clone, Debug)]
+struct ScanState {
+    start: Key,
+    end: Option<Key>,
+    limit: u32,
+    /// Stored rows read so far.
+    rows: BTreeMap<Key, Value>,
+    /// Every key in `[start, covered_end)` has been read; `None` = up to `end`.
+    covered_end: Option<Key>,
+    /// Regions (or the rest of one) still to read, in key order.
+    queue: std::collections::VecDeque<(RegionId, NodeId, KeyRange)>,
+    /// The request awaiting its reply.
+    inflight: Option<(RegionId, NodeId, KeyRange)>,
+}
+
 /// What commit needs next.
 #[derive(Clone, Debug, PartialEq)]
 pub enum CommitStep {
@@ -178,6 +203,8 @@ pub struct Transaction {
     /// Scanned ranges that must be validated against phantoms.
     scans: Vec<(RegionId, KeyRange)>,
     writes: BTreeMap<Key, Option<Value>>,
+    /// The scan in progress, if any.
+    scan: Option<ScanState>,
     phase: Phase,
     /// Replies still awaited in this phase, by node.
     pending: BTreeSet<NodeId>,
@@ -207,6 +234,7 @@ impl Transaction {
             reads: BTreeMap::new(),
             scans: Vec::new(),
             writes: BTreeMap::new(),
+            scan: None,
             phase: Phase::Executing,
             pending: BTreeSet::new(),
             lock_targets: BTreeSet::new(),
@@ -316,28 +344,34 @@ impl Transaction {
         }
     }
 
-    /// The per-region requests of a scan of `[start, end)` (`end = None`:
-    /// to the end of the key space), in key order. The driver sends them in
-    /// order, passing each reply to [`Transaction::on_scan_reply`], until it
-    /// has `limit` rows; then it calls [`Transaction::finish_scan`].
-    pub fn scan_plan(
+    /// Start a scan of `[start, end)` (`end = None`: to the end of the key
+    /// space) for up to `limit` live pairs, in key order, including this
+    /// transaction's own buffered writes. Returns the first request to send;
+    /// pass its reply to [`Transaction::on_scan_reply`] until it returns
+    /// [`ScanStep::Done`]. One scan at a time.
+    ///
+    /// The engine, not the driver, decides when a scan has enough rows: it
+    /// reads regions in key order and stops only once the rows it has
+    /// *covered* (stored rows merged with buffered writes, deletes removed)
+    /// reach `limit`. A participant that returns fewer rows than asked with
+    /// `more = true` (it clamps to `max_scan_rows`) is asked again from the
+    /// next key of the same region. So every key below the last row returned
+    /// was read and is validated; no gap is committed unvalidated (review
+    /// finding 3).
+    ///
+    /// Errors: `KeyTooLarge`, `TooManyOps`, `Aborted`/`Finished`.
+    pub fn scan(
         &mut self,
         start: &[u8],
         end: Option<&[u8]>,
         limit: u32,
-    ) -> Result<Vec<(NodeId, Request)>, TxnError> {
+    ) -> Result<ScanStep, TxnError> {
         self.check_executing()?;
         self.check_key(start)?;
-        // Ask for extra rows to cover buffered deletes in the range.
-        let deletes = self
-            .writes
-            .iter()
-            .filter(|(k, v)| {
-                v.is_none() && k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e)
-            })
-            .count() as u32;
-        let limit = limit.min(self.limits.max_scan_rows).saturating_add(deletes);
-        let mut out = Vec::new();
+        if let Some(e) = end {
+            self.check_key(e)?;
+        }
+        let mut queue = std::collections::VecDeque::new();
         for r in self.map.regions() {
             let r_end = r.end.as_deref();
             let starts_before_end = end.is_none_or(|e| r.start.as_slice() < e);
@@ -355,40 +389,113 @@ impl Transaction {
                 (Some(a), None) => Some(a.to_vec()),
                 (None, b) => b.map(|b| b.to_vec()),
             };
-            out.push((
-                r.primary,
-                Request::Scan {
-                    region: r.id,
-                    range: KeyRange { start: s, end: e },
-                    limit,
-                    read_ts: self.read_ts,
-                },
-            ));
+            if e.as_ref().is_some_and(|e| e.as_slice() <= s.as_slice()) {
+                continue;
+            }
+            queue.push_back((r.id, r.primary, KeyRange { start: s, end: e }));
         }
-        Ok(out)
+        self.scan = Some(ScanState {
+            start: start.to_vec(),
+            end: end.map(|e| e.to_vec()),
+            limit,
+            rows: BTreeMap::new(),
+            covered_end: Some(start.to_vec()),
+            queue,
+            inflight: None,
+        });
+        Ok(self.next_scan_step())
     }
 
-    /// Consume one region's scan reply; records the range actually covered
-    /// for phantom validation.
+    /// The merged rows of the covered prefix `[start, covered_end)`: stored
+    /// rows plus buffered puts, minus buffered deletes.
+    fn scan_merged(&self, st: &ScanState) -> BTreeMap<Key, Value> {
+        let mut merged = st.rows.clone();
+        let upper = match &st.covered_end {
+            Some(e) => std::ops::Bound::Excluded(e.as_slice()),
+            None => match &st.end {
+                Some(e) => std::ops::Bound::Excluded(e.as_slice()),
+                None => std::ops::Bound::Unbounded,
+            },
+        };
+        for (k, v) in self
+            .writes
+            .range::<[u8], _>((std::ops::Bound::Included(st.start.as_slice()), upper))
+        {
+            match v {
+                Some(v) => merged.insert(k.clone(), v.clone()),
+                None => merged.remove(k),
+            };
+        }
+        merged
+    }
+
+    fn next_scan_step(&mut self) -> ScanStep {
+        let Some(mut st) = self.scan.take() else {
+            return ScanStep::Done(Vec::new());
+        };
+        let merged = self.scan_merged(&st);
+        let enough = merged.len() >= st.limit as usize;
+        let next = if enough { None } else { st.queue.pop_front() };
+        match next {
+            None => {
+                // Done: every key of [start, covered_end) was read (and will
+                // be validated); the first `limit` merged rows are exact.
+                ScanStep::Done(merged.into_iter().take(st.limit as usize).collect())
+            }
+            Some((region, node, range)) => {
+                // Ask for enough rows to reach the limit even if buffered
+                // deletes remove some; the participant may return fewer.
+                let deletes = self
+                    .writes
+                    .iter()
+                    .filter(|(k, v)| v.is_none() && range.contains(k))
+                    .count();
+                let want = (st.limit as usize - merged.len()).saturating_add(deletes);
+                let want = want.clamp(1, self.limits.max_scan_rows.max(1) as usize) as u32;
+                let req = Request::Scan {
+                    region,
+                    range: range.clone(),
+                    limit: want,
+                    read_ts: self.read_ts,
+                };
+                st.inflight = Some((region, node, range));
+                self.scan = Some(st);
+                ScanStep::Send(node, req)
+            }
+        }
+    }
+
+    /// Consume the reply to the scan request last returned. Records the range
+    /// actually covered for phantom validation.
     ///
-    /// Errors: `Aborted` on a conflict, `Protocol` on an unexpected reply.
-    pub fn on_scan_reply(
-        &mut self,
-        from: NodeId,
-        req: &Request,
-        resp: Response,
-    ) -> Result<Vec<(Key, Versioned)>, TxnError> {
+    /// Errors: `Aborted` on a conflict, `Protocol` on an unexpected reply or
+    /// one from the wrong node.
+    pub fn on_scan_reply(&mut self, from: NodeId, resp: Response) -> Result<ScanStep, TxnError> {
         self.check_executing()?;
-        let Request::Scan { region, range, .. } = req else {
+        let Some((region, node, range)) = self.scan.as_mut().and_then(|s| s.inflight.take()) else {
             return Err(TxnError::Protocol {
                 node: from,
-                detail: "scan reply for a non-scan request".into(),
+                detail: "scan reply with no scan in flight".into(),
             });
         };
+        if node != from {
+            return Err(TxnError::Protocol {
+                node: from,
+                detail: format!("scan reply expected from {node}"),
+            });
+        }
         match resp {
             Response::ScanReply(Ok((rows, more))) => {
+                if rows.iter().any(|(k, _)| !range.contains(k))
+                    || rows.windows(2).any(|w| w[0].0 >= w[1].0)
+                {
+                    return Err(TxnError::Protocol {
+                        node: from,
+                        detail: "scan rows outside the range or out of order".into(),
+                    });
+                }
                 let covered = match (more, rows.last()) {
-                    // Cut short: validate up to and including the last key returned.
+                    // Cut short: covered up to and including the last key.
                     (true, Some((last, _))) => {
                         let mut succ = last.clone();
                         succ.push(0);
@@ -397,10 +504,32 @@ impl Transaction {
                             end: Some(succ),
                         }
                     }
-                    _ => range.clone(),
+                    (true, None) => {
+                        return Err(TxnError::Protocol {
+                            node: from,
+                            detail: "scan reply with more = true and no rows".into(),
+                        })
+                    }
+                    (false, _) => range.clone(),
                 };
-                self.scans.push((*region, covered));
-                Ok(rows)
+                self.scans.push((region, covered.clone()));
+                let st = self.scan.as_mut().ok_or(TxnError::Finished)?;
+                st.covered_end = covered.end.clone();
+                st.rows.extend(rows.into_iter().map(|(k, v)| (k, v.value)));
+                if more {
+                    if let Some(e) = covered.end {
+                        // Continue this region from the next key.
+                        st.queue.push_front((
+                            region,
+                            node,
+                            KeyRange {
+                                start: e,
+                                end: range.end,
+                            },
+                        ));
+                    }
+                }
+                Ok(self.next_scan_step())
             }
             Response::ScanReply(Err(c)) => Err(self.fail(AbortReason::Read(c))),
             other => Err(TxnError::Protocol {
@@ -408,28 +537,6 @@ impl Transaction {
                 detail: format!("{other:?}"),
             }),
         }
-    }
-
-    /// Merge stored rows of a scan of `[start, end)` with the write buffer
-    /// and cut to `limit`.
-    pub fn finish_scan(
-        &self,
-        rows: Vec<(Key, Value)>,
-        start: &[u8],
-        end: Option<&[u8]>,
-        limit: u32,
-    ) -> Vec<(Key, Value)> {
-        let mut merged: BTreeMap<Key, Value> = rows.into_iter().collect();
-        for (k, v) in self.writes.range::<[u8], _>((
-            std::ops::Bound::Included(start),
-            end.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
-        )) {
-            match v {
-                Some(v) => merged.insert(k.clone(), v.clone()),
-                None => merged.remove(k),
-            };
-        }
-        merged.into_iter().take(limit as usize).collect()
     }
 
     /// Buffer a write.
@@ -773,5 +880,186 @@ impl Transaction {
                     .collect()
             ) || self.phase == Phase::Validating
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::participant::Participant;
+    use meridian_config::Configuration;
+    use meridian_wire::ConfigId;
+
+    /// Two nodes, one copy, two regions: keys below 0x80 on n0, the rest on n1.
+    fn config(max_scan_rows: u32) -> Configuration {
+        let mut c = Configuration::local(2, 7000, 1, 2, std::path::Path::new("/nonexistent"));
+        c.limits.max_scan_rows = max_scan_rows;
+        c
+    }
+
+    fn tx(l: u64) -> TxId {
+        TxId {
+            config: ConfigId(1),
+            coordinator: 5,
+            thread: 0,
+            local: l,
+        }
+    }
+
+    struct Net {
+        parts: BTreeMap<NodeId, Participant>,
+        map: Arc<RegionMap>,
+        limits: Arc<Limits>,
+        next: u64,
+    }
+
+    impl Net {
+        fn new(participant_cfg: &Configuration, coordinator_cfg: &Configuration) -> Self {
+            Net {
+                parts: (0..2)
+                    .map(|i| (NodeId(i), Participant::new(NodeId(i), participant_cfg)))
+                    .collect(),
+                map: Arc::new(RegionMap::new(coordinator_cfg)),
+                limits: Arc::new(coordinator_cfg.limits.clone()),
+                next: 100,
+            }
+        }
+
+        fn begin(&mut self, read_ts: u64) -> Transaction {
+            self.next += 1;
+            Transaction::new(
+                tx(self.next),
+                Timestamp(read_ts),
+                TxnOptions::default(),
+                self.map.clone(),
+                self.limits.clone(),
+            )
+        }
+
+        fn call(&mut self, node: NodeId, req: &Request) -> Response {
+            self.parts
+                .get_mut(&node)
+                .and_then(|p| p.handle(&[], req))
+                .expect("a transaction request")
+        }
+
+        /// Commit `t`, answering every message from the participants.
+        fn commit(&mut self, t: &mut Transaction, write_ts: u64) -> Result<Timestamp, AbortReason> {
+            let mut step = t.commit().expect("commit starts");
+            loop {
+                step = match step {
+                    CommitStep::Done(r) => {
+                        for (n, req) in t.abort_messages() {
+                            self.call(n, &req);
+                        }
+                        return r;
+                    }
+                    CommitStep::GetWriteTs => t.on_write_ts(Timestamp(write_ts)).unwrap(),
+                    CommitStep::Send(msgs) => {
+                        let mut next = None;
+                        for (n, req) in msgs {
+                            let resp = self.call(n, &req);
+                            if let Some(s) = t.on_reply(n, resp).unwrap() {
+                                next.get_or_insert(s);
+                            }
+                        }
+                        next.expect("phase decided")
+                    }
+                };
+            }
+        }
+
+        fn write(&mut self, keys: &[&[u8]], write_ts: u64) {
+            let mut t = self.begin(write_ts - 1);
+            for k in keys {
+                t.put(k.to_vec(), b"v".to_vec()).unwrap();
+            }
+            assert_eq!(self.commit(&mut t, write_ts), Ok(Timestamp(write_ts)));
+        }
+
+        /// Drive a scan to completion; returns the rows and the requests sent.
+        fn scan(&mut self, t: &mut Transaction, limit: u32) -> (Vec<Key>, Vec<Request>) {
+            let mut sent = Vec::new();
+            let mut step = t.scan(b"", None, limit).unwrap();
+            loop {
+                match step {
+                    ScanStep::Done(rows) => {
+                        return (rows.into_iter().map(|(k, _)| k).collect(), sent)
+                    }
+                    ScanStep::Send(n, req) => {
+                        let resp = self.call(n, &req);
+                        sent.push(req);
+                        step = t.on_scan_reply(n, resp).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Review finding 3(a): a buffered delete inside the range used to make
+    /// the driver stop at `limit` stored rows; the merged result then had
+    /// fewer than `limit` rows and the next region was neither read nor
+    /// validated.
+    #[test]
+    fn a_buffered_delete_does_not_end_a_scan_early() {
+        let c = config(10_000);
+        let mut net = Net::new(&c, &c);
+        net.write(&[b"\x10", b"\x20", b"\x90"], 10);
+        let mut t = net.begin(20);
+        t.delete(b"\x10".to_vec()).unwrap();
+        let (rows, sent) = net.scan(&mut t, 2);
+        assert_eq!(rows, vec![b"\x20".to_vec(), b"\x90".to_vec()]);
+        assert_eq!(sent.len(), 2, "both regions read");
+        // The second region's range is validated too: a concurrent insert
+        // before the commit is a phantom that aborts it.
+        net.write(&[b"\x85"], 30);
+        t.put(b"\x11".to_vec(), b"w".to_vec()).unwrap();
+        assert!(matches!(
+            net.commit(&mut t, 40),
+            Err(AbortReason::Validate(Conflict::Changed))
+        ));
+    }
+
+    /// Review finding 3(b): a participant that clamps a scan to its own
+    /// `max_scan_rows` answers `more = true`; the driver used to move on to
+    /// the next region, leaving an unread, unvalidated gap.
+    #[test]
+    fn a_clamped_region_is_read_to_the_end_before_the_next() {
+        let participant = config(2);
+        let coordinator = config(10_000);
+        let mut net = Net::new(&participant, &coordinator);
+        net.write(&[b"\x10", b"\x20", b"\x30", b"\x90"], 10);
+        let mut t = net.begin(20);
+        let (rows, sent) = net.scan(&mut t, 10);
+        assert_eq!(
+            rows,
+            vec![
+                b"\x10".to_vec(),
+                b"\x20".to_vec(),
+                b"\x30".to_vec(),
+                b"\x90".to_vec()
+            ]
+        );
+        assert_eq!(sent.len(), 3, "region 0 twice (clamped), then region 1");
+        // Rows past the limit are neither returned nor needed.
+        let mut u = net.begin(20);
+        let (rows, _) = net.scan(&mut u, 1);
+        assert_eq!(rows, vec![b"\x10".to_vec()]);
+    }
+
+    #[test]
+    fn scan_replies_are_checked() {
+        let c = config(10_000);
+        let mut net = Net::new(&c, &c);
+        let mut t = net.begin(20);
+        let ScanStep::Send(n, _) = t.scan(b"", None, 5).unwrap() else {
+            panic!("expected a request");
+        };
+        // From the wrong node.
+        let other = NodeId(1 - n.0);
+        assert!(matches!(
+            t.on_scan_reply(other, Response::ScanReply(Ok((Vec::new(), false)))),
+            Err(TxnError::Protocol { .. })
+        ));
     }
 }

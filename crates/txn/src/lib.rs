@@ -17,5 +17,7 @@
 pub mod coordinator;
 pub mod participant;
 
-pub use coordinator::{AbortReason, CommitStep, GetStep, Transaction, TxnError, TxnOptions};
+pub use coordinator::{
+    AbortReason, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions,
+};
 pub use participant::Participant;

@@ -25,9 +25,19 @@
 use meridian_config::{Configuration, Limits, RegionMap};
 use meridian_storage::log::{LockState, TxLog};
 use meridian_storage::RegionStore;
-use meridian_wire::{Conflict, KeyRange, NodeId, RegionId, Request, Response, Timestamp, TxId};
-use std::collections::HashMap;
+use meridian_wire::{
+    Conflict, KeyRange, NodeId, RegionId, Rejection, Request, Response, Timestamp, TxId,
+};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// FaRMv2 §4.2: a transaction's `write_ts` is after its `read_ts`.
+fn check_write_ts(read_ts: Timestamp, write_ts: Timestamp) -> Result<(), Rejection> {
+    if write_ts <= read_ts {
+        return Err(Rejection::WriteTsNotAfterReadTs { read_ts, write_ts });
+    }
+    Ok(())
+}
 
 /// Counters of a participant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,7 +60,7 @@ pub struct Participant {
     node: NodeId,
     map: Arc<RegionMap>,
     limits: Limits,
-    stores: HashMap<RegionId, RegionStore>,
+    stores: BTreeMap<RegionId, RegionStore>,
     primary_for: Vec<RegionId>,
     backup_for: Vec<RegionId>,
     log: TxLog,
@@ -62,7 +72,7 @@ impl Participant {
     /// replicas of every region the node is primary or backup for.
     pub fn new(node: NodeId, cfg: &Configuration) -> Self {
         let map = Arc::new(RegionMap::new(cfg));
-        let mut stores = HashMap::new();
+        let mut stores = BTreeMap::new();
         let (mut primary_for, mut backup_for) = (Vec::new(), Vec::new());
         for r in map.regions() {
             if r.primary == node {
@@ -176,7 +186,10 @@ impl Participant {
                 limit,
                 read_ts,
             } => self.scan(*region, range, *limit, *read_ts),
-            Request::Lock(rec) => Response::LockReply(self.lock(rec)),
+            Request::Lock(rec) => match self.check_record(rec, true) {
+                Ok(()) => Response::LockReply(self.lock(rec)),
+                Err(r) => Response::Rejected(r),
+            },
             Request::Validate {
                 tx,
                 read_ts,
@@ -184,12 +197,20 @@ impl Participant {
                 ranges,
             } => Response::ValidateReply(self.validate(*tx, *read_ts, keys, ranges)),
             Request::CommitBackup { record, write_ts } => {
-                self.commit_backup(record, *write_ts);
-                Response::Ack
+                match self
+                    .check_record(record, false)
+                    .and_then(|()| check_write_ts(record.read_ts, *write_ts))
+                {
+                    Ok(()) => {
+                        self.commit_backup(record, *write_ts);
+                        Response::Ack
+                    }
+                    Err(r) => Response::Rejected(r),
+                }
             }
             Request::CommitPrimary { tx, write_ts } => match self.commit_primary(*tx, *write_ts) {
                 Ok(()) => Response::Ack,
-                Err(e) => Response::Error(e),
+                Err(r) => Response::Rejected(r),
             },
             Request::Abort { tx } => {
                 self.abort(*tx);
@@ -207,22 +228,67 @@ impl Participant {
         })
     }
 
+    /// Validate a LOCK (`as_primary`) or COMMIT-BACKUP record before it
+    /// touches any state: non-empty, every key once, every key inside the
+    /// region it names, sizes within [`Limits`]. A record that fails would
+    /// otherwise reach a release-build assertion halfway through installing
+    /// it (review finding 5).
+    fn check_record(
+        &self,
+        rec: &meridian_wire::LockRecord,
+        as_primary: bool,
+    ) -> Result<(), Rejection> {
+        if rec.writes.is_empty() {
+            return Err(Rejection::EmptyRecord);
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for w in &rec.writes {
+            if w.key.len() > self.limits.max_key_bytes {
+                return Err(Rejection::KeyTooLarge {
+                    len: w.key.len(),
+                    max: self.limits.max_key_bytes,
+                });
+            }
+            if let Some(v) = &w.value {
+                if v.len() > self.limits.max_value_bytes {
+                    return Err(Rejection::ValueTooLarge {
+                        len: v.len(),
+                        max: self.limits.max_value_bytes,
+                    });
+                }
+            }
+            if self.map.region_of(&w.key).id != w.region {
+                return Err(Rejection::WrongRegion {
+                    key: w.key.clone(),
+                    region: w.region,
+                });
+            }
+            if !seen.insert(w.key.as_slice()) {
+                return Err(Rejection::DuplicateKey { key: w.key.clone() });
+            }
+            let held = if as_primary {
+                self.primary_for.contains(&w.region)
+            } else {
+                self.backup_for.contains(&w.region)
+            };
+            if !held {
+                return Err(Rejection::WrongRole(format!(
+                    "{} is not {} of {}",
+                    self.node,
+                    if as_primary { "primary" } else { "a backup" },
+                    w.region
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn lock(&mut self, rec: &meridian_wire::LockRecord) -> Result<(), Conflict> {
         if self.log.primary.contains_key(&rec.tx) {
             return Ok(()); // duplicate delivery
         }
         if self.log.len() >= self.limits.max_log_records {
             return Err(Conflict::Overloaded);
-        }
-        for w in &rec.writes {
-            self.primary_store(w.region)?;
-            if w.key.len() > self.limits.max_key_bytes
-                || w.value
-                    .as_ref()
-                    .is_some_and(|v| v.len() > self.limits.max_value_bytes)
-            {
-                return Err(Conflict::Overloaded);
-            }
         }
         let mut locked = 0;
         let mut result = Ok(());
@@ -297,13 +363,16 @@ impl Participant {
         self.stats.backup_applied += 1;
     }
 
-    fn commit_primary(&mut self, tx: TxId, write_ts: Timestamp) -> Result<(), String> {
+    fn commit_primary(&mut self, tx: TxId, write_ts: Timestamp) -> Result<(), Rejection> {
         let Some((rec, state)) = self.log.primary.get_mut(&tx) else {
-            return Err(format!("COMMIT-PRIMARY for {tx} without a LOCK record"));
+            return Err(Rejection::NoLockRecord);
         };
         if *state != LockState::Locked {
             return Ok(()); // duplicate
         }
+        // Checked before any install: the lock guarantees every head is at or
+        // below read_ts, so write_ts > read_ts makes every install legal.
+        check_write_ts(rec.read_ts, write_ts)?;
         *state = LockState::Committed(write_ts);
         for w in &rec.writes {
             if let Some(s) = self.stores.get_mut(&w.region) {
@@ -380,5 +449,148 @@ impl Participant {
             self.log.len() <= 2 * self.limits.max_log_records,
             "log over its bound"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_wire::{ConfigId, LockRecord, WriteOp};
+
+    fn cfg() -> Configuration {
+        // One node holding every region as primary keeps the tests short.
+        Configuration::local(1, 7000, 1, 4, std::path::Path::new("/nonexistent"))
+    }
+
+    fn tx(l: u64) -> TxId {
+        TxId {
+            config: ConfigId(1),
+            coordinator: 9,
+            thread: 0,
+            local: l,
+        }
+    }
+
+    fn record(p: &Participant, t: TxId, read_ts: u64, keys: &[&[u8]]) -> LockRecord {
+        LockRecord {
+            tx: t,
+            read_ts: Timestamp(read_ts),
+            regions: vec![p.region_of(keys[0])],
+            writes: keys
+                .iter()
+                .map(|k| WriteOp {
+                    region: p.region_of(k),
+                    key: k.to_vec(),
+                    value: Some(b"v".to_vec()),
+                })
+                .collect(),
+        }
+    }
+
+    /// Review finding 5, first case: a LOCK record naming one key twice used
+    /// to lock it (idempotently), then panic in `install` at COMMIT-PRIMARY
+    /// halfway through the record, leaving the node dead and keys locked.
+    #[test]
+    fn lock_record_with_a_duplicate_key_is_rejected_untouched() {
+        let mut p = Participant::new(NodeId(0), &cfg());
+        let rec = record(&p, tx(1), 10, &[b"a", b"a"]);
+        let r = p.handle(&[], &Request::Lock(rec)).unwrap();
+        assert_eq!(
+            r,
+            Response::Rejected(Rejection::DuplicateKey { key: b"a".to_vec() })
+        );
+        assert_eq!(p.log_len(), 0);
+        assert_eq!(p.object_count(), 0, "nothing locked");
+        // Even if a coordinator now sends COMMIT-PRIMARY, nothing panics.
+        let r = p
+            .handle(
+                &[],
+                &Request::CommitPrimary {
+                    tx: tx(1),
+                    write_ts: Timestamp(20),
+                },
+            )
+            .unwrap();
+        assert_eq!(r, Response::Rejected(Rejection::NoLockRecord));
+        p.check_invariants();
+    }
+
+    /// Review finding 5, second case: COMMIT-PRIMARY with `write_ts <=
+    /// read_ts` reached the `install` assertion. It is now refused before any
+    /// state changes; the lock stays until the coordinator aborts.
+    #[test]
+    fn commit_primary_with_write_ts_not_after_read_ts_is_rejected_untouched() {
+        let mut p = Participant::new(NodeId(0), &cfg());
+        // A committed version at 50 on "b"; a transaction that read at 60.
+        let w = record(&p, tx(1), 40, &[b"b"]);
+        assert_eq!(
+            p.handle(&[], &Request::Lock(w)),
+            Some(Response::LockReply(Ok(())))
+        );
+        let c = Request::CommitPrimary {
+            tx: tx(1),
+            write_ts: Timestamp(50),
+        };
+        assert_eq!(p.handle(&[], &c), Some(Response::Ack));
+        let rec = record(&p, tx(2), 60, &[b"a", b"b"]);
+        assert_eq!(
+            p.handle(&[], &Request::Lock(rec)),
+            Some(Response::LockReply(Ok(())))
+        );
+        let bad = Request::CommitPrimary {
+            tx: tx(2),
+            write_ts: Timestamp(30),
+        };
+        assert_eq!(
+            p.handle(&[], &bad),
+            Some(Response::Rejected(Rejection::WriteTsNotAfterReadTs {
+                read_ts: Timestamp(60),
+                write_ts: Timestamp(30)
+            }))
+        );
+        p.check_invariants();
+        // The abort releases both locks; the old version is intact.
+        assert_eq!(
+            p.handle(&[], &Request::Abort { tx: tx(2) }),
+            Some(Response::Ack)
+        );
+        p.check_invariants();
+        assert_eq!(
+            p.read(p.region_of(b"b"), b"b", Timestamp(70)),
+            Response::ReadReply(Ok(Some(meridian_wire::Versioned {
+                version: Timestamp(50),
+                value: b"v".to_vec()
+            })))
+        );
+    }
+
+    #[test]
+    fn misdirected_and_oversized_records_are_rejected() {
+        let mut p = Participant::new(NodeId(0), &cfg());
+        let mut rec = record(&p, tx(1), 10, &[b"a"]);
+        rec.writes[0].region = RegionId(p.region_of(b"a").0 + 1);
+        assert!(matches!(
+            p.handle(&[], &Request::Lock(rec)),
+            Some(Response::Rejected(Rejection::WrongRegion { .. }))
+        ));
+        let mut rec = record(&p, tx(2), 10, &[b"a"]);
+        rec.writes[0].value = Some(vec![0; p.limits.max_value_bytes + 1]);
+        assert!(matches!(
+            p.handle(&[], &Request::Lock(rec)),
+            Some(Response::Rejected(Rejection::ValueTooLarge { .. }))
+        ));
+        let rec = record(&p, tx(3), 10, &[b"a"]);
+        assert!(matches!(
+            p.handle(
+                &[],
+                &Request::CommitBackup {
+                    record: rec,
+                    write_ts: Timestamp(10)
+                }
+            ),
+            Some(Response::Rejected(_))
+        ));
+        assert_eq!(p.log_len(), 0);
+        p.check_invariants();
     }
 }

@@ -184,6 +184,78 @@ impl fmt::Display for Conflict {
     }
 }
 
+/// Why a node refused a request as malformed or misdirected, before touching
+/// any state. Unlike a [`Conflict`], a rejection is not a normal outcome: a
+/// correct coordinator never causes one, so the coordinator treats it as a
+/// protocol error (and aborts what it holds). Remote input never panics a
+/// node; it gets one of these instead.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Rejection {
+    /// A LOCK or COMMIT-BACKUP record names the same key twice.
+    DuplicateKey {
+        /// The repeated key.
+        key: Key,
+    },
+    /// A key lies outside the region it was sent for.
+    WrongRegion {
+        /// The key.
+        key: Key,
+        /// The region named in the request.
+        region: RegionId,
+    },
+    /// A record with no writes.
+    EmptyRecord,
+    /// `write_ts <= read_ts` (FaRMv2 §4.2 requires `write_ts > read_ts`).
+    WriteTsNotAfterReadTs {
+        /// The transaction's read timestamp.
+        read_ts: Timestamp,
+        /// The offending write timestamp.
+        write_ts: Timestamp,
+    },
+    /// COMMIT-PRIMARY for a transaction with no LOCK record here.
+    NoLockRecord,
+    /// A key over `limits.max_key_bytes`.
+    KeyTooLarge {
+        /// Key length, bytes.
+        len: usize,
+        /// The limit, bytes.
+        max: usize,
+    },
+    /// A value over `limits.max_value_bytes`.
+    ValueTooLarge {
+        /// Value length, bytes.
+        len: usize,
+        /// The limit, bytes.
+        max: usize,
+    },
+    /// This node does not play the role the request needs (not the CM, not
+    /// the clock master, or a request kind it does not serve).
+    WrongRole(String),
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::DuplicateKey { key } => write!(f, "key {key:?} appears twice in one record"),
+            Rejection::WrongRegion { key, region } => {
+                write!(f, "key {key:?} does not belong to region {region}")
+            }
+            Rejection::EmptyRecord => f.write_str("record without writes"),
+            Rejection::WriteTsNotAfterReadTs { read_ts, write_ts } => {
+                write!(f, "write_ts {write_ts} is not after read_ts {read_ts}")
+            }
+            Rejection::NoLockRecord => f.write_str("COMMIT-PRIMARY without a LOCK record"),
+            Rejection::KeyTooLarge { len, max } => {
+                write!(f, "key of {len} bytes exceeds the {max}-byte limit")
+            }
+            Rejection::ValueTooLarge { len, max } => {
+                write!(f, "value of {len} bytes exceeds the {max}-byte limit")
+            }
+            Rejection::WrongRole(s) => write!(f, "wrong role: {s}"),
+        }
+    }
+}
+
 /// A value as read at some `read_ts`: the payload and the `write_ts` of the
 /// version it came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -359,7 +431,9 @@ pub enum Response {
     Executed(Result<Vec<ClientOpResult>, String>),
     /// Reply to `Status`.
     Status(NodeStatus),
-    /// The request was malformed or refused (message for humans).
+    /// The request was malformed or misdirected and changed nothing.
+    Rejected(Rejection),
+    /// The request was refused (message for humans).
     Error(String),
 }
 
