@@ -5,9 +5,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use meridian_checker::{History, Outcome, TxnRecord};
 use meridian_client::{mono_ns, Client, Txn};
 use meridian_txn::{TxnError, TxnOptions};
-use meridian_wire::{NodeId, Request, Response};
+use meridian_wire::NodeId;
 use meridian_workload::bank::{self, BankConfig, WriteIds};
-use meridian_workload::ops::{Program, Step};
+use meridian_workload::ops::Program;
 use meridian_workload::{tatp, ycsb};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -138,11 +138,11 @@ pub async fn rpc(client: &Client, clients: usize, secs: u64, show: bool) -> f64 
             while Instant::now() < deadline {
                 let n = nodes[k % nodes.len()];
                 k += 1;
-                match c.call(n, Request::Ping).await {
-                    Ok(Response::Pong) => {
+                match c.ping(n).await {
+                    Ok(()) => {
                         count.fetch_add(1, Ordering::Relaxed);
                     }
-                    other => tracing::warn!("ping: {other:?}"),
+                    Err(e) => tracing::warn!("ping {n}: {e}"),
                 }
             }
         }));
@@ -248,7 +248,7 @@ fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) 
             p999_us: all.value_at_quantile(0.999) as f64,
         },
     );
-    let (_, unc, wait) = client.ts_stats().snapshot();
+    let (_, unc, wait) = client.ts_summary();
     BenchResult {
         bench: bench.into(),
         seconds: secs,
@@ -595,33 +595,11 @@ async fn run_program(
     rec: &mut TxnRecord,
 ) -> Result<meridian_client::CommitInfo, TxnError> {
     let mut tx: Txn = s.begin(TxnOptions::default()).await?;
-    let mut last = None;
-    loop {
-        match program.next(last.take()) {
-            Step::Get(k) => match tx.get_versioned(&k).await {
-                Ok(v) => {
-                    // Only reads served by the store are recorded (not own writes).
-                    let own = v.as_ref().is_some_and(|(ts, _)| ts.0 == 0);
-                    if !own {
-                        rec.reads
-                            .push((k, v.as_ref().and_then(|(_, val)| bank::write_id(val))));
-                    }
-                    last = Some(v.map(|(_, val)| val));
-                }
-                Err(e) => return Err(e),
-            },
-            Step::Put(k, v) => {
-                if let Some(id) = bank::write_id(&v) {
-                    rec.writes.retain(|(key, _)| key != &k);
-                    rec.writes.push((k.clone(), id));
-                }
-                tx.put(k, v).await?;
-            }
-            Step::Commit => return tx.commit().await,
-            Step::Abort => {
-                tx.abort();
-                return Err(TxnError::Aborted(meridian_txn::AbortReason::User));
-            }
+    match meridian_workload::ops::run_program(&mut tx, program, rec).await? {
+        meridian_workload::ops::Ending::Commit => tx.commit().await,
+        meridian_workload::ops::Ending::Abort => {
+            tx.abort();
+            Err(TxnError::Aborted(meridian_txn::AbortReason::User))
         }
     }
 }

@@ -2,9 +2,7 @@
 //!
 //! As in FaRM, RAMP and RIFL, the application's process coordinates its own
 //! transactions: it reads from primaries, buffers writes, keeps its clock
-//! synchronised with the clock master and runs commit itself. No server
-//! coordinates on its behalf (thin clients are the exception: a node runs
-//! this library for them, see `Request::Execute`).
+//! synchronised with the clock master and runs commit itself.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -16,35 +14,42 @@
 //!         Ok(tx.get(b"\x00hello").await?.map(|v| v.len()))
 //!     }))
 //!     .await?;
+//! client.close().await;
 //! # Ok(()) }
 //! ```
 //!
-//! **Pieces.**
-//! - [`Client`]: connections to every node (pipelined, batched), the
-//!   coordinator id from the CM, the clock engine fed by a background sync
-//!   task, and the queue of pending TRUNCATEs that ride on later requests.
-//! - [`Session`]: FaRM's coordinator thread `t` of a transaction id; runs one
-//!   transaction at a time and owns the retry helper [`Session::run`].
-//! - [`Txn`]: one transaction, driving the [`meridian_txn::Transaction`]
-//!   engine: `get`, `put`, `delete`, `scan`, `commit`, `abort`.
-//! - [`wait::wait_until`]: precise sleeps for uncertainty waits (tokio's
-//!   timer has millisecond granularity; waits are tens of microseconds).
+//! **Layers.**
+//! - [`meridian_process::client::ClientProcess`] holds every decision: the
+//!   commit driver, timeouts, abort sending, the truncation queue, clock
+//!   sync. It is synchronous and does no I/O.
+//! - [`Core`] wraps it behind one mutex and turns application calls into
+//!   futures: each call reads `now` *under the lock* (so no clock sample can
+//!   be applied between the reading and its use), feeds the process, and
+//!   routes the effects: replies complete futures, sends and wake-ups go to
+//!   an [`Io`].
+//! - [`Io`] is the only part that differs between production and
+//!   simulation: [`tokio_io`] owns TCP links (with reconnection) and
+//!   precise timers; `meridian-sim` supplies simulated ones. So
+//!   [`Session`], [`Txn`] and the retry helper [`Session::run`] are the same
+//!   code in both.
 
-pub mod wait;
+pub mod tokio_io;
 
-use meridian_config::{Configuration, Limits, RegionMap};
-use meridian_time::{ClockSync, SyncSample};
+use meridian_config::Configuration;
+use meridian_process::client::{CallResult, ClientProcess, ClientStats, TxnHandle};
+use meridian_process::{CallId, Effect};
 use meridian_transport::{Connection, TransportError};
-use meridian_txn::{CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions};
-use meridian_wire::{ConfigId, Key, NodeId, Request, Response, Timestamp, TxId, Value};
-use std::collections::HashMap;
+use meridian_wire::{Frame, Key, NodeId, Request, Response, Timestamp, TxId, Value};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::task::{Context, Poll, Waker};
 
-pub use meridian_txn::{AbortReason, TxnOptions as Options};
+pub use meridian_process::client::CommitInfo;
+pub use meridian_runtime::mono_ns;
+pub use meridian_txn::{AbortReason, TxnError, TxnOptions as Options, TxnOptions};
 
 /// Errors connecting a client.
 #[derive(Debug, thiserror::Error)]
@@ -63,59 +68,32 @@ pub enum ClientError {
     ClockTimeout(u64),
 }
 
-/// The local monotonic clock, ns (CLOCK_MONOTONIC).
-pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the provided timespec; CLOCK_MONOTONIC is always valid.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Timestamp statistics, for reporting.
-#[derive(Debug, Default)]
-pub struct TsStats {
-    /// Timestamps taken.
-    pub count: AtomicU64,
-    /// Sum of uncertainties at GET_TS, ns.
-    pub uncertainty_ns: AtomicU64,
-    /// Sum of time actually waited, ns.
-    pub waited_ns: AtomicU64,
-}
-
-impl TsStats {
-    /// (count, mean uncertainty ns, mean wait ns).
-    pub fn snapshot(&self) -> (u64, u64, u64) {
-        let n = self.count.load(Ordering::Relaxed);
-        let d = n.max(1);
-        (
-            n,
-            self.uncertainty_ns.load(Ordering::Relaxed) / d,
-            self.waited_ns.load(Ordering::Relaxed) / d,
-        )
+/// What the core needs from its environment: a local clock, a way to send
+/// frames, and timers. Implemented by [`tokio_io::TokioIo`] and by the
+/// simulator.
+pub trait Io: Send + Sync + 'static {
+    /// The local clock, ns.
+    fn now_ns(&self) -> u64;
+    /// Send `frame` to `to` without blocking. A frame that cannot be queued
+    /// is dropped: its RPC then times out, like a lost message.
+    fn send(&self, to: NodeId, frame: Frame);
+    /// Call [`Core::tick`] at or after local time `at_local_ns`.
+    fn wake_at(&self, core: std::sync::Weak<Core>, at_local_ns: u64);
+    /// Fault injection (simulator only): `Some(gap_ns)` makes the next
+    /// application call *stall* between reading the clock and using it. The
+    /// call runs with its clock reading only once an input at least `gap_ns`
+    /// later has been processed, so inputs read later (a clock sync, say)
+    /// are processed first: the interleaving of review finding 4.
+    fn stall_ns(&self) -> Option<u64> {
+        None
     }
 }
 
-struct Inner {
-    config: Configuration,
-    map: Arc<RegionMap>,
-    limits: Arc<Limits>,
-    conns: HashMap<NodeId, Arc<Connection>>,
-    clock: Mutex<ClockSync>,
-    coordinator: u64,
-    next_thread: AtomicU32,
-    truncates: Mutex<HashMap<NodeId, Vec<TxId>>>,
-    ts_stats: TsStats,
-}
+type Deferred = Box<dyn FnOnce(&mut ClientProcess, u64, CallId) + Send>;
 
-/// A connected client. Cheap to clone.
-#[derive(Clone)]
-pub struct Client {
-    inner: Arc<Inner>,
+#[derive(Default)]
+struct Slot {
+    state: Mutex<(Option<CallResult>, Option<Waker>)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -123,6 +101,175 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         Ok(g) => g,
         Err(p) => p.into_inner(),
     }
+}
+
+/// The future of one application call.
+pub struct CallFuture {
+    slot: Arc<Slot>,
+}
+
+impl Future for CallFuture {
+    type Output = CallResult;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CallResult> {
+        let mut st = lock(&self.slot.state);
+        match st.0.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                st.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+struct State {
+    process: ClientProcess,
+    slots: BTreeMap<CallId, Arc<Slot>>,
+    next_call: CallId,
+    /// Stalled calls: (run once an input at or after this local time has
+    /// been processed, the clock reading, the call id, the call).
+    stalled: Vec<(u64, u64, CallId, Deferred)>,
+}
+
+/// A [`ClientProcess`] behind a mutex, with futures for its calls.
+pub struct Core {
+    state: Mutex<State>,
+    io: Box<dyn Io>,
+    config: Configuration,
+    me: std::sync::Weak<Core>,
+}
+
+impl Core {
+    /// A core over `process`, talking through `io`.
+    pub fn new(config: Configuration, process: ClientProcess, io: Box<dyn Io>) -> Arc<Core> {
+        Arc::new_cyclic(|me| Core {
+            state: Mutex::new(State {
+                process,
+                slots: BTreeMap::new(),
+                next_call: 1,
+                stalled: Vec::new(),
+            }),
+            io,
+            config,
+            me: me.clone(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Configuration {
+        &self.config
+    }
+
+    /// Run `f` on the process at the current local time (read under the
+    /// lock), then route its effects.
+    pub fn with<R>(&self, f: impl FnOnce(&mut ClientProcess, u64) -> R) -> R {
+        let mut st = lock(&self.state);
+        let now = self.io.now_ns();
+        let r = f(&mut st.process, now);
+        self.run_stalled(&mut st, now);
+        self.route(&mut st);
+        r
+    }
+
+    fn run_stalled(&self, st: &mut State, now: u64) {
+        if st.stalled.is_empty() {
+            return;
+        }
+        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut st.stalled)
+            .into_iter()
+            .partition(|(after, ..)| now >= *after);
+        st.stalled = rest;
+        for (_, read_ns, id, f) in due {
+            f(&mut st.process, read_ns, id);
+        }
+    }
+
+    fn call(
+        &self,
+        f: impl FnOnce(&mut ClientProcess, u64, CallId) + Send + 'static,
+    ) -> CallFuture {
+        let slot = Arc::new(Slot::default());
+        let mut st = lock(&self.state);
+        let id = st.next_call;
+        st.next_call += 1;
+        st.slots.insert(id, slot.clone());
+        let now = self.io.now_ns();
+        match self.io.stall_ns() {
+            Some(gap) => st.stalled.push((now.saturating_add(gap), now, id, Box::new(f))),
+            None => f(&mut st.process, now, id),
+        }
+        self.route(&mut st);
+        CallFuture { slot }
+    }
+
+    fn route(&self, st: &mut State) {
+        for e in st.process.drain_effects() {
+            match e {
+                Effect::Send { to, frame } => self.io.send(to, frame),
+                Effect::Wake { at_local_ns } => self.io.wake_at(self.me.clone(), at_local_ns),
+                Effect::Reply { call, result } => {
+                    if let Some(slot) = st.slots.remove(&call) {
+                        let waker = {
+                            let mut s = lock(&slot.state);
+                            s.0 = Some(result);
+                            s.1.take()
+                        };
+                        if let Some(w) = waker {
+                            w.wake();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A frame arrived from `from`.
+    pub fn on_message(&self, from: NodeId, frame: Frame) {
+        self.with(|p, now| p.on_message(now, from, frame))
+    }
+
+    /// The link to `node` broke.
+    pub fn on_disconnect(&self, node: NodeId) {
+        self.with(|p, now| p.on_disconnect(now, node))
+    }
+
+    /// A requested wake-up time has come.
+    pub fn tick(&self) {
+        self.with(|p, now| p.tick(now))
+    }
+}
+
+/// Closes the process (flushing truncations) when the last [`Client`]
+/// handle is dropped without [`Client::close`].
+struct Owner {
+    core: Arc<Core>,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let core = self.core.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let timeout = std::time::Duration::from_millis(
+                    core.config.limits.rpc_timeout_ms
+                        * core.config.limits.rpc_attempts as u64,
+                );
+                let _ = tokio::time::timeout(timeout, core.call(|p, now, c| p.close(now, c)))
+                    .await;
+            });
+        }
+    }
+}
+
+/// A connected client. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    owner: Arc<Owner>,
+    next_thread: Arc<AtomicU32>,
 }
 
 impl Client {
@@ -133,14 +280,8 @@ impl Client {
     /// Errors: [`ClientError`] on network failure, a bad configuration or a
     /// clock that does not synchronise within 5 s.
     pub async fn connect(cm_addr: &str) -> Result<Client, ClientError> {
-        let limits = Limits::default();
-        let cm = Connection::connect(
-            cm_addr,
-            limits.max_inflight_per_connection,
-            limits.max_batch_bytes,
-            limits.rpc_timeout_ms,
-        )
-        .await?;
+        let limits = meridian_config::Limits::default();
+        let cm = Connection::connect(cm_addr, 16, 4096, limits.rpc_timeout_ms).await?;
         let (coordinator, config_toml) = match cm.call(Vec::new(), Request::RegisterClient).await? {
             Response::Registered {
                 coordinator,
@@ -152,235 +293,111 @@ impl Client {
         Self::connect_with(config, coordinator).await
     }
 
-    /// Connect with a known configuration and coordinator id (used by nodes
-    /// that coordinate for thin clients).
+    /// Connect with a known configuration and coordinator id.
     ///
     /// Errors: as [`Client::connect`].
     pub async fn connect_with(
         config: Configuration,
         coordinator: u64,
     ) -> Result<Client, ClientError> {
-        let limits = Arc::new(config.limits.clone());
-        let mut conns = HashMap::new();
-        for n in &config.nodes {
-            let c = Connection::connect(
-                &n.addr,
-                limits.max_inflight_per_connection,
-                limits.max_batch_bytes,
-                limits.rpc_timeout_ms,
-            )
-            .await?;
-            conns.insert(NodeId(n.id), c);
-        }
-        // A dedicated connection for clock sync, so batches do not delay it.
-        let cm_addr = config.node(config.cm())?.addr.clone();
-        let clock_conn = Connection::connect(&cm_addr, 16, 4096, limits.rpc_timeout_ms).await?;
-        let inner = Arc::new(Inner {
-            map: Arc::new(RegionMap::new(&config)),
-            limits,
-            conns,
-            clock: Mutex::new(ClockSync::new(config.clock.drift_ppm)),
-            coordinator,
-            next_thread: AtomicU32::new(0),
-            truncates: Mutex::new(HashMap::new()),
-            ts_stats: TsStats::default(),
-            config,
-        });
-        let client = Client { inner };
-        client.spawn_background(clock_conn);
+        let seed = mono_ns() ^ (coordinator << 32);
+        let process = ClientProcess::new(&config, coordinator, seed);
+        let core = tokio_io::start(config, process)?;
+        let client = Client::over(core);
         let deadline = mono_ns() + 5_000_000_000;
-        while !lock(&client.inner.clock).is_synchronised() {
+        while !client.core().with(|p, _| p.is_synchronised()) {
             if mono_ns() > deadline {
                 return Err(ClientError::ClockTimeout(5000));
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
         Ok(client)
     }
 
-    fn spawn_background(&self, clock_conn: Arc<Connection>) {
-        let weak = Arc::downgrade(&self.inner);
-        let interval = Duration::from_micros(self.inner.config.clock.sync_interval_us.max(100));
-        tokio::spawn(async move {
-            loop {
-                let Some(inner) = weak.upgrade() else { break };
-                let send = mono_ns();
-                match clock_conn.call(Vec::new(), Request::ClockSync).await {
-                    Ok(Response::MasterTime { master_ns }) => {
-                        let recv = mono_ns();
-                        if let Err(e) = lock(&inner.clock).on_sync(SyncSample {
-                            send_local_ns: send,
-                            master_ns,
-                            recv_local_ns: recv,
-                        }) {
-                            tracing::error!("clock sync rejected: {e}");
-                        }
-                    }
-                    Ok(other) => tracing::warn!("unexpected clock reply {other:?}"),
-                    Err(e) => {
-                        tracing::warn!("clock sync failed: {e}");
-                        if clock_conn.is_closed() {
-                            break;
-                        }
-                    }
-                }
-                drop(inner);
-                tokio::time::sleep(interval).await;
-            }
-        });
-        let weak = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                let Some(inner) = weak.upgrade() else { break };
-                let pending: Vec<(NodeId, Vec<TxId>)> = lock(&inner.truncates)
-                    .drain()
-                    .filter(|(_, v)| !v.is_empty())
-                    .collect();
-                for (n, txs) in pending {
-                    if let Some(c) = inner.conns.get(&n) {
-                        if let Err(e) = c.send_oneway(Vec::new(), Request::Truncate { txs }).await {
-                            tracing::warn!("truncate to {n} failed: {e}");
-                        }
-                    }
-                }
-            }
-        });
+    /// A client over an existing core (the simulator builds its own).
+    pub fn over(core: Arc<Core>) -> Client {
+        Client {
+            owner: Arc::new(Owner {
+                core,
+                closed: std::sync::atomic::AtomicBool::new(false),
+            }),
+            next_thread: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// The core.
+    pub fn core(&self) -> &Arc<Core> {
+        &self.owner.core
     }
 
     /// The configuration.
     pub fn config(&self) -> &Configuration {
-        &self.inner.config
+        &self.owner.core.config
     }
 
     /// This client's coordinator id (the `m` of its transaction ids).
     pub fn coordinator_id(&self) -> u64 {
-        self.inner.coordinator
+        self.core().with(|p, _| p.coordinator())
     }
 
-    /// Timestamp statistics (uncertainty and waiting).
-    pub fn ts_stats(&self) -> &TsStats {
-        &self.inner.ts_stats
+    /// Counters of the client process (timestamps, retries, …).
+    pub fn stats(&self) -> ClientStats {
+        self.core().with(|p, _| p.stats())
+    }
+
+    /// (timestamps taken, mean uncertainty ns, mean GET_TS wait ns).
+    pub fn ts_summary(&self) -> (u64, u64, u64) {
+        let s = self.stats();
+        let n = s.ts_count.max(1);
+        (s.ts_count, s.uncertainty_ns_sum / n, s.ts_wait_ns_sum / n)
+    }
+
+    /// The clock's current uncertainty, ns (`None` if not synchronised).
+    pub fn uncertainty_ns(&self) -> Option<u64> {
+        self.core().with(|p, now| p.uncertainty_ns(now))
     }
 
     /// A new session (one coordinator thread).
     pub fn session(&self) -> Session {
         Session {
             client: self.clone(),
-            thread: self.inner.next_thread.fetch_add(1, Ordering::Relaxed),
-            next_local: 0,
+            thread: self.next_thread.fetch_add(1, Ordering::Relaxed),
         }
     }
 
-    /// The clock's current uncertainty, ns (`None` if not synchronised).
-    pub fn uncertainty_ns(&self) -> Option<u64> {
-        lock(&self.inner.clock)
-            .time(mono_ns())
-            .ok()
-            .map(|iv| iv.uncertainty_ns())
-    }
-
-    /// GET_TS (FaRMv2 Figure 4): a timestamp, returned once it is in the past.
-    ///
-    /// Errors: [`TxnError::ClockUnavailable`] if the clock is not synchronised.
-    pub async fn get_ts(&self) -> Result<Timestamp, TxnError> {
-        // The clock is read under the clock mutex, so no synchronisation can
-        // be applied between the reading and its use (review finding 4; the
-        // engine also refuses samples newer than the reading).
-        let (start, ticket) = {
-            let mut clock = lock(&self.inner.clock);
-            let start = mono_ns();
-            (
-                start,
-                clock
-                    .get_ts(start)
-                    .map_err(|_| TxnError::ClockUnavailable)?,
-            )
-        };
-        wait::wait_until(ticket.ready_local_ns).await;
-        let s = &self.inner.ts_stats;
-        s.count.fetch_add(1, Ordering::Relaxed);
-        s.uncertainty_ns
-            .fetch_add(ticket.uncertainty_ns, Ordering::Relaxed);
-        s.waited_ns
-            .fetch_add(mono_ns().saturating_sub(start), Ordering::Relaxed);
-        Ok(ticket.ts)
-    }
-
-    fn conn(&self, node: NodeId) -> Result<&Arc<Connection>, TxnError> {
-        self.inner
-            .conns
-            .get(&node)
-            .ok_or_else(|| TxnError::Transport(format!("no connection to {node}")))
-    }
-
-    fn take_truncates(&self, node: NodeId) -> Vec<TxId> {
-        lock(&self.inner.truncates)
-            .get_mut(&node)
-            .map(std::mem::take)
-            .unwrap_or_default()
-    }
-
-    /// Queue TRUNCATE of `tx` for `nodes`; piggybacked on the next request,
-    /// or flushed by the background task. A queue that reaches
-    /// `limits.max_pending_truncations` is flushed at once.
-    fn queue_truncates(&self, tx: TxId, nodes: &[NodeId]) {
-        let max = self.inner.limits.max_pending_truncations;
-        let mut full = Vec::new();
-        {
-            let mut t = lock(&self.inner.truncates);
-            for n in nodes {
-                let q = t.entry(*n).or_default();
-                q.push(tx);
-                if q.len() >= max {
-                    full.push((*n, std::mem::take(q)));
-                }
-            }
-        }
-        for (n, txs) in full {
-            if let Ok(c) = self.conn(n) {
-                let c = c.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = c.send_oneway(Vec::new(), Request::Truncate { txs }).await {
-                        tracing::warn!("truncate to {n} failed: {e}");
-                    }
-                });
-            }
-        }
-    }
-
-    /// Send `req` to `node` with piggybacked truncations; returns the reply.
+    /// Null RPC to `node`.
     ///
     /// Errors: [`TxnError::Transport`].
-    pub async fn call(&self, node: NodeId, req: Request) -> Result<Response, TxnError> {
-        let c = self.conn(node)?;
-        let t = self.take_truncates(node);
-        c.call(t, req)
-            .await
-            .map_err(|e| TxnError::Transport(e.to_string()))
+    pub async fn ping(&self, node: NodeId) -> Result<(), TxnError> {
+        match self.core().call(move |p, now, c| p.ping(now, c, node)).await {
+            CallResult::Pong => Ok(()),
+            other => Err(unexpected(other)),
+        }
     }
 
-    async fn start(
-        &self,
-        node: NodeId,
-        req: Request,
-    ) -> Result<tokio::sync::oneshot::Receiver<Response>, TxnError> {
-        let c = self.conn(node)?;
-        let t = self.take_truncates(node);
-        c.start(t, req)
-            .await
-            .map_err(|e| TxnError::Transport(e.to_string()))
+    /// Sleep `duration_ns` of the client's local time (simulated time in the
+    /// simulator).
+    pub async fn sleep(&self, duration_ns: u64) {
+        self.core()
+            .call(move |p, now, c| p.sleep(now, c, duration_ns))
+            .await;
     }
 
-    async fn finish(
-        &self,
-        node: NodeId,
-        rx: tokio::sync::oneshot::Receiver<Response>,
-    ) -> Result<Response, TxnError> {
-        self.conn(node)?
-            .finish(rx)
-            .await
-            .map_err(|e| TxnError::Transport(e.to_string()))
+    /// Stop taking transactions and flush every queued TRUNCATE; returns once
+    /// they are acknowledged (or given up after `rpc_attempts`).
+    pub async fn close(&self) {
+        self.core().call(|p, now, c| p.close(now, c)).await;
+        self.owner.closed.store(true, Ordering::Release);
+    }
+}
+
+fn unexpected(r: CallResult) -> TxnError {
+    match r {
+        CallResult::Failed(e) => e,
+        other => TxnError::Protocol {
+            node: NodeId(u32::MAX),
+            detail: format!("unexpected call result {other:?}"),
+        },
     }
 }
 
@@ -391,20 +408,6 @@ pub type TxnFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, TxnError>> + S
 pub struct Session {
     client: Client,
     thread: u32,
-    next_local: u64,
-}
-
-/// What a committed transaction reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CommitInfo {
-    /// The transaction id.
-    pub tx: TxId,
-    /// `read_ts`.
-    pub read_ts: Timestamp,
-    /// `write_ts` (equals `read_ts` for read-only transactions).
-    pub write_ts: Timestamp,
-    /// Whether it wrote.
-    pub wrote: bool,
 }
 
 impl Session {
@@ -415,33 +418,31 @@ impl Session {
 
     /// Begin a transaction: `read_ts = GET_TS()` (uncertainty waited out).
     ///
-    /// Errors: [`TxnError::ClockUnavailable`].
+    /// Errors: [`TxnError::ClockUnavailable`], [`TxnError::Closed`].
     pub async fn begin(&mut self, opts: TxnOptions) -> Result<Txn, TxnError> {
-        let read_ts = self.client.get_ts().await?;
-        let id = TxId {
-            config: ConfigId(self.client.inner.config.config_id),
-            coordinator: self.client.inner.coordinator,
-            thread: self.thread,
-            local: self.next_local,
-        };
-        self.next_local += 1;
-        let engine = Transaction::new(
-            id,
-            read_ts,
-            opts,
-            self.client.inner.map.clone(),
-            self.client.inner.limits.clone(),
-        );
-        Ok(Txn {
-            client: self.client.clone(),
-            engine,
-            invoke_ns: 0,
-        })
+        let thread = self.thread;
+        match self
+            .client
+            .core()
+            .call(move |p, now, c| p.begin(now, c, thread, opts))
+            .await
+        {
+            CallResult::Began { txn, tx, read_ts } => Ok(Txn {
+                client: self.client.clone(),
+                handle: txn,
+                tx,
+                read_ts,
+                open: true,
+                invoke_ns: 0,
+            }),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// The retry helper: run `f` in a transaction and commit, retrying aborts
-    /// with exponential back-off and jitter, up to `limits.retry_attempts`
-    /// tries. Operational errors are returned at once.
+    /// with exponential back-off and jitter (the client process's seeded
+    /// RNG), up to `limits.retry_attempts` tries. Operational errors are
+    /// returned at once.
     ///
     /// Errors: the last abort once the budget is spent, or the first
     /// operational error.
@@ -449,14 +450,12 @@ impl Session {
     where
         F: for<'a> FnMut(&'a mut Txn) -> TxnFuture<'a, T>,
     {
-        let limits = self.client.inner.limits.clone();
-        let mut backoff = limits.retry_backoff_us;
+        let attempts = self.client.config().limits.retry_attempts;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let mut tx = self.begin(opts).await?;
-            let r = f(&mut tx).await;
-            let r = match r {
+            let r = match f(&mut tx).await {
                 Ok(v) => tx.commit().await.map(|_| v),
                 Err(e) => {
                     tx.abort();
@@ -464,10 +463,11 @@ impl Session {
                 }
             };
             match r {
-                Err(e) if e.is_abort() && attempt < limits.retry_attempts => {
-                    let jitter = rand::random::<u64>() % backoff.max(1);
-                    tokio::time::sleep(Duration::from_micros(backoff / 2 + jitter)).await;
-                    backoff = (backoff * 2).min(limits.retry_backoff_max_us);
+                Err(e) if e.is_abort() && attempt < attempts => {
+                    self.client
+                        .core()
+                        .call(move |p, now, c| p.backoff(now, c, attempt))
+                        .await;
                 }
                 other => return other,
             }
@@ -475,10 +475,13 @@ impl Session {
     }
 }
 
-/// An open transaction.
+/// An open transaction. Dropping it aborts it.
 pub struct Txn {
     client: Client,
-    engine: Transaction,
+    handle: TxnHandle,
+    tx: TxId,
+    read_ts: Timestamp,
+    open: bool,
     /// Free for the caller's bookkeeping (e.g. history recording).
     pub invoke_ns: u64,
 }
@@ -486,12 +489,16 @@ pub struct Txn {
 impl Txn {
     /// The id.
     pub fn id(&self) -> TxId {
-        self.engine.id()
+        self.tx
     }
 
     /// The snapshot timestamp.
     pub fn read_ts(&self) -> Timestamp {
-        self.engine.read_ts()
+        self.read_ts
+    }
+
+    fn core(&self) -> &Arc<Core> {
+        self.client.core()
     }
 
     /// Read `key` with its version (`write_ts`); `None` if absent. Buffered
@@ -502,15 +509,11 @@ impl Txn {
         &mut self,
         key: &[u8],
     ) -> Result<Option<(Timestamp, Value)>, TxnError> {
-        match self.engine.get(key)? {
-            GetStep::Local(v) => Ok(v.map(|v| (Timestamp::ZERO, v))),
-            GetStep::Remote(node, req) => {
-                let resp = self.client.call(node, req).await?;
-                Ok(self
-                    .engine
-                    .on_read_reply(node, key, resp)?
-                    .map(|v| (v.version, v.value)))
-            }
+        let h = self.handle;
+        let key = key.to_vec();
+        match self.core().call(move |p, now, c| p.get(now, c, h, &key)).await {
+            CallResult::Read(v) => Ok(v),
+            other => Err(self.fail(other)),
         }
     }
 
@@ -525,19 +528,29 @@ impl Txn {
     ///
     /// Errors: `KeyTooLarge`, `ValueTooLarge`, `ReadOnly`, …
     pub async fn put(&mut self, key: Key, value: Value) -> Result<(), TxnError> {
-        self.engine.put(key, value)
+        let h = self.handle;
+        self.core().with(|p, _| p.put(h, key, value))
     }
 
     /// Buffer a delete.
     ///
     /// Errors: `KeyTooLarge`, `ReadOnly`, …
     pub async fn delete(&mut self, key: Key) -> Result<(), TxnError> {
-        self.engine.delete(key)
+        let h = self.handle;
+        self.core().with(|p, _| p.delete(h, key))
+    }
+
+    /// The buffered writes (key → value, `None` = delete).
+    pub fn writes(&self) -> BTreeMap<Key, Option<Value>> {
+        let h = self.handle;
+        self.core()
+            .with(|p, _| p.writes(h).cloned())
+            .unwrap_or_default()
     }
 
     /// Up to `limit` live pairs with `start <= key < end` (`end = None`: to
     /// the end of the key space), in key order, including this
-    /// transaction's own writes. The ranges scanned are validated against
+    /// transaction's own writes. The ranges read are validated against
     /// phantoms at commit.
     ///
     /// Errors: as [`Txn::get_versioned`].
@@ -547,131 +560,57 @@ impl Txn {
         end: Option<&[u8]>,
         limit: u32,
     ) -> Result<Vec<(Key, Value)>, TxnError> {
-        let mut step = self.engine.scan(start, end, limit)?;
-        loop {
-            match step {
-                ScanStep::Done(rows) => return Ok(rows),
-                ScanStep::Send(node, req) => {
-                    let resp = self.client.call(node, req).await?;
-                    step = self.engine.on_scan_reply(node, resp)?;
-                }
-            }
+        let h = self.handle;
+        let (start, end) = (start.to_vec(), end.map(|e| e.to_vec()));
+        match self
+            .core()
+            .call(move |p, now, c| p.scan(now, c, h, &start, end.as_deref(), limit))
+            .await
+        {
+            CallResult::Rows(r) => Ok(r),
+            other => Err(self.fail(other)),
         }
+    }
+
+    fn fail(&mut self, r: CallResult) -> TxnError {
+        let e = unexpected(r);
+        if e.is_abort() {
+            self.open = false;
+        }
+        e
     }
 
     /// Abort (nothing is locked before commit, so no messages are needed).
     pub fn abort(mut self) {
-        self.engine.abort();
+        self.close_handle();
+    }
+
+    fn close_handle(&mut self) {
+        if self.open {
+            self.open = false;
+            let h = self.handle;
+            self.core().with(|p, _| p.abort(h));
+        }
     }
 
     /// Commit: read-only transactions finish at once; others run Lock →
     /// GET_TS → Validate → CommitBackup → CommitPrimary and return after the
-    /// first COMMIT-PRIMARY ack. The remaining acks are collected in the
-    /// background, after which TRUNCATE is queued to piggyback.
+    /// first COMMIT-PRIMARY ack.
     ///
-    /// Errors: `Aborted` (retry), `Transport`, `Protocol`.
+    /// Errors: `Aborted` (retry), `Indeterminate` (outcome unknown),
+    /// `Transport`, `Protocol`.
     pub async fn commit(mut self) -> Result<CommitInfo, TxnError> {
-        let mut step = self.engine.commit()?;
-        let wrote = !self.engine.is_read_only();
-        loop {
-            step = match step {
-                CommitStep::Done(Ok(write_ts)) => {
-                    return Ok(CommitInfo {
-                        tx: self.engine.id(),
-                        read_ts: self.engine.read_ts(),
-                        write_ts,
-                        wrote,
-                    });
-                }
-                CommitStep::Done(Err(reason)) => {
-                    for (n, req) in self.engine.abort_messages() {
-                        let t = self.client.take_truncates(n);
-                        if let Ok(c) = self.client.conn(n) {
-                            if let Err(e) = c.send_oneway(t, req).await {
-                                tracing::warn!("abort to {n} failed: {e}");
-                            }
-                        }
-                    }
-                    return Err(TxnError::Aborted(reason));
-                }
-                CommitStep::GetWriteTs => {
-                    let ts = self.client.get_ts().await?;
-                    self.engine.on_write_ts(ts)?
-                }
-                CommitStep::Send(msgs) => {
-                    let mut rxs = Vec::with_capacity(msgs.len());
-                    for (n, req) in msgs {
-                        rxs.push((n, self.client.start(n, req).await?));
-                    }
-                    let mut next = None;
-                    let mut rest = rxs.into_iter();
-                    for (n, rx) in rest.by_ref() {
-                        let resp = self.client.finish(n, rx).await?;
-                        if let Some(s) = self.engine.on_reply(n, resp)? {
-                            next = Some(s);
-                            break;
-                        }
-                    }
-                    let Some(next) = next else {
-                        return Err(TxnError::Protocol {
-                            node: NodeId(u32::MAX),
-                            detail: "phase ended without a decision".into(),
-                        });
-                    };
-                    let remaining: Vec<_> = rest.collect();
-                    if let CommitStep::Done(Ok(write_ts)) = next {
-                        // Only COMMIT-PRIMARY reports before every reply is in:
-                        // collect the other acks in the background, then queue
-                        // TRUNCATE to piggyback on later traffic.
-                        let client = self.client.clone();
-                        let mut engine = self.engine;
-                        let info = CommitInfo {
-                            tx: engine.id(),
-                            read_ts: engine.read_ts(),
-                            write_ts,
-                            wrote,
-                        };
-                        tokio::spawn(async move {
-                            for (n, rx) in remaining {
-                                match client.finish(n, rx).await {
-                                    Ok(resp) => {
-                                        if let Err(e) = engine.on_reply(n, resp) {
-                                            tracing::warn!("commit-primary ack: {e}");
-                                        }
-                                    }
-                                    Err(e) => tracing::warn!("commit-primary ack from {n}: {e}"),
-                                }
-                            }
-                            if engine.is_fully_acknowledged() {
-                                client.queue_truncates(engine.id(), &engine.truncation_targets());
-                            }
-                        });
-                        return Ok(info);
-                    }
-                    next
-                }
-            };
+        let h = self.handle;
+        self.open = false;
+        match self.core().call(move |p, now, c| p.commit(now, c, h)).await {
+            CallResult::Committed(info) => Ok(info),
+            other => Err(unexpected(other)),
         }
     }
 }
 
-impl meridian_workload::ops::TxnOps for Txn {
-    type Error = TxnError;
-    async fn get(&mut self, key: &[u8]) -> Result<Option<Value>, TxnError> {
-        Txn::get(self, key).await
-    }
-    async fn put(&mut self, key: Key, value: Value) -> Result<(), TxnError> {
-        Txn::put(self, key, value).await
-    }
-    async fn delete(&mut self, key: Key) -> Result<(), TxnError> {
-        Txn::delete(self, key).await
-    }
-    async fn scan(
-        &mut self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<(Key, Value)>, TxnError> {
-        Txn::scan(self, start, Some(end), limit.min(u32::MAX as usize) as u32).await
+impl Drop for Txn {
+    fn drop(&mut self) {
+        self.close_handle();
     }
 }

@@ -61,6 +61,20 @@ pub struct Limits {
     pub retry_backoff_max_us: u64,
     /// RPC timeout, ms.
     pub rpc_timeout_ms: u64,
+    /// Attempts for an idempotent protocol message whose reply did not come
+    /// (COMMIT-BACKUP, COMMIT-PRIMARY, ABORT, TRUNCATE), each after
+    /// `rpc_timeout_ms`. After the last one the outcome is reported unknown.
+    pub rpc_attempts: u32,
+    /// Most transactions open at once in one client process.
+    pub max_open_txns: usize,
+    /// How often a client flushes its queued TRUNCATEs when no other frame
+    /// carries them, µs.
+    pub truncate_flush_us: u64,
+    /// How many recently finished (aborted or truncated) transaction ids a
+    /// participant remembers, so that a late or duplicated LOCK or
+    /// COMMIT-BACKUP for one of them is refused instead of re-locking or
+    /// re-logging (stands in for FaRM Table 1's truncation low bound).
+    pub max_finished_ids: usize,
 }
 
 impl Default for Limits {
@@ -80,6 +94,10 @@ impl Default for Limits {
             retry_backoff_us: 50,
             retry_backoff_max_us: 20_000,
             rpc_timeout_ms: 10_000,
+            rpc_attempts: 8,
+            max_open_txns: 65_536,
+            truncate_flush_us: 2_000,
+            max_finished_ids: 1 << 16,
         }
     }
 }

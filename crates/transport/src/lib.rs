@@ -144,6 +144,12 @@ impl Outbox {
     }
 }
 
+/// A request sent with [`Connection::start`], awaiting its response.
+pub struct PendingReply {
+    id: u64,
+    rx: oneshot::Receiver<Response>,
+}
+
 type PendingMap = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
 
 /// A client connection with pipelined request/response matching.
@@ -225,14 +231,14 @@ impl Connection {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// Send a request; returns a receiver for its response.
+    /// Send a request; returns a handle for its response.
     ///
     /// Errors: [`TransportError::Closed`], encoding errors.
     pub async fn start(
         &self,
         truncate: Vec<TxId>,
         req: Request,
-    ) -> Result<oneshot::Receiver<Response>, TransportError> {
+    ) -> Result<PendingReply, TransportError> {
         if self.is_closed() {
             return Err(TransportError::Closed(self.peer.clone()));
         }
@@ -244,24 +250,45 @@ impl Connection {
             Ok(mut m) => m.insert(id, tx),
             Err(p) => p.into_inner().insert(id, tx),
         };
-        self.outbox.send(buf).await?;
-        Ok(rx)
+        if let Err(e) = self.outbox.send(buf).await {
+            self.forget(id);
+            return Err(e);
+        }
+        Ok(PendingReply { id, rx })
     }
 
-    /// Await a response started with [`Connection::start`], with the timeout.
+    fn forget(&self, id: u64) {
+        match self.pending.lock() {
+            Ok(mut m) => m.remove(&id),
+            Err(p) => p.into_inner().remove(&id),
+        };
+    }
+
+    /// Await a response started with [`Connection::start`], with the
+    /// timeout. A timed-out request is removed from the pending map, so
+    /// the map cannot grow without bound (review finding 8).
     ///
     /// Errors: [`TransportError::Timeout`], [`TransportError::Closed`].
-    pub async fn finish(
-        &self,
-        rx: oneshot::Receiver<Response>,
-    ) -> Result<Response, TransportError> {
+    pub async fn finish(&self, pending: PendingReply) -> Result<Response, TransportError> {
+        let PendingReply { id, rx } = pending;
         match tokio::time::timeout(std::time::Duration::from_millis(self.timeout_ms), rx).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(_)) => Err(TransportError::Closed(self.peer.clone())),
-            Err(_) => Err(TransportError::Timeout {
-                peer: self.peer.clone(),
-                ms: self.timeout_ms,
-            }),
+            Err(_) => {
+                self.forget(id);
+                Err(TransportError::Timeout {
+                    peer: self.peer.clone(),
+                    ms: self.timeout_ms,
+                })
+            }
+        }
+    }
+
+    /// Requests awaiting a response.
+    pub fn pending_len(&self) -> usize {
+        match self.pending.lock() {
+            Ok(m) => m.len(),
+            Err(p) => p.into_inner().len(),
         }
     }
 
@@ -288,5 +315,31 @@ impl Connection {
         let mut buf = Vec::with_capacity(64);
         encode_frame(&Frame::OneWay { truncate, req }, &mut buf)?;
         self.outbox.send(buf).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Review finding 8: a request that times out must not stay in the
+    /// pending map forever.
+    #[tokio::test]
+    async fn a_timed_out_request_leaves_the_pending_map() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // A peer that accepts and never answers.
+        let silent = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            drop(s);
+        });
+        let c = Connection::connect(&addr, 16, 4096, 50).await.unwrap();
+        for _ in 0..3 {
+            let r = c.call(Vec::new(), Request::Ping).await;
+            assert!(matches!(r, Err(TransportError::Timeout { .. })), "{r:?}");
+        }
+        assert_eq!(c.pending_len(), 0, "timed-out requests leaked");
+        silent.abort();
     }
 }

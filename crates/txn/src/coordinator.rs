@@ -60,6 +60,9 @@ pub enum AbortReason {
     Validate(Conflict),
     /// The application aborted.
     User,
+    /// The coordinator gave up after an operational failure (timeout, lost
+    /// connection) before the commit decision; its locks were released.
+    Abandoned,
 }
 
 impl std::fmt::Display for AbortReason {
@@ -69,6 +72,7 @@ impl std::fmt::Display for AbortReason {
             AbortReason::Lock(c) => write!(f, "lock conflict: {c}"),
             AbortReason::Validate(c) => write!(f, "validation failed: {c}"),
             AbortReason::User => f.write_str("aborted by the application"),
+            AbortReason::Abandoned => f.write_str("abandoned after an operational failure"),
         }
     }
 }
@@ -122,6 +126,28 @@ pub enum TxnError {
     /// The clock is not synchronised with the clock master yet.
     #[error("clock not synchronised with the clock master")]
     ClockUnavailable,
+    /// The commit decision was taken but no reply confirmed the outcome: the
+    /// transaction may or may not have committed (Jepsen's `:info`). Only
+    /// recovery (FaRM §5.3) can tell; exactly-once retries arrive with RIFL.
+    #[error("outcome of {tx} unknown: {detail}")]
+    Indeterminate {
+        /// The transaction.
+        tx: TxId,
+        /// What failed.
+        detail: String,
+    },
+    /// A participant refused a request as malformed (a coordinator bug or a
+    /// misconfiguration, never a normal outcome).
+    #[error("{node} rejected the request: {rejection}")]
+    Rejected {
+        /// The node.
+        node: NodeId,
+        /// Why.
+        rejection: meridian_wire::Rejection,
+    },
+    /// The client process is closing and takes no new work.
+    #[error("client closed")]
+    Closed,
 }
 
 impl TxnError {
@@ -579,6 +605,44 @@ impl Transaction {
             self.failure = Some(AbortReason::User);
             self.phase = Phase::Aborted;
         }
+    }
+
+    /// Give up on the transaction after an operational failure (a timeout,
+    /// a lost connection, a protocol error) *before* the commit decision:
+    /// during execution, Lock, the `write_ts` wait or Validate. The
+    /// transaction is then aborted and [`Transaction::abort_messages`] names
+    /// every primary a LOCK was sent to, so the driver releases what it may
+    /// hold (review finding 2).
+    ///
+    /// Returns false, changing nothing, once COMMIT-BACKUP may have been sent:
+    /// from then on only recovery may decide (FaRM §5.3), so the driver must
+    /// retry or report the outcome as unknown.
+    pub fn abandon(&mut self) -> bool {
+        match self.phase {
+            Phase::Executing | Phase::Locking | Phase::AwaitWriteTs | Phase::Validating => {
+                self.failure.get_or_insert(AbortReason::Abandoned);
+                self.phase = Phase::Aborted;
+                self.pending.clear();
+                self.scan = None;
+                true
+            }
+            Phase::Aborted => true,
+            Phase::CommittingBackups | Phase::CommittingPrimaries | Phase::Committed => false,
+        }
+    }
+
+    /// True once the commit decision is taken (COMMIT-BACKUP may have been
+    /// sent): the outcome can no longer be changed by the coordinator alone.
+    pub fn is_decided(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::CommittingBackups | Phase::CommittingPrimaries | Phase::Committed
+        )
+    }
+
+    /// Nodes whose reply is awaited in the current phase.
+    pub fn pending_replies(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.pending.iter().copied()
     }
 
     fn fail(&mut self, reason: AbortReason) -> TxnError {

@@ -57,3 +57,72 @@ pub trait Program {
         Ok(())
     }
 }
+
+impl TxnOps for meridian_client::Txn {
+    type Error = meridian_client::TxnError;
+    async fn get(&mut self, key: &[u8]) -> Result<Option<Value>, Self::Error> {
+        meridian_client::Txn::get(self, key).await
+    }
+    async fn put(&mut self, key: Key, value: Value) -> Result<(), Self::Error> {
+        meridian_client::Txn::put(self, key, value).await
+    }
+    async fn delete(&mut self, key: Key) -> Result<(), Self::Error> {
+        meridian_client::Txn::delete(self, key).await
+    }
+    async fn scan(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Key, Value)>, Self::Error> {
+        meridian_client::Txn::scan(self, start, Some(end), limit.min(u32::MAX as usize) as u32)
+            .await
+    }
+}
+
+/// How a [`Program`] run by [`run_program`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// The program asked to commit; the caller commits.
+    Commit,
+    /// The program gave up; the caller aborts.
+    Abort,
+}
+
+/// Run `program`'s steps on an open transaction until it asks to commit or
+/// abort, recording into `rec` every read served by the store (reads of the
+/// transaction's own writes are not recorded) and every write, by write id
+/// ([`crate::bank::write_id`]). The same code drives the real cluster and
+/// the simulator.
+///
+/// Errors: the first error of an operation (the transaction is then over).
+pub async fn run_program<T: TxnOps>(
+    tx: &mut T,
+    program: &mut (impl Program + ?Sized),
+    rec: &mut meridian_checker::TxnRecord,
+) -> Result<Ending, T::Error> {
+    let mut own = std::collections::BTreeSet::new();
+    let mut last = None;
+    loop {
+        match program.next(last.take()) {
+            Step::Get(k) => {
+                let v = tx.get(&k).await?;
+                if !own.contains(&k) {
+                    rec.reads
+                        .push((k, v.as_deref().and_then(crate::bank::write_id)));
+                }
+                last = Some(v);
+            }
+            Step::Put(k, v) => {
+                if let Some(id) = crate::bank::write_id(&v) {
+                    rec.writes.retain(|(key, _)| key != &k);
+                    rec.writes.push((k.clone(), id));
+                }
+                own.insert(k.clone());
+                tx.put(k, v).await?;
+            }
+            Step::Commit => return Ok(Ending::Commit),
+            Step::Abort => return Ok(Ending::Abort),
+        }
+    }
+}

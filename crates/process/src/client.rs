@@ -1,0 +1,1058 @@
+//! # The client process: the coordinator (FaRM §4, FaRMv2 §4.1–4.2)
+//!
+//! **Problem.** The client coordinates its own transactions. Around the pure
+//! [`Transaction`] engine sits driver logic that decides safety under
+//! failures: what happens when a reply never comes, which locks must be
+//! released, when a transaction may be reported committed, and which log
+//! records must eventually be truncated. That logic must exist once, run in
+//! production and in the simulator alike.
+//!
+//! **Algorithm.** [`ClientProcess`] owns:
+//! - the open transactions (application calls `begin`, `get`, `scan`,
+//!   `commit`, … each answered by an [`Effect::Reply`]);
+//! - every outstanding RPC, with its deadline (`rpc_timeout_ms`) and purpose;
+//! - the clock ([`ClockSync`]), synchronised with the clock master every
+//!   `clock.sync_interval_us`; GET_TS waits become [`Effect::Wake`]s;
+//! - the truncation queue: TRUNCATEs ride on the next request to a node, or
+//!   are flushed every `truncate_flush_us`, and are re-queued if the frame
+//!   that carried them is not acknowledged (review finding 7).
+//!
+//! Failure rules (review finding 2): a timeout, a lost connection or a
+//! protocol error *before* the commit decision abandons the transaction and
+//! sends ABORT to every primary a LOCK went to, retried up to `rpc_attempts`
+//! times. After the decision (COMMIT-BACKUP sent) the coordinator may not
+//! abort: it retries the idempotent COMMIT-BACKUP / COMMIT-PRIMARY messages,
+//! and if they still fail it reports [`TxnError::Indeterminate`]; recovery
+//! (FaRM §5.3) resolves such transactions in the fault-tolerance work. A
+//! transaction is reported committed on the first COMMIT-PRIMARY ack, and
+//! TRUNCATE is queued once every primary has acknowledged.
+//!
+//! **Invariants** ([`ClientProcess::check_invariants`]): every RPC belongs
+//! to a live purpose (an open transaction, a finishing one, a truncation, an
+//! abort, a clock sync or a ping); the deadline index matches the RPC table;
+//! queues stay within `Limits`.
+
+use crate::{CallId, Effect};
+use meridian_config::{Configuration, Limits, RegionMap};
+use meridian_time::{ClockError, ClockSync, SyncSample};
+use meridian_txn::{CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions};
+use meridian_wire::{
+    ConfigId, Frame, Key, NodeId, Request, Response, Timestamp, TxId, Value,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Handle of an open transaction inside one client process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TxnHandle(pub u64);
+
+/// What a committed transaction reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// The transaction id.
+    pub tx: TxId,
+    /// `read_ts`.
+    pub read_ts: Timestamp,
+    /// `write_ts` (equals `read_ts` for read-only transactions).
+    pub write_ts: Timestamp,
+    /// Whether it wrote.
+    pub wrote: bool,
+}
+
+/// The answer to an application call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CallResult {
+    /// `begin`: the transaction and its `read_ts` (uncertainty waited out).
+    Began {
+        /// The handle for later calls.
+        txn: TxnHandle,
+        /// Its id.
+        tx: TxId,
+        /// Its snapshot.
+        read_ts: Timestamp,
+    },
+    /// `get`: the value and its version; own buffered writes have version
+    /// `Timestamp::ZERO`.
+    Read(Option<(Timestamp, Value)>),
+    /// `scan`: rows in key order.
+    Rows(Vec<(Key, Value)>),
+    /// `commit` succeeded.
+    Committed(CommitInfo),
+    /// `sleep` / `backoff` elapsed.
+    Slept,
+    /// `ping` answered.
+    Pong,
+    /// `close`: every queued TRUNCATE was acknowledged (or given up on).
+    Closed,
+    /// The call failed; [`TxnError::Aborted`] is the normal, retryable case.
+    Failed(TxnError),
+}
+
+/// Counters of a client process, for reporting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Timestamps taken (GET_TS).
+    pub ts_count: u64,
+    /// Sum of uncertainties at GET_TS, ns.
+    pub uncertainty_ns_sum: u64,
+    /// Sum of the local time from GET_TS to the end of its wait, ns.
+    pub ts_wait_ns_sum: u64,
+    /// RPCs that timed out or whose connection was lost.
+    pub rpc_failures: u64,
+    /// RPCs sent again after a failure.
+    pub rpc_retries: u64,
+    /// ABORTs sent.
+    pub aborts_sent: u64,
+    /// Commits whose outcome was reported unknown.
+    pub indeterminate: u64,
+    /// TRUNCATE batches given up after `rpc_attempts`.
+    pub truncations_dropped: u64,
+    /// Clock synchronisations rejected as inconsistent.
+    pub clock_rejected: u64,
+}
+
+#[derive(Debug)]
+enum Op {
+    /// Waiting for `read_ts` to be in the past.
+    Begin,
+    Idle,
+    Get { key: Key },
+    Scan,
+    Commit,
+}
+
+#[derive(Debug)]
+struct OpenTxn {
+    /// The engine; `None` until `read_ts` is ready.
+    engine: Option<Transaction>,
+    id: TxId,
+    opts: TxnOptions,
+    op: Op,
+    call: Option<CallId>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    Read(TxnHandle),
+    Scan(TxnHandle),
+    Commit(TxnHandle),
+    /// COMMIT-PRIMARY acks after the report.
+    PostCommit(TxId),
+    Abort(TxId),
+    Truncate,
+    ClockSync { send_local_ns: u64 },
+    Ping(CallId),
+}
+
+#[derive(Debug)]
+struct Rpc {
+    to: NodeId,
+    req: Request,
+    truncate: Vec<TxId>,
+    deadline_ns: u64,
+    attempt: u32,
+    purpose: Purpose,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    /// GET_TS for `read_ts` (`write = false`) or `write_ts`.
+    Ts {
+        txn: TxnHandle,
+        ts: Timestamp,
+        write: bool,
+        start_local_ns: u64,
+    },
+    Sleep(CallId),
+}
+
+/// The coordinator process of one client (see the module essay).
+#[derive(Debug)]
+pub struct ClientProcess {
+    config_id: ConfigId,
+    cm: NodeId,
+    map: Arc<RegionMap>,
+    limits: Arc<Limits>,
+    sync_interval_ns: u64,
+    coordinator: u64,
+    clock: ClockSync,
+    rng: SmallRng,
+    next_handle: u64,
+    next_local: u64,
+    next_rpc: u64,
+    next_wait: u64,
+    txns: BTreeMap<TxnHandle, OpenTxn>,
+    finishing: BTreeMap<TxId, Transaction>,
+    rpcs: BTreeMap<u64, Rpc>,
+    deadlines: BTreeSet<(u64, u64)>,
+    waits: BTreeMap<(u64, u64), Wait>,
+    truncates: BTreeMap<NodeId, Vec<TxId>>,
+    next_sync_ns: Option<u64>,
+    sync_inflight: bool,
+    next_flush_ns: u64,
+    armed_ns: Option<u64>,
+    closing: Option<CallId>,
+    effects: Vec<Effect<CallResult>>,
+    stats: ClientStats,
+}
+
+impl ClientProcess {
+    /// A client process with coordinator id `coordinator` (unique in the
+    /// cluster, from the CM) under `config`. `seed` seeds its only source of
+    /// randomness (retry jitter); the shell picks it.
+    pub fn new(config: &Configuration, coordinator: u64, seed: u64) -> Self {
+        ClientProcess {
+            config_id: config.id(),
+            cm: config.cm(),
+            map: Arc::new(RegionMap::new(config)),
+            limits: Arc::new(config.limits.clone()),
+            sync_interval_ns: config.clock.sync_interval_us.max(100) * 1000,
+            coordinator,
+            clock: ClockSync::new(config.clock.drift_ppm),
+            rng: SmallRng::seed_from_u64(seed),
+            next_handle: 1,
+            next_local: 0,
+            next_rpc: 1,
+            next_wait: 0,
+            txns: BTreeMap::new(),
+            finishing: BTreeMap::new(),
+            rpcs: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            waits: BTreeMap::new(),
+            truncates: BTreeMap::new(),
+            next_sync_ns: None,
+            sync_inflight: false,
+            next_flush_ns: 0,
+            armed_ns: None,
+            closing: None,
+            effects: Vec::new(),
+            stats: ClientStats::default(),
+        }
+    }
+
+    /// This client's coordinator id (the `m` of its transaction ids).
+    pub fn coordinator(&self) -> u64 {
+        self.coordinator
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    /// True once the clock has synchronised with the clock master.
+    pub fn is_synchronised(&self) -> bool {
+        self.clock.is_synchronised()
+    }
+
+    /// The clock's uncertainty at `now`, ns (`None` if not synchronised).
+    pub fn uncertainty_ns(&mut self, now: u64) -> Option<u64> {
+        self.clock.time(now).ok().map(|iv| iv.uncertainty_ns())
+    }
+
+    /// Transactions open (including those waiting for `read_ts`).
+    pub fn open_txns(&self) -> usize {
+        self.txns.len()
+    }
+
+    /// RPCs awaiting a reply.
+    pub fn outstanding_rpcs(&self) -> usize {
+        self.rpcs.len()
+    }
+
+    /// TRUNCATEs queued and not yet sent.
+    pub fn queued_truncations(&self) -> usize {
+        self.truncates.values().map(Vec::len).sum()
+    }
+
+    /// Take the effects produced so far, in order.
+    pub fn drain_effects(&mut self) -> Vec<Effect<CallResult>> {
+        std::mem::take(&mut self.effects)
+    }
+
+    // ----- application calls -------------------------------------------
+
+    /// Begin a transaction on coordinator thread `thread` (FaRM's `t`):
+    /// `read_ts = GET_TS()`. Replies [`CallResult::Began`] once `read_ts` is
+    /// in the past.
+    pub fn begin(&mut self, now: u64, call: CallId, thread: u32, opts: TxnOptions) {
+        if self.closing.is_some() {
+            return self.reply(call, CallResult::Failed(TxnError::Closed));
+        }
+        if self.txns.len() >= self.limits.max_open_txns {
+            return self.reply(
+                call,
+                CallResult::Failed(TxnError::TooManyOps {
+                    max: self.limits.max_open_txns,
+                }),
+            );
+        }
+        let handle = TxnHandle(self.next_handle);
+        self.next_handle += 1;
+        let id = TxId {
+            config: self.config_id,
+            coordinator: self.coordinator,
+            thread,
+            local: self.next_local,
+        };
+        self.next_local += 1;
+        self.txns.insert(
+            handle,
+            OpenTxn {
+                engine: None,
+                id,
+                opts,
+                op: Op::Begin,
+                call: Some(call),
+            },
+        );
+        if let Err(e) = self.start_ts_wait(now, handle, false) {
+            self.txns.remove(&handle);
+            self.reply(call, CallResult::Failed(e));
+        }
+        self.arm(now);
+    }
+
+    /// Read `key` in transaction `txn`. Replies [`CallResult::Read`].
+    pub fn get(&mut self, now: u64, call: CallId, txn: TxnHandle, key: &[u8]) {
+        let step = match self.idle_engine(txn).and_then(|e| e.get(key)) {
+            Ok(s) => s,
+            Err(e) => return self.fail_call(txn, call, e),
+        };
+        match step {
+            GetStep::Local(v) => self.reply(call, CallResult::Read(v.map(|v| (Timestamp::ZERO, v)))),
+            GetStep::Remote(node, req) => {
+                self.set_op(txn, call, Op::Get { key: key.to_vec() });
+                self.send_rpc(now, node, req, Purpose::Read(txn));
+            }
+        }
+        self.arm(now);
+    }
+
+    /// Scan `[start, end)` for up to `limit` pairs in `txn`. Replies
+    /// [`CallResult::Rows`].
+    pub fn scan(
+        &mut self,
+        now: u64,
+        call: CallId,
+        txn: TxnHandle,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: u32,
+    ) {
+        let step = match self.idle_engine(txn).and_then(|e| e.scan(start, end, limit)) {
+            Ok(s) => s,
+            Err(e) => return self.fail_call(txn, call, e),
+        };
+        self.set_op(txn, call, Op::Scan);
+        self.on_scan_step(now, txn, step);
+        self.arm(now);
+    }
+
+    /// Buffer a write (no messages).
+    ///
+    /// Errors: as [`Transaction::put`], or `Finished` for an unknown handle.
+    pub fn put(&mut self, txn: TxnHandle, key: Key, value: Value) -> Result<(), TxnError> {
+        self.idle_engine(txn)?.put(key, value)
+    }
+
+    /// Buffer a delete (no messages).
+    ///
+    /// Errors: as [`Transaction::delete`].
+    pub fn delete(&mut self, txn: TxnHandle, key: Key) -> Result<(), TxnError> {
+        self.idle_engine(txn)?.delete(key)
+    }
+
+    /// The buffered writes of `txn` (for history recording).
+    pub fn writes(&self, txn: TxnHandle) -> Option<&BTreeMap<Key, Option<Value>>> {
+        self.txns
+            .get(&txn)
+            .and_then(|t| t.engine.as_ref())
+            .map(|e| e.writes())
+    }
+
+    /// Abort `txn` during execution (it holds no locks then).
+    pub fn abort(&mut self, txn: TxnHandle) {
+        if let Some(t) = self.txns.get_mut(&txn) {
+            if matches!(t.op, Op::Idle) {
+                if let Some(e) = t.engine.as_mut() {
+                    e.abort();
+                }
+                self.txns.remove(&txn);
+            }
+        }
+    }
+
+    /// Commit `txn`. Replies [`CallResult::Committed`] on the first
+    /// COMMIT-PRIMARY ack (at once for read-only transactions), or
+    /// `Failed(Aborted | Indeterminate | …)`.
+    pub fn commit(&mut self, now: u64, call: CallId, txn: TxnHandle) {
+        let step = match self.idle_engine(txn).and_then(|e| e.commit()) {
+            Ok(s) => s,
+            Err(e) => return self.fail_call(txn, call, e),
+        };
+        self.set_op(txn, call, Op::Commit);
+        self.drive_commit(now, txn, step);
+        self.arm(now);
+    }
+
+    /// Reply [`CallResult::Slept`] after `duration_ns` of local time.
+    pub fn sleep(&mut self, now: u64, call: CallId, duration_ns: u64) {
+        self.add_wait(now.saturating_add(duration_ns), Wait::Sleep(call));
+        self.arm(now);
+    }
+
+    /// The retry helper's back-off before attempt `attempt` (1-based):
+    /// exponential from `retry_backoff_us` to `retry_backoff_max_us`, half
+    /// fixed and half jitter from this process's seeded RNG. Replies
+    /// [`CallResult::Slept`].
+    pub fn backoff(&mut self, now: u64, call: CallId, attempt: u32) {
+        let base = self.limits.retry_backoff_us.max(1);
+        let exp = base
+            .saturating_mul(1u64 << attempt.saturating_sub(1).min(30))
+            .min(self.limits.retry_backoff_max_us.max(base));
+        let jitter = self.rng.gen_range(0..exp.max(1));
+        self.sleep(now, call, (exp / 2 + jitter) * 1000);
+    }
+
+    /// Null RPC to `node` (for the RPC-rate baseline). Replies
+    /// [`CallResult::Pong`].
+    pub fn ping(&mut self, now: u64, call: CallId, node: NodeId) {
+        self.send_rpc(now, node, Request::Ping, Purpose::Ping(call));
+        self.arm(now);
+    }
+
+    /// Stop taking new transactions, flush every queued TRUNCATE, and reply
+    /// [`CallResult::Closed`] once no truncation, abort or commit ack is
+    /// outstanding (review finding 7: truncations are not dropped with the
+    /// client).
+    pub fn close(&mut self, now: u64, call: CallId) {
+        self.closing = Some(call);
+        self.flush_truncates(now);
+        self.maybe_closed();
+        self.arm(now);
+    }
+
+    // ----- inputs from the network and time ------------------------------
+
+    /// A frame from node `from`.
+    pub fn on_message(&mut self, now: u64, from: NodeId, frame: Frame) {
+        if let Frame::Response { id, resp } = frame {
+            self.on_response(now, from, id, resp);
+        }
+        self.maybe_closed();
+        self.arm(now);
+    }
+
+    /// The connection to `node` is lost: every RPC to it fails now.
+    pub fn on_disconnect(&mut self, now: u64, node: NodeId) {
+        let ids: Vec<u64> = self
+            .rpcs
+            .iter()
+            .filter(|(_, r)| r.to == node)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.rpc_failed(now, id, "connection lost");
+        }
+        self.maybe_closed();
+        self.arm(now);
+    }
+
+    /// Time passes: expire RPCs, end waits, sync the clock, flush truncations.
+    pub fn tick(&mut self, now: u64) {
+        self.armed_ns = None;
+        while let Some(&(deadline, id)) = self.deadlines.iter().next() {
+            if deadline > now {
+                break;
+            }
+            self.rpc_failed(now, id, "timed out");
+        }
+        while let Some((&(ready, seq), _)) = self.waits.iter().next() {
+            if ready > now {
+                break;
+            }
+            if let Some(w) = self.waits.remove(&(ready, seq)) {
+                self.wait_done(now, w);
+            }
+        }
+        let sync_due = self.next_sync_ns.is_none_or(|t| now >= t);
+        if sync_due && !self.sync_inflight {
+            self.next_sync_ns = Some(now + self.sync_interval_ns);
+            self.sync_inflight = true;
+            self.send_rpc(
+                now,
+                self.cm,
+                Request::ClockSync,
+                Purpose::ClockSync { send_local_ns: now },
+            );
+        }
+        if now >= self.next_flush_ns {
+            self.flush_truncates(now);
+            self.next_flush_ns = now + self.limits.truncate_flush_us * 1000;
+        }
+        self.maybe_closed();
+        self.arm(now);
+    }
+
+    // ----- internals -----------------------------------------------------
+
+    fn reply(&mut self, call: CallId, result: CallResult) {
+        self.effects.push(Effect::Reply { call, result });
+    }
+
+    fn idle_engine(&mut self, txn: TxnHandle) -> Result<&mut Transaction, TxnError> {
+        match self.txns.get_mut(&txn) {
+            Some(OpenTxn {
+                engine: Some(e),
+                op: Op::Idle,
+                ..
+            }) => Ok(e),
+            _ => Err(TxnError::Finished),
+        }
+    }
+
+    fn set_op(&mut self, txn: TxnHandle, call: CallId, op: Op) {
+        if let Some(t) = self.txns.get_mut(&txn) {
+            t.op = op;
+            t.call = Some(call);
+        }
+    }
+
+    /// A call on `txn` failed before any message: the transaction is over
+    /// if the engine says so (an abort), otherwise it stays usable.
+    fn fail_call(&mut self, txn: TxnHandle, call: CallId, e: TxnError) {
+        let over = self
+            .txns
+            .get(&txn)
+            .and_then(|t| t.engine.as_ref())
+            .is_none_or(|e| e.is_finished());
+        if over {
+            self.txns.remove(&txn);
+        }
+        self.reply(call, CallResult::Failed(e));
+    }
+
+    /// Answer the call in progress on `txn` and return it to idle, or end it.
+    fn answer(&mut self, txn: TxnHandle, result: CallResult, end: bool) {
+        let call = match self.txns.get_mut(&txn) {
+            Some(t) => {
+                t.op = Op::Idle;
+                t.call.take()
+            }
+            None => None,
+        };
+        if end {
+            self.end_txn(txn);
+        }
+        if let Some(call) = call {
+            self.reply(call, result);
+        }
+    }
+
+    /// Forget `txn` and every RPC still outstanding for it (late replies are
+    /// then ignored).
+    fn end_txn(&mut self, txn: TxnHandle) {
+        self.txns.remove(&txn);
+        let ids: Vec<u64> = self
+            .rpcs
+            .iter()
+            .filter(|(_, r)| {
+                matches!(r.purpose, Purpose::Read(h) | Purpose::Scan(h) | Purpose::Commit(h) if h == txn)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.remove_rpc(id);
+        }
+    }
+
+    fn start_ts_wait(&mut self, now: u64, txn: TxnHandle, write: bool) -> Result<(), TxnError> {
+        let ticket = self.clock.get_ts(now).map_err(|e| match e {
+            ClockError::NotSynchronised
+            | ClockError::StaleLocalTime { .. }
+            | ClockError::Inconsistent { .. } => TxnError::ClockUnavailable,
+        })?;
+        self.stats.ts_count += 1;
+        self.stats.uncertainty_ns_sum += ticket.uncertainty_ns;
+        self.add_wait(
+            ticket.ready_local_ns,
+            Wait::Ts {
+                txn,
+                ts: ticket.ts,
+                write,
+                start_local_ns: now,
+            },
+        );
+        Ok(())
+    }
+
+    fn add_wait(&mut self, at: u64, w: Wait) {
+        self.next_wait += 1;
+        self.waits.insert((at, self.next_wait), w);
+    }
+
+    fn wait_done(&mut self, now: u64, w: Wait) {
+        match w {
+            Wait::Sleep(call) => self.reply(call, CallResult::Slept),
+            Wait::Ts {
+                txn,
+                ts,
+                write,
+                start_local_ns,
+            } => {
+                self.stats.ts_wait_ns_sum += now.saturating_sub(start_local_ns);
+                if write {
+                    let step = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
+                        Some(e) => e.on_write_ts(ts),
+                        None => return,
+                    };
+                    match step {
+                        Ok(s) => self.drive_commit(now, txn, s),
+                        Err(e) => self.abandon(now, txn, e),
+                    }
+                    return;
+                }
+                let map = self.map.clone();
+                let limits = self.limits.clone();
+                let Some(t) = self.txns.get_mut(&txn) else {
+                    return;
+                };
+                t.engine = Some(Transaction::new(t.id, ts, t.opts, map, limits));
+                let tx = t.id;
+                self.answer(
+                    txn,
+                    CallResult::Began {
+                        txn,
+                        tx,
+                        read_ts: ts,
+                    },
+                    false,
+                );
+            }
+        }
+    }
+
+    fn send_rpc(&mut self, now: u64, to: NodeId, req: Request, purpose: Purpose) {
+        let id = self.next_rpc;
+        self.next_rpc += 1;
+        let truncate = self.truncates.remove(&to).unwrap_or_default();
+        let deadline_ns = now + self.limits.rpc_timeout_ms * 1_000_000;
+        self.effects.push(Effect::Send {
+            to,
+            frame: Frame::Request {
+                id,
+                truncate: truncate.clone(),
+                req: req.clone(),
+            },
+        });
+        self.deadlines.insert((deadline_ns, id));
+        self.rpcs.insert(
+            id,
+            Rpc {
+                to,
+                req,
+                truncate,
+                deadline_ns,
+                attempt: 1,
+                purpose,
+            },
+        );
+    }
+
+    fn remove_rpc(&mut self, id: u64) -> Option<Rpc> {
+        let r = self.rpcs.remove(&id)?;
+        self.deadlines.remove(&(r.deadline_ns, id));
+        Some(r)
+    }
+
+    /// Send an idempotent RPC again, or report that the attempts are spent.
+    fn retry(&mut self, now: u64, rpc: Rpc) -> bool {
+        if rpc.attempt >= self.limits.rpc_attempts {
+            return false;
+        }
+        self.stats.rpc_retries += 1;
+        let attempt = rpc.attempt + 1;
+        self.send_rpc(now, rpc.to, rpc.req, rpc.purpose);
+        if let Some(r) = self.rpcs.get_mut(&(self.next_rpc - 1)) {
+            r.attempt = attempt;
+        }
+        true
+    }
+
+    fn queue_truncate(&mut self, tx: TxId, nodes: &[NodeId]) {
+        for n in nodes {
+            self.truncates.entry(*n).or_default().push(tx);
+        }
+    }
+
+    fn flush_truncates(&mut self, now: u64) {
+        let pending: Vec<(NodeId, Vec<TxId>)> = std::mem::take(&mut self.truncates)
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        for (n, txs) in pending {
+            // The ids ride in the frame's truncate field, so a lost frame
+            // re-queues them (see rpc_failed).
+            self.truncates.insert(n, txs);
+            self.send_rpc(now, n, Request::Truncate { txs: Vec::new() }, Purpose::Truncate);
+        }
+    }
+
+    fn rpc_failed(&mut self, now: u64, id: u64, why: &str) {
+        let Some(rpc) = self.remove_rpc(id) else {
+            return;
+        };
+        self.stats.rpc_failures += 1;
+        // Piggybacked truncations may not have arrived: queue them again
+        // (TRUNCATE is idempotent).
+        if !rpc.truncate.is_empty() {
+            self.truncates
+                .entry(rpc.to)
+                .or_default()
+                .extend(rpc.truncate.iter().copied());
+        }
+        let err = TxnError::Transport(format!("{} {why}", rpc.to));
+        match rpc.purpose {
+            Purpose::Read(txn) | Purpose::Scan(txn) => self.abandon(now, txn, err),
+            Purpose::Commit(txn) => {
+                let decided = self
+                    .txns
+                    .get(&txn)
+                    .and_then(|t| t.engine.as_ref())
+                    .is_some_and(|e| e.is_decided());
+                if !decided {
+                    return self.abandon(now, txn, err);
+                }
+                let tx = self.txns.get(&txn).map(|t| t.id);
+                if !self.retry(now, rpc) {
+                    self.stats.indeterminate += 1;
+                    let tx = tx.unwrap_or(TxId {
+                        config: self.config_id,
+                        coordinator: self.coordinator,
+                        thread: 0,
+                        local: 0,
+                    });
+                    self.answer(
+                        txn,
+                        CallResult::Failed(TxnError::Indeterminate {
+                            tx,
+                            detail: err.to_string(),
+                        }),
+                        true,
+                    );
+                }
+            }
+            Purpose::PostCommit(tx) => {
+                if !self.retry(now, rpc) {
+                    // Reported already; its records wait for recovery.
+                    self.finishing.remove(&tx);
+                }
+            }
+            Purpose::Abort(_) => {
+                self.retry(now, rpc);
+            }
+            Purpose::Truncate => {
+                // The ids were re-queued above and ride on the retry. Give up
+                // on a node that never answers, to stay bounded.
+                let to = rpc.to;
+                if !self.retry(now, rpc) {
+                    if let Some(q) = self.truncates.remove(&to) {
+                        self.stats.truncations_dropped += q.len() as u64;
+                    }
+                }
+            }
+            Purpose::ClockSync { .. } => self.sync_inflight = false,
+            Purpose::Ping(call) => self.reply(call, CallResult::Failed(err)),
+        }
+    }
+
+    /// Give up on `txn` after an operational failure before the commit
+    /// decision: release its locks (ABORT to every LOCK target) and fail the
+    /// call in progress. After the decision it is reported unknown instead.
+    fn abandon(&mut self, now: u64, txn: TxnHandle, err: TxnError) {
+        let Some(t) = self.txns.get_mut(&txn) else {
+            return;
+        };
+        let tx = t.id;
+        let Some(engine) = t.engine.as_mut() else {
+            return self.answer(txn, CallResult::Failed(err), true);
+        };
+        if !engine.abandon() {
+            self.stats.indeterminate += 1;
+            return self.answer(
+                txn,
+                CallResult::Failed(TxnError::Indeterminate {
+                    tx,
+                    detail: err.to_string(),
+                }),
+                true,
+            );
+        }
+        let aborts = engine.abort_messages();
+        self.end_txn_keep_call(txn);
+        self.send_aborts(now, aborts);
+        self.answer(txn, CallResult::Failed(err), true);
+    }
+
+    /// Drop the RPCs of `txn` but keep its entry (so its call can be answered).
+    fn end_txn_keep_call(&mut self, txn: TxnHandle) {
+        let ids: Vec<u64> = self
+            .rpcs
+            .iter()
+            .filter(|(_, r)| {
+                matches!(r.purpose, Purpose::Read(h) | Purpose::Scan(h) | Purpose::Commit(h) if h == txn)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.remove_rpc(id);
+        }
+    }
+
+    fn send_aborts(&mut self, now: u64, aborts: Vec<(NodeId, Request)>) {
+        for (n, req) in aborts {
+            let tx = match &req {
+                Request::Abort { tx } => *tx,
+                _ => continue,
+            };
+            self.stats.aborts_sent += 1;
+            self.send_rpc(now, n, req, Purpose::Abort(tx));
+        }
+    }
+
+    fn on_scan_step(&mut self, now: u64, txn: TxnHandle, step: ScanStep) {
+        match step {
+            ScanStep::Done(rows) => self.answer(txn, CallResult::Rows(rows), false),
+            ScanStep::Send(node, req) => self.send_rpc(now, node, req, Purpose::Scan(txn)),
+        }
+    }
+
+    fn drive_commit(&mut self, now: u64, txn: TxnHandle, step: CommitStep) {
+        match step {
+            CommitStep::Send(msgs) => {
+                for (n, req) in msgs {
+                    self.send_rpc(now, n, req, Purpose::Commit(txn));
+                }
+            }
+            CommitStep::GetWriteTs => {
+                if let Err(e) = self.start_ts_wait(now, txn, true) {
+                    self.abandon(now, txn, e);
+                }
+            }
+            CommitStep::Done(Ok(write_ts)) => {
+                let Some(t) = self.txns.get_mut(&txn) else {
+                    return;
+                };
+                let Some(engine) = t.engine.take() else {
+                    return;
+                };
+                let info = CommitInfo {
+                    tx: engine.id(),
+                    read_ts: engine.read_ts(),
+                    write_ts,
+                    wrote: !engine.is_read_only(),
+                };
+                // Re-tag the outstanding COMMIT-PRIMARY acks before ending
+                // the transaction, so they are collected, not dropped.
+                for r in self.rpcs.values_mut() {
+                    if r.purpose == Purpose::Commit(txn) {
+                        r.purpose = Purpose::PostCommit(info.tx);
+                    }
+                }
+                if info.wrote {
+                    if engine.is_fully_acknowledged() {
+                        self.queue_truncate(info.tx, &engine.truncation_targets());
+                    } else {
+                        self.finishing.insert(info.tx, engine);
+                    }
+                }
+                self.answer(txn, CallResult::Committed(info), true);
+            }
+            CommitStep::Done(Err(reason)) => {
+                let aborts = self
+                    .txns
+                    .get(&txn)
+                    .and_then(|t| t.engine.as_ref())
+                    .map(|e| e.abort_messages())
+                    .unwrap_or_default();
+                self.end_txn_keep_call(txn);
+                self.send_aborts(now, aborts);
+                self.answer(txn, CallResult::Failed(TxnError::Aborted(reason)), true);
+            }
+        }
+    }
+
+    fn on_response(&mut self, now: u64, from: NodeId, id: u64, resp: Response) {
+        match self.rpcs.get(&id) {
+            Some(r) if r.to == from => {}
+            _ => return, // late, duplicated, or for a finished purpose
+        }
+        let Some(rpc) = self.remove_rpc(id) else {
+            return;
+        };
+        match rpc.purpose {
+            Purpose::ClockSync { send_local_ns } => {
+                self.sync_inflight = false;
+                if let Response::MasterTime { master_ns } = resp {
+                    let sample = SyncSample {
+                        send_local_ns,
+                        master_ns,
+                        recv_local_ns: now,
+                    };
+                    if self.clock.on_sync(sample).is_err() {
+                        self.stats.clock_rejected += 1;
+                    }
+                }
+            }
+            Purpose::Ping(call) => self.reply(call, CallResult::Pong),
+            Purpose::Abort(_) | Purpose::Truncate => {}
+            Purpose::Read(txn) => {
+                let key = match self.txns.get(&txn).map(|t| &t.op) {
+                    Some(Op::Get { key }) => key.clone(),
+                    _ => return,
+                };
+                let r = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
+                    Some(e) => e.on_read_reply(from, &key, resp),
+                    None => return,
+                };
+                match r {
+                    Ok(v) => self.answer(
+                        txn,
+                        CallResult::Read(v.map(|v| (v.version, v.value))),
+                        false,
+                    ),
+                    Err(e) if e.is_abort() => self.answer(txn, CallResult::Failed(e), true),
+                    Err(e) => self.abandon(now, txn, e),
+                }
+            }
+            Purpose::Scan(txn) => {
+                let r = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
+                    Some(e) => e.on_scan_reply(from, resp),
+                    None => return,
+                };
+                match r {
+                    Ok(step) => self.on_scan_step(now, txn, step),
+                    Err(e) if e.is_abort() => self.answer(txn, CallResult::Failed(e), true),
+                    Err(e) => self.abandon(now, txn, e),
+                }
+            }
+            Purpose::Commit(txn) => {
+                let r = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
+                    Some(e) => {
+                        let r = e.on_reply(from, resp);
+                        e.check_invariants();
+                        r
+                    }
+                    None => return,
+                };
+                match r {
+                    Ok(Some(step)) => self.drive_commit(now, txn, step),
+                    Ok(None) => {}
+                    Err(e) => self.abandon(now, txn, e),
+                }
+            }
+            Purpose::PostCommit(tx) => {
+                let done = match self.finishing.get_mut(&tx) {
+                    Some(e) => {
+                        // A bad ack after the report cannot change the
+                        // outcome; the records then wait for recovery.
+                        if e.on_reply(from, resp).is_err() {
+                            self.finishing.remove(&tx);
+                            return;
+                        }
+                        e.is_fully_acknowledged()
+                    }
+                    None => false,
+                };
+                if done {
+                    if let Some(e) = self.finishing.remove(&tx) {
+                        self.queue_truncate(tx, &e.truncation_targets());
+                    }
+                }
+            }
+        }
+        // Queues that reached their bound are flushed at once.
+        let full: Vec<NodeId> = self
+            .truncates
+            .iter()
+            .filter(|(_, q)| q.len() >= self.limits.max_pending_truncations)
+            .map(|(n, _)| *n)
+            .collect();
+        for n in full {
+            self.send_rpc(now, n, Request::Truncate { txs: Vec::new() }, Purpose::Truncate);
+        }
+    }
+
+    fn maybe_closed(&mut self) {
+        let Some(call) = self.closing else { return };
+        let busy = self.rpcs.values().any(|r| {
+            matches!(
+                r.purpose,
+                Purpose::Truncate | Purpose::Abort(_) | Purpose::PostCommit(_)
+            )
+        });
+        if !busy && self.truncates.values().all(Vec::is_empty) && self.finishing.is_empty() {
+            self.closing = None;
+            self.reply(call, CallResult::Closed);
+        }
+    }
+
+    /// Ask for a wake-up at the earliest pending deadline, if it is earlier
+    /// than the one already asked for.
+    fn arm(&mut self, now: u64) {
+        let mut at = u64::MAX;
+        if !self.sync_inflight {
+            at = self.next_sync_ns.unwrap_or(now);
+        }
+        if let Some(&(d, _)) = self.deadlines.iter().next() {
+            at = at.min(d);
+        }
+        if let Some((&(w, _), _)) = self.waits.iter().next() {
+            at = at.min(w);
+        }
+        if self.truncates.values().any(|q| !q.is_empty()) {
+            at = at.min(self.next_flush_ns.max(now));
+        }
+        if at == u64::MAX {
+            return;
+        }
+        if self.armed_ns.is_none_or(|a| at < a) {
+            self.armed_ns = Some(at);
+            self.effects.push(Effect::Wake { at_local_ns: at });
+        }
+    }
+
+    /// Panics (release builds too) if an invariant is broken.
+    pub fn check_invariants(&self) {
+        assert_eq!(self.rpcs.len(), self.deadlines.len(), "deadline index");
+        for (id, r) in &self.rpcs {
+            assert!(self.deadlines.contains(&(r.deadline_ns, *id)), "deadline index");
+            match r.purpose {
+                Purpose::Read(h) | Purpose::Scan(h) | Purpose::Commit(h) => {
+                    assert!(self.txns.contains_key(&h), "RPC {id} for a finished transaction")
+                }
+                Purpose::PostCommit(tx) => {
+                    assert!(self.finishing.contains_key(&tx), "ack RPC {id} without its transaction")
+                }
+                Purpose::Abort(_)
+                | Purpose::Truncate
+                | Purpose::ClockSync { .. }
+                | Purpose::Ping(_) => {}
+            }
+        }
+        assert!(self.txns.len() <= self.limits.max_open_txns);
+        for t in self.txns.values() {
+            if let Some(e) = &t.engine {
+                e.check_invariants();
+            }
+        }
+    }
+}
