@@ -184,10 +184,7 @@ impl Core {
         }
     }
 
-    fn call(
-        &self,
-        f: impl FnOnce(&mut ClientProcess, u64, CallId) + Send + 'static,
-    ) -> CallFuture {
+    fn call(&self, f: impl FnOnce(&mut ClientProcess, u64, CallId) + Send + 'static) -> CallFuture {
         let slot = Arc::new(Slot::default());
         let mut st = lock(&self.state);
         let id = st.next_call;
@@ -195,7 +192,9 @@ impl Core {
         st.slots.insert(id, slot.clone());
         let now = self.io.now_ns();
         match self.io.stall_ns() {
-            Some(gap) => st.stalled.push((now.saturating_add(gap), now, id, Box::new(f))),
+            Some(gap) => st
+                .stalled
+                .push((now.saturating_add(gap), now, id, Box::new(f))),
             None => f(&mut st.process, now, id),
         }
         self.route(&mut st);
@@ -255,11 +254,9 @@ impl Drop for Owner {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 let timeout = std::time::Duration::from_millis(
-                    core.config.limits.rpc_timeout_ms
-                        * core.config.limits.rpc_attempts as u64,
+                    core.config.limits.rpc_timeout_ms * core.config.limits.rpc_attempts as u64,
                 );
-                let _ = tokio::time::timeout(timeout, core.call(|p, now, c| p.close(now, c)))
-                    .await;
+                let _ = tokio::time::timeout(timeout, core.call(|p, now, c| p.close(now, c))).await;
             });
         }
     }
@@ -369,7 +366,11 @@ impl Client {
     ///
     /// Errors: [`TxnError::Transport`].
     pub async fn ping(&self, node: NodeId) -> Result<(), TxnError> {
-        match self.core().call(move |p, now, c| p.ping(now, c, node)).await {
+        match self
+            .core()
+            .call(move |p, now, c| p.ping(now, c, node))
+            .await
+        {
             CallResult::Pong => Ok(()),
             other => Err(unexpected(other)),
         }
@@ -511,7 +512,11 @@ impl Txn {
     ) -> Result<Option<(Timestamp, Value)>, TxnError> {
         let h = self.handle;
         let key = key.to_vec();
-        match self.core().call(move |p, now, c| p.get(now, c, h, &key)).await {
+        match self
+            .core()
+            .call(move |p, now, c| p.get(now, c, h, &key))
+            .await
+        {
             CallResult::Read(v) => Ok(v),
             other => Err(self.fail(other)),
         }

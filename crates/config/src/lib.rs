@@ -75,6 +75,13 @@ pub struct Limits {
     /// COMMIT-BACKUP for one of them is refused instead of re-locking or
     /// re-logging (stands in for FaRM Table 1's truncation low bound).
     pub max_finished_ids: usize,
+    /// Most thin-client transactions (`Execute`) a node runs at once; more
+    /// are refused with a clear error.
+    pub max_concurrent_executes: usize,
+    /// Most bytes of rows in one scan reply; a longer scan is cut short with
+    /// `more = true` and the coordinator continues from the last key, so a
+    /// reply never exceeds the frame limit.
+    pub max_scan_bytes: usize,
 }
 
 impl Default for Limits {
@@ -98,6 +105,8 @@ impl Default for Limits {
             max_open_txns: 65_536,
             truncate_flush_us: 2_000,
             max_finished_ids: 1 << 16,
+            max_concurrent_executes: 256,
+            max_scan_bytes: 16 << 20,
         }
     }
 }

@@ -1,37 +1,38 @@
-//! # Node runtime
+//! # Node runtime: a thin tokio shell around `NodeProcess`
 //!
-//! A node process owns the sockets, the threads and the real clock, and
-//! drives the I/O-free engines:
+//! Every decision a node makes lives in
+//! [`meridian_process::node::NodeProcess`] (participant, clock master or
+//! clock sync, CM coordinator ids, GC). This shell only moves bytes and
+//! time:
 //!
-//! - the [`meridian_txn::Participant`] (regions, log, commit protocol),
-//!   behind one mutex: each connection's reader decodes a whole batch of
-//!   frames, handles it under a single lock acquisition and answers with a
-//!   single write. Reads and scans are answered straight from storage.
-//! - the clock: node 0 (the CM) is the clock master and answers `ClockSync`
-//!   with its monotonic clock; every other node synchronises with it every
-//!   `clock.sync_interval_us` (FaRMv2 §4.1).
-//! - GC: every 50 ms the participant's GC safe point is advanced to the
-//!   clock's lower bound minus `limits.gc_window_ms`.
-//! - thin clients: `Execute` runs a one-shot transaction with an embedded
-//!   [`meridian_client::Client`], so the node coordinates for the CLI.
-//! - the CM role (node 0): `RegisterClient` hands out coordinator ids.
+//! - a listener accepts connections; each connection's reader decodes a
+//!   whole batch of frames, feeds them to the process under one lock, and
+//!   writes the replies for that connection with one write;
+//! - a link to the clock master carries the node's own clock syncs;
+//! - a timer calls `tick` when the process asks to be woken;
+//! - `Execute` (thin clients) runs on an embedded client whose coordinator
+//!   id is unique to this node and incarnation; the process bounds how many
+//!   run at once.
+//!
+//! The incarnation (unique across restarts, review finding 6) is a counter
+//! in the node's data directory, incremented and fsynced before the node
+//! serves anything.
 //!
 //! The runtime is single-threaded (tokio current-thread): a node is one
 //! core's worth of work, and three nodes plus clients share two cores here.
 
-use meridian_client::{mono_ns, Client};
+use meridian_client::Client;
 use meridian_config::Configuration;
-use meridian_time::{ClockSync, SyncSample};
-use meridian_transport::{Connection, FrameReader, Outbox};
-use meridian_txn::Participant;
-use meridian_wire::{
-    encode_frame, ClientOp, ClientOpResult, Frame, NodeId, NodeStatus, Request, Response, Timestamp,
-};
+use meridian_process::node::{embedded_coordinator_id, NodeEffect, NodeProcess, Peer};
+use meridian_runtime::{mono_ns, wait};
+use meridian_transport::{FrameReader, Outbox};
+use meridian_wire::{encode_frame, ClientOp, ClientOpResult, Frame, NodeId, Response};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::sync::OnceCell;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, OnceCell};
 
 /// Node errors.
 #[derive(Debug, thiserror::Error)]
@@ -47,16 +48,24 @@ pub enum NodeError {
         /// Cause.
         source: std::io::Error,
     },
+    /// The incarnation counter in the data directory could not be used.
+    #[error("incarnation file {path}: {source}")]
+    Incarnation {
+        /// The file.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
 }
 
-struct State {
-    id: NodeId,
+struct Shell {
+    process: Mutex<NodeProcess>,
+    conns: Mutex<BTreeMap<u64, Outbox>>,
+    master_link: Option<mpsc::Sender<Vec<u8>>>,
+    next_conn: AtomicU64,
     config: Configuration,
-    participant: Mutex<Participant>,
-    clock: Mutex<ClockSync>,
-    next_coordinator: AtomicU64,
-    requests: AtomicU64,
     embedded: OnceCell<Client>,
+    coordinator: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -66,38 +75,93 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     }
 }
 
+/// Read, increment and durably store the node's incarnation counter in
+/// `dir/incarnation`. Without a data directory, the wall clock in seconds
+/// stands in (unique unless two starts fall in the same second).
+fn next_incarnation(dir: Option<&std::path::Path>) -> Result<u32, NodeError> {
+    use std::io::Write;
+    let Some(dir) = dir else {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1);
+        tracing::warn!("no data_dir: incarnation taken from the wall clock");
+        return Ok((secs as u32).max(1));
+    };
+    let path = dir.join("incarnation");
+    let err = |source| NodeError::Incarnation {
+        path: path.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let prev: u32 = match std::fs::read_to_string(&path) {
+        Ok(s) => s.trim().parse().map_err(|e| {
+            err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not a number: {e}"),
+            ))
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(err(e)),
+    };
+    let next = prev.checked_add(1).ok_or_else(|| {
+        err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "incarnation counter exhausted",
+        ))
+    })?;
+    let tmp = dir.join("incarnation.tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(err)?;
+    f.write_all(next.to_string().as_bytes()).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    std::fs::rename(&tmp, &path).map_err(err)?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(next)
+}
+
 /// Run node `id` of `config` until the process is killed.
 ///
-/// Errors: [`NodeError`] if the node is unknown or cannot listen.
+/// Errors: [`NodeError`] if the node is unknown, cannot listen, or cannot
+/// keep its incarnation counter.
 pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
-    let addr = config.node(id)?.addr.clone();
-    let listener = TcpListener::bind(&addr)
+    let me = config.node(id)?.clone();
+    let incarnation = next_incarnation(me.data_dir.as_deref())?;
+    let listener = TcpListener::bind(&me.addr)
         .await
         .map_err(|source| NodeError::Bind {
-            addr: addr.clone(),
+            addr: me.addr.clone(),
             source,
         })?;
-    let is_master = config.cm() == id;
-    let state = Arc::new(State {
-        id,
-        participant: Mutex::new(Participant::new(id, &config)),
-        clock: Mutex::new(if is_master {
-            ClockSync::master()
-        } else {
-            ClockSync::new(config.clock.drift_ppm)
-        }),
-        // Coordinator ids: the CM hands them out; ids below 1000 are left for
-        // nodes coordinating for thin clients (node n uses 1 + n).
-        next_coordinator: AtomicU64::new(1000),
-        requests: AtomicU64::new(0),
+    let process = NodeProcess::new(config.clone(), id, incarnation)?;
+    let is_master = process.is_clock_master();
+    let (master_link, master_rx) = if is_master {
+        (None, None)
+    } else {
+        let (tx, rx) = mpsc::channel(64);
+        (Some(tx), Some(rx))
+    };
+    let shell = Arc::new(Shell {
+        process: Mutex::new(process),
+        conns: Mutex::new(BTreeMap::new()),
+        master_link,
+        next_conn: AtomicU64::new(1),
+        coordinator: embedded_coordinator_id(id, incarnation),
         embedded: OnceCell::new(),
         config,
     });
-    tracing::info!(node = %id, %addr, master = is_master, "node listening");
-    if !is_master {
-        tokio::spawn(clock_sync_loop(state.clone()));
+    tracing::info!(node = %id, addr = %me.addr, master = is_master, incarnation, "node listening");
+    if let Some(rx) = master_rx {
+        let addr = shell.config.node(shell.config.cm())?.addr.clone();
+        tokio::spawn(master_link_task(shell.clone(), addr, rx));
     }
-    tokio::spawn(gc_loop(state.clone()));
+    let effects = {
+        let mut p = lock(&shell.process);
+        p.tick(mono_ns());
+        p.drain_effects()
+    };
+    route(&shell, effects).await;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -108,69 +172,96 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
             }
         };
         let _ = stream.set_nodelay(true);
-        let st = state.clone();
+        let sh = shell.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve(st, stream).await {
+            if let Err(e) = serve(sh, stream).await {
                 tracing::warn!(%peer, "connection closed: {e}");
             }
         });
     }
 }
 
-async fn clock_sync_loop(state: Arc<State>) {
-    let interval = Duration::from_micros(state.config.clock.sync_interval_us.max(100));
-    loop {
-        let cm_addr = match state.config.node(state.config.cm()) {
-            Ok(n) => n.addr.clone(),
-            Err(e) => {
-                tracing::error!("no clock master: {e}");
-                return;
-            }
-        };
-        let conn = match Connection::connect(&cm_addr, 16, 4096, 1000).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!("clock master not reachable yet: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        while !conn.is_closed() {
-            let send = mono_ns();
-            if let Ok(Response::MasterTime { master_ns }) =
-                conn.call(Vec::new(), Request::ClockSync).await
-            {
-                let recv = mono_ns();
-                if let Err(e) = lock(&state.clock).on_sync(SyncSample {
-                    send_local_ns: send,
-                    master_ns,
-                    recv_local_ns: recv,
-                }) {
-                    tracing::error!("clock sync rejected: {e}");
-                }
-            }
-            tokio::time::sleep(interval).await;
-        }
-    }
+/// Carry out effects: batch the frames per destination, then send them
+/// (outside the process lock, so a slow peer only waits for itself).
+fn route(
+    shell: &Arc<Shell>,
+    effects: Vec<NodeEffect>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    let shell = shell.clone();
+    Box::pin(async move { route_now(&shell, effects).await })
 }
 
-async fn gc_loop(state: Arc<State>) {
-    let window_ns = state.config.limits.gc_window_ms * 1_000_000;
-    loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let lower = lock(&state.clock).time(mono_ns()).map(|iv| iv.lower);
-        if let Ok(lower) = lower {
-            let mut p = lock(&state.participant);
-            p.gc(Timestamp(lower.saturating_sub(window_ns)));
+async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
+    let mut out: BTreeMap<Peer, Vec<u8>> = BTreeMap::new();
+    for e in effects {
+        match e {
+            NodeEffect::Send { to, frame } => {
+                let buf = out.entry(to).or_default();
+                if let Err(e) = encode_frame(&frame, buf) {
+                    // A reply the codec refuses must not vanish: the peer
+                    // would wait out its timeout. Say why instead.
+                    tracing::error!("cannot encode a frame to {to:?}: {e}");
+                    if let Frame::Response { id, .. } = frame {
+                        let resp = Response::Error(format!("reply not encodable: {e}"));
+                        let _ = encode_frame(&Frame::Response { id, resp }, buf);
+                    }
+                }
+            }
+            NodeEffect::Wake { at_local_ns } => {
+                let sh = shell.clone();
+                tokio::spawn(async move {
+                    wait::wait_until(at_local_ns).await;
+                    let effects = {
+                        let mut p = lock(&sh.process);
+                        p.tick(mono_ns());
+                        p.drain_effects()
+                    };
+                    route(&sh, effects).await;
+                });
+            }
+            NodeEffect::Execute { peer, id, ops } => {
+                let sh = shell.clone();
+                tokio::spawn(async move {
+                    let resp = execute(&sh, ops).await;
+                    let effects = {
+                        let mut p = lock(&sh.process);
+                        p.executed(peer, id, resp);
+                        p.drain_effects()
+                    };
+                    route(&sh, effects).await;
+                });
+            }
+        }
+    }
+    for (to, bytes) in out {
+        if bytes.is_empty() {
+            continue;
+        }
+        match to {
+            Peer::Conn(c) => {
+                let ob = lock(&shell.conns).get(&c).cloned();
+                if let Some(ob) = ob {
+                    if let Err(e) = ob.send(bytes).await {
+                        tracing::debug!("connection {c} gone: {e}");
+                    }
+                }
+            }
+            Peer::Node(_) => {
+                if let Some(l) = &shell.master_link {
+                    if let Err(e) = l.try_send(bytes) {
+                        tracing::warn!("clock link full or closed: {e}");
+                    }
+                }
+            }
         }
     }
 }
 
 async fn serve(
-    state: Arc<State>,
-    stream: tokio::net::TcpStream,
+    shell: Arc<Shell>,
+    stream: TcpStream,
 ) -> Result<(), meridian_transport::TransportError> {
-    let limits = &state.config.limits;
+    let limits = &shell.config.limits;
     let (r, w) = stream.into_split();
     let outbox = Outbox::spawn(
         w,
@@ -178,125 +269,85 @@ async fn serve(
         limits.max_batch_bytes,
         None,
     );
+    let conn = shell.next_conn.fetch_add(1, Ordering::Relaxed);
+    lock(&shell.conns).insert(conn, outbox);
     let mut reader = FrameReader::new(r);
     let mut frames = Vec::with_capacity(64);
-    let mut out = Vec::with_capacity(64 << 10);
-    loop {
+    let result = loop {
         frames.clear();
-        if !reader.next_batch(&mut frames).await? {
-            return Ok(());
+        match reader.next_batch(&mut frames).await {
+            Ok(true) => {}
+            Ok(false) => break Ok(()),
+            Err(e) => break Err(e),
         }
-        out.clear();
-        state
-            .requests
-            .fetch_add(frames.len() as u64, Ordering::Relaxed);
-        {
-            let mut p = lock(&state.participant);
+        let effects = {
+            let mut p = lock(&shell.process);
+            let now = mono_ns();
             for f in frames.drain(..) {
-                let (id, truncate, req) = match f {
-                    Frame::Request { id, truncate, req } => (Some(id), truncate, req),
-                    Frame::OneWay { truncate, req } => (None, truncate, req),
-                    Frame::Response { .. } => continue,
+                p.on_message(now, Peer::Conn(conn), f);
+            }
+            p.drain_effects()
+        };
+        route(&shell, effects).await;
+    };
+    lock(&shell.conns).remove(&conn);
+    result
+}
+
+/// The node's own link to the clock master: connect (retrying), send the
+/// process's clock syncs, feed replies back.
+async fn master_link_task(shell: Arc<Shell>, addr: String, mut rx: mpsc::Receiver<Vec<u8>>) {
+    use tokio::io::AsyncWriteExt;
+    let master = shell.config.cm();
+    loop {
+        let stream = match TcpStream::connect(&addr).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("clock master not reachable yet: {e}");
+                while rx.try_recv().is_ok() {}
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (r, mut w) = stream.into_split();
+        let sh = shell.clone();
+        let mut reader = tokio::spawn(async move {
+            let mut reader = FrameReader::new(r);
+            let mut frames = Vec::new();
+            while let Ok(true) = reader.next_batch(&mut frames).await {
+                let effects = {
+                    let mut p = lock(&sh.process);
+                    let now = mono_ns();
+                    for f in frames.drain(..) {
+                        p.on_message(now, Peer::Node(master), f);
+                    }
+                    p.drain_effects()
                 };
-                let resp = match p.handle(&truncate, &req) {
-                    Some(r) => r,
-                    None => match local_request(&state, &p, req) {
-                        Local::Now(r) => r,
-                        Local::Later(req) => {
-                            let (st, ob) = (state.clone(), outbox.clone());
-                            tokio::spawn(async move {
-                                let resp = execute(&st, req).await;
-                                if let Some(id) = id {
-                                    let mut buf = Vec::new();
-                                    if encode_frame(&Frame::Response { id, resp }, &mut buf).is_ok()
-                                    {
-                                        let _ = ob.send(buf).await;
-                                    }
-                                }
-                            });
-                            continue;
-                        }
-                    },
-                };
-                if let Some(id) = id {
-                    if let Err(e) = encode_frame(&Frame::Response { id, resp }, &mut out) {
-                        tracing::warn!("cannot encode response: {e}");
+                route(&sh, effects).await;
+            }
+        });
+        loop {
+            tokio::select! {
+                b = rx.recv() => {
+                    let Some(b) = b else { reader.abort(); return };
+                    if w.write_all(&b).await.is_err() {
+                        break;
                     }
                 }
+                _ = &mut reader => break,
             }
         }
-        if !out.is_empty() {
-            outbox.send(std::mem::take(&mut out)).await?;
-            out = Vec::with_capacity(64 << 10);
-        }
+        reader.abort();
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
-enum Local {
-    Now(Response),
-    Later(Vec<ClientOp>),
-}
-
-fn local_request(state: &State, p: &Participant, req: Request) -> Local {
-    Local::Now(match req {
-        Request::Ping => Response::Pong,
-        Request::ClockSync => {
-            if state.config.cm() == state.id {
-                Response::MasterTime {
-                    master_ns: mono_ns(),
-                }
-            } else {
-                Response::Error(format!("{} is not the clock master", state.id))
-            }
-        }
-        Request::RegisterClient => {
-            if state.config.cm() != state.id {
-                return Local::Now(Response::Error(format!(
-                    "{} is not the CM; register with {}",
-                    state.id,
-                    state.config.cm()
-                )));
-            }
-            match state.config.to_toml() {
-                Ok(config_toml) => Response::Registered {
-                    coordinator: state.next_coordinator.fetch_add(1, Ordering::Relaxed),
-                    config_toml,
-                },
-                Err(e) => Response::Error(e.to_string()),
-            }
-        }
-        Request::Status => {
-            let (uncertainty_ns, syncs) = {
-                let mut c = lock(&state.clock);
-                (
-                    c.time(mono_ns())
-                        .map(|iv| iv.uncertainty_ns())
-                        .unwrap_or(u64::MAX),
-                    c.stats().syncs,
-                )
-            };
-            Response::Status(NodeStatus {
-                node: state.id,
-                config: state.config.id(),
-                uncertainty_ns,
-                syncs,
-                primary_regions: p.primary_regions().to_vec(),
-                backup_regions: p.backup_regions().to_vec(),
-                objects: p.object_count() as u64,
-                log_records: p.log_len() as u64,
-                requests: state.requests.load(Ordering::Relaxed),
-            })
-        }
-        Request::Execute { ops } => return Local::Later(ops),
-        other => Response::Error(format!("unsupported request {other:?}")),
-    })
-}
-
 /// Run a thin client's one-shot transaction with the embedded client.
-async fn execute(state: &Arc<State>, ops: Vec<ClientOp>) -> Response {
-    let client = match state
+async fn execute(shell: &Arc<Shell>, ops: Vec<ClientOp>) -> Response {
+    let client = match shell
         .embedded
-        .get_or_try_init(|| Client::connect_with(state.config.clone(), 1 + state.id.0 as u64))
+        .get_or_try_init(|| Client::connect_with(shell.config.clone(), shell.coordinator))
         .await
     {
         Ok(c) => c,

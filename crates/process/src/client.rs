@@ -36,9 +36,7 @@ use crate::{CallId, Effect};
 use meridian_config::{Configuration, Limits, RegionMap};
 use meridian_time::{ClockError, ClockSync, SyncSample};
 use meridian_txn::{CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions};
-use meridian_wire::{
-    ConfigId, Frame, Key, NodeId, Request, Response, Timestamp, TxId, Value,
-};
+use meridian_wire::{ConfigId, Frame, Key, NodeId, Request, Response, Timestamp, TxId, Value};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
@@ -118,7 +116,9 @@ enum Op {
     /// Waiting for `read_ts` to be in the past.
     Begin,
     Idle,
-    Get { key: Key },
+    Get {
+        key: Key,
+    },
     Scan,
     Commit,
 }
@@ -142,7 +142,9 @@ enum Purpose {
     PostCommit(TxId),
     Abort(TxId),
     Truncate,
-    ClockSync { send_local_ns: u64 },
+    ClockSync {
+        send_local_ns: u64,
+    },
     Ping(CallId),
 }
 
@@ -327,7 +329,9 @@ impl ClientProcess {
             Err(e) => return self.fail_call(txn, call, e),
         };
         match step {
-            GetStep::Local(v) => self.reply(call, CallResult::Read(v.map(|v| (Timestamp::ZERO, v)))),
+            GetStep::Local(v) => {
+                self.reply(call, CallResult::Read(v.map(|v| (Timestamp::ZERO, v))))
+            }
             GetStep::Remote(node, req) => {
                 self.set_op(txn, call, Op::Get { key: key.to_vec() });
                 self.send_rpc(now, node, req, Purpose::Read(txn));
@@ -347,7 +351,10 @@ impl ClientProcess {
         end: Option<&[u8]>,
         limit: u32,
     ) {
-        let step = match self.idle_engine(txn).and_then(|e| e.scan(start, end, limit)) {
+        let step = match self
+            .idle_engine(txn)
+            .and_then(|e| e.scan(start, end, limit))
+        {
             Ok(s) => s,
             Err(e) => return self.fail_call(txn, call, e),
         };
@@ -702,7 +709,12 @@ impl ClientProcess {
             // The ids ride in the frame's truncate field, so a lost frame
             // re-queues them (see rpc_failed).
             self.truncates.insert(n, txs);
-            self.send_rpc(now, n, Request::Truncate { txs: Vec::new() }, Purpose::Truncate);
+            self.send_rpc(
+                now,
+                n,
+                Request::Truncate { txs: Vec::new() },
+                Purpose::Truncate,
+            );
         }
     }
 
@@ -987,7 +999,12 @@ impl ClientProcess {
             .map(|(n, _)| *n)
             .collect();
         for n in full {
-            self.send_rpc(now, n, Request::Truncate { txs: Vec::new() }, Purpose::Truncate);
+            self.send_rpc(
+                now,
+                n,
+                Request::Truncate { txs: Vec::new() },
+                Purpose::Truncate,
+            );
         }
     }
 
@@ -1034,13 +1051,22 @@ impl ClientProcess {
     pub fn check_invariants(&self) {
         assert_eq!(self.rpcs.len(), self.deadlines.len(), "deadline index");
         for (id, r) in &self.rpcs {
-            assert!(self.deadlines.contains(&(r.deadline_ns, *id)), "deadline index");
+            assert!(
+                self.deadlines.contains(&(r.deadline_ns, *id)),
+                "deadline index"
+            );
             match r.purpose {
                 Purpose::Read(h) | Purpose::Scan(h) | Purpose::Commit(h) => {
-                    assert!(self.txns.contains_key(&h), "RPC {id} for a finished transaction")
+                    assert!(
+                        self.txns.contains_key(&h),
+                        "RPC {id} for a finished transaction"
+                    )
                 }
                 Purpose::PostCommit(tx) => {
-                    assert!(self.finishing.contains_key(&tx), "ack RPC {id} without its transaction")
+                    assert!(
+                        self.finishing.contains_key(&tx),
+                        "ack RPC {id} without its transaction"
+                    )
                 }
                 Purpose::Abort(_)
                 | Purpose::Truncate

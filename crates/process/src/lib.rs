@@ -25,6 +25,8 @@
 //!   coordinator): open transactions, the commit driver with its timeouts,
 //!   retries and abort sending, the truncation queue, and clock sync with
 //!   the clock master.
+//! - [`node::NodeProcess`]: a node: the participant, the clock master or
+//!   clock sync, the CM's coordinator ids, GC.
 //!
 //! **Invariants** (`check_invariants` on each process): every outstanding
 //! RPC belongs to a live purpose; queues are within their bounds (all in
@@ -32,6 +34,7 @@
 //! call at a time.
 
 pub mod client;
+pub mod node;
 
 use meridian_wire::{Frame, NodeId};
 

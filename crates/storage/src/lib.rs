@@ -175,19 +175,22 @@ impl RegionStore {
         }))
     }
 
-    /// Scan live keys of `range` at `read_ts`, at most `limit` of them.
+    /// Scan live keys of `range` at `read_ts`, at most `limit` of them and,
+    /// beyond the first row, at most `max_bytes` of keys and values.
     ///
-    /// Returns the rows and whether the limit cut the scan short. Errors as
+    /// Returns the rows and whether a bound cut the scan short. Errors as
     /// [`RegionStore::read`] for any object met in the range.
     pub fn scan(
         &self,
         range: &KeyRange,
         read_ts: Timestamp,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<(Vec<(Key, Versioned)>, bool), Conflict> {
         if read_ts < self.safe_point {
             return Err(Conflict::TooOld);
         }
+        let mut bytes = 0usize;
         let mut rows = Vec::new();
         for (k, obj) in self.objects.range::<[u8], _>(check_range(range)) {
             if obj.lock.is_some() {
@@ -195,9 +198,11 @@ impl RegionStore {
             }
             if let Some(v) = obj.at(read_ts)? {
                 if let Some(value) = &v.value {
-                    if rows.len() == limit {
+                    let size = k.len() + value.len();
+                    if rows.len() == limit || (!rows.is_empty() && bytes + size > max_bytes) {
                         return Ok((rows, true));
                     }
+                    bytes += size;
                     rows.push((
                         k.clone(),
                         Versioned {
@@ -482,10 +487,10 @@ mod tests {
             start: b"a".to_vec(),
             end: None,
         };
-        let (rows, more) = s.scan(&all, ts(100), 2).unwrap();
+        let (rows, more) = s.scan(&all, ts(100), 2, usize::MAX).unwrap();
         assert_eq!(rows.len(), 2);
         assert!(more);
-        let (rows, more) = s.scan(&all, ts(11), 10).unwrap();
+        let (rows, more) = s.scan(&all, ts(11), 10, usize::MAX).unwrap();
         assert_eq!(
             rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
             vec![b"a".to_vec(), b"b".to_vec()]
@@ -508,7 +513,7 @@ mod tests {
             end: Some(b"b".to_vec()),
         };
         assert_eq!(s.validate_range(tx(9), &r, ts(35)), Err(Conflict::Changed));
-        assert_eq!(s.scan(&r, ts(45), 10).unwrap().0.len(), 0);
+        assert_eq!(s.scan(&r, ts(45), 10, usize::MAX).unwrap().0.len(), 0);
     }
 
     #[test]

@@ -64,6 +64,11 @@ pub struct Participant {
     primary_for: Vec<RegionId>,
     backup_for: Vec<RegionId>,
     log: TxLog,
+    /// Recently finished (aborted or truncated) transactions, oldest first,
+    /// at most `limits.max_finished_ids`: a late or duplicated LOCK or
+    /// COMMIT-BACKUP for one of them must not re-lock or re-log.
+    finished: std::collections::BTreeSet<TxId>,
+    finished_order: std::collections::VecDeque<TxId>,
     stats: ParticipantStats,
 }
 
@@ -92,6 +97,8 @@ impl Participant {
             primary_for,
             backup_for,
             log: TxLog::default(),
+            finished: std::collections::BTreeSet::new(),
+            finished_order: std::collections::VecDeque::new(),
             stats: ParticipantStats::default(),
         }
     }
@@ -161,7 +168,7 @@ impl Participant {
         let limit = limit.min(self.limits.max_scan_rows) as usize;
         Response::ScanReply(
             self.primary_store(region)
-                .and_then(|s| s.scan(range, read_ts, limit)),
+                .and_then(|s| s.scan(range, read_ts, limit, self.limits.max_scan_bytes)),
         )
     }
 
@@ -283,9 +290,25 @@ impl Participant {
         Ok(())
     }
 
+    fn finish(&mut self, tx: TxId) {
+        if self.finished.insert(tx) {
+            self.finished_order.push_back(tx);
+            while self.finished_order.len() > self.limits.max_finished_ids {
+                if let Some(old) = self.finished_order.pop_front() {
+                    self.finished.remove(&old);
+                }
+            }
+        }
+    }
+
     fn lock(&mut self, rec: &meridian_wire::LockRecord) -> Result<(), Conflict> {
         if self.log.primary.contains_key(&rec.tx) {
             return Ok(()); // duplicate delivery
+        }
+        if self.finished.contains(&rec.tx) {
+            // Aborted (the coordinator gave up and its ABORT overtook this
+            // LOCK) or already truncated: never lock for it again.
+            return Err(Conflict::Finished);
         }
         if self.log.len() >= self.limits.max_log_records {
             return Err(Conflict::Overloaded);
@@ -343,6 +366,9 @@ impl Participant {
     }
 
     fn commit_backup(&mut self, record: &meridian_wire::LockRecord, write_ts: Timestamp) {
+        if self.finished.contains(&record.tx) {
+            return; // a duplicate after TRUNCATE: already applied
+        }
         if self.log.backup.len() >= self.limits.max_log_records {
             // Log full: apply the record now instead of lazily. The coordinator
             // only sends COMMIT-BACKUP after deciding to commit.
@@ -384,6 +410,13 @@ impl Participant {
     }
 
     fn abort(&mut self, tx: TxId) {
+        if matches!(
+            self.log.primary.get(&tx),
+            Some((_, LockState::Committed(_)))
+        ) {
+            return; // committed here: an ABORT cannot undo it
+        }
+        self.finish(tx);
         if let Some((rec, LockState::Locked)) = self.log.primary.get(&tx) {
             for w in &rec.writes {
                 if let Some(s) = self.stores.get_mut(&w.region) {
@@ -396,6 +429,7 @@ impl Participant {
 
     fn truncate(&mut self, txs: &[TxId]) {
         for tx in txs {
+            self.finish(*tx);
             if let Some((_, LockState::Committed(_))) = self.log.primary.get(tx) {
                 self.log.primary.remove(tx);
             }
@@ -449,6 +483,8 @@ impl Participant {
             self.log.len() <= 2 * self.limits.max_log_records,
             "log over its bound"
         );
+        assert!(self.finished.len() == self.finished_order.len());
+        assert!(self.finished_order.len() <= self.limits.max_finished_ids);
     }
 }
 
@@ -592,5 +628,58 @@ mod tests {
         ));
         assert_eq!(p.log_len(), 0);
         p.check_invariants();
+    }
+
+    /// A LOCK that arrives after the coordinator's ABORT (the coordinator
+    /// timed out and abandoned the transaction; the network reordered the
+    /// two) must not lock anything: nobody would ever release it.
+    #[test]
+    fn a_lock_overtaken_by_its_abort_is_refused() {
+        let mut p = Participant::new(NodeId(0), &cfg());
+        assert_eq!(
+            p.handle(&[], &Request::Abort { tx: tx(1) }),
+            Some(Response::Ack)
+        );
+        let rec = record(&p, tx(1), 10, &[b"a"]);
+        assert_eq!(
+            p.handle(&[], &Request::Lock(rec)),
+            Some(Response::LockReply(Err(Conflict::Finished)))
+        );
+        assert_eq!(p.object_count(), 0);
+        assert_eq!(p.log_len(), 0);
+        p.check_invariants();
+    }
+
+    /// A scan reply stays far below the frame limit: rows beyond
+    /// `max_scan_bytes` are left for the next request (review finding 8).
+    #[test]
+    fn scan_replies_are_bounded_in_bytes() {
+        let mut c = cfg();
+        c.limits.max_scan_bytes = 250;
+        let mut p = Participant::new(NodeId(0), &c);
+        for (i, k) in [b"a", b"b", b"c"].iter().enumerate() {
+            let mut rec = record(&p, tx(i as u64), 10, &[*k]);
+            rec.writes[0].value = Some(vec![7; 100]);
+            assert_eq!(
+                p.handle(&[], &Request::Lock(rec)),
+                Some(Response::LockReply(Ok(())))
+            );
+            let c = Request::CommitPrimary {
+                tx: tx(i as u64),
+                write_ts: Timestamp(20),
+            };
+            assert_eq!(p.handle(&[], &c), Some(Response::Ack));
+        }
+        let range = KeyRange {
+            start: b"a".to_vec(),
+            end: Some(b"d".to_vec()),
+        };
+        match p.scan(p.region_of(b"a"), &range, 100, Timestamp(30)) {
+            Response::ScanReply(Ok((rows, more))) => {
+                assert_eq!(rows.len(), 2);
+                assert!(more);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -168,6 +168,9 @@ pub enum Conflict {
     UnknownRegion,
     /// A per-node bound (log capacity, version chain, …) was hit.
     Overloaded,
+    /// The transaction already finished at this node (aborted or truncated):
+    /// a late or duplicated LOCK is refused rather than re-locking.
+    Finished,
 }
 
 impl fmt::Display for Conflict {
@@ -179,6 +182,7 @@ impl fmt::Display for Conflict {
             Conflict::NotPrimary => "not primary",
             Conflict::UnknownRegion => "unknown region",
             Conflict::Overloaded => "overloaded",
+            Conflict::Finished => "transaction already finished here",
         };
         f.write_str(s)
     }
