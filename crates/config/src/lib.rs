@@ -82,6 +82,8 @@ pub struct Limits {
     /// `more = true` and the coordinator continues from the last key, so a
     /// reply never exceeds the frame limit.
     pub max_scan_bytes: usize,
+    /// How often a node advances its GC safe point, µs.
+    pub gc_interval_us: u64,
 }
 
 impl Default for Limits {
@@ -107,6 +109,7 @@ impl Default for Limits {
             max_finished_ids: 1 << 16,
             max_concurrent_executes: 256,
             max_scan_bytes: 16 << 20,
+            gc_interval_us: 50_000,
         }
     }
 }

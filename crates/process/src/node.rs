@@ -18,7 +18,7 @@
 //!   and answers with [`NodeProcess::executed`]; at most
 //!   `limits.max_concurrent_executes` run at once;
 //! - `tick` raises the GC safe point to `lower − gc_window_ms` every
-//!   `GC_INTERVAL_NS` and, on non-masters, sends `ClockSync` to the master
+//!   `limits.gc_interval_us` and, on non-masters, sends `ClockSync` to the master
 //!   every `clock.sync_interval_us`.
 //!
 //! **Coordinator ids** (review finding 6). Transaction ids embed the
@@ -36,9 +36,6 @@ use meridian_config::Configuration;
 use meridian_time::{ClockSync, SyncSample};
 use meridian_txn::Participant;
 use meridian_wire::{ClientOp, Frame, NodeId, NodeStatus, Rejection, Request, Response, Timestamp};
-
-/// How often GC runs, ns of local time.
-pub const GC_INTERVAL_NS: u64 = 50_000_000;
 
 /// Who sent a frame to a node: another node, or one of the shell's
 /// connections (clients, the CLI). Replies go back to the same peer.
@@ -135,6 +132,22 @@ impl NodeProcess {
             effects: Vec::new(),
             config,
         })
+    }
+
+    /// Node `id` restarted with its memory lost (a new `incarnation`): it
+    /// answers, syncs its clock and serves the CM role, but holds no region
+    /// replicas, so it can never serve a read from an empty store. Giving it
+    /// regions again is reconfiguration and data recovery (FaRM §5.2, §5.4).
+    ///
+    /// Errors: as [`NodeProcess::new`].
+    pub fn restarted(
+        config: Configuration,
+        id: NodeId,
+        incarnation: u32,
+    ) -> Result<Self, meridian_config::ConfigError> {
+        let mut p = Self::new(config, id, incarnation)?;
+        p.participant = Participant::without_regions(id, &p.config);
+        Ok(p)
     }
 
     /// The node id.
@@ -309,7 +322,7 @@ impl NodeProcess {
     /// Time passes: GC, clock sync.
     pub fn tick(&mut self, now: u64) {
         if now >= self.next_gc_ns {
-            self.next_gc_ns = now + GC_INTERVAL_NS;
+            self.next_gc_ns = now + self.config.limits.gc_interval_us.max(1) * 1000;
             let window_ns = self.config.limits.gc_window_ms * 1_000_000;
             if let Ok(iv) = self.clock.time(now) {
                 self.participant

@@ -350,7 +350,12 @@ impl Sim {
                 write_ts: Some(1),
             });
         }
-        for (k, v) in rows {
+        for (i, (k, v)) in rows.into_iter().enumerate() {
+            // One transaction per row: a truncated id is finished for good.
+            let tx = TxId {
+                local: i as u64,
+                ..tx
+            };
             let r = self.map.region_of(&k).clone();
             let lock = meridian_wire::LockRecord {
                 tx,

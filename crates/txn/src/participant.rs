@@ -103,6 +103,17 @@ impl Participant {
         }
     }
 
+    /// The participant of `node` holding no replicas: every request for a
+    /// region is refused with [`Conflict::UnknownRegion`] (a node that lost
+    /// its memory and has not been given regions again).
+    pub fn without_regions(node: NodeId, cfg: &Configuration) -> Self {
+        let mut p = Self::new(node, cfg);
+        p.stores.clear();
+        p.primary_for.clear();
+        p.backup_for.clear();
+        p
+    }
+
     /// The node id.
     pub fn node(&self) -> NodeId {
         self.node
