@@ -87,7 +87,8 @@ enum Cmd {
         /// First seed.
         #[arg(long, default_value_t = 0)]
         first: u64,
-        /// Workload: bank or register.
+        /// Workload: bank, register, or swarm (bank and register with a
+        /// random mix of faults per seed).
         #[arg(long, default_value = "bank")]
         workload: String,
     },
@@ -635,19 +636,40 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
 
 fn sim(seeds: u64, first: u64, workload: &str) -> Result<(), String> {
     let t0 = std::time::Instant::now();
-    let (mut committed, mut aborted) = (0, 0);
+    let (mut committed, mut aborted, mut unknown, mut crashes, mut dropped, mut stuck) =
+        (0, 0, 0, 0, 0, 0);
+    let bar = indicatif::ProgressBar::new(seeds);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} seeds, {elapsed} ({eta} left)",
+        )
+        .map_err(|e| e.to_string())?,
+    );
     for seed in first..first + seeds {
         let cfg = match workload {
             "bank" => meridian_sim::SimConfig::bank(seed),
             "register" => meridian_sim::SimConfig::register(seed),
-            other => return Err(format!("unknown workload {other:?} (bank or register)")),
+            "swarm" => meridian_sim::SimConfig::swarm(seed),
+            other => {
+                return Err(format!(
+                    "unknown workload {other:?} (bank, register or swarm)"
+                ))
+            }
         };
-        let r = meridian_sim::run_and_check(cfg)?;
+        let r = meridian_sim::run_and_check(cfg).inspect_err(|_| bar.abandon())?;
         committed += r.committed;
         aborted += r.aborted;
+        unknown += r.unknown;
+        crashes += r.crashes;
+        dropped += r.dropped;
+        stuck += r.timed_out as u64;
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     println!(
-        "{seeds} seeds ({workload}) passed in {:.2} s: {committed} committed, {aborted} aborted",
+        "{seeds} seeds ({workload}, first {first}) passed the checker in {:.1} s wall time: \
+         {committed} committed, {aborted} aborted, {unknown} unknown; \
+         {crashes} crashes, {dropped} messages dropped, {stuck} runs ended by the time limit",
         t0.elapsed().as_secs_f64()
     );
     Ok(())

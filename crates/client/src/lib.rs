@@ -376,6 +376,19 @@ impl Client {
         }
     }
 
+    /// Register with the CM for a coordinator id, for a client built over a
+    /// core whose process has none yet (the simulator's clients; a restarted
+    /// client). Returns the id.
+    ///
+    /// Errors: [`TxnError::Transport`] if the CM does not answer within
+    /// `rpc_attempts` tries, [`TxnError::Protocol`] on another answer.
+    pub async fn register(&self) -> Result<u64, TxnError> {
+        match self.core().call(|p, now, c| p.register(now, c)).await {
+            CallResult::Registered(id) => Ok(id),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Sleep `duration_ns` of the client's local time (simulated time in the
     /// simulator).
     pub async fn sleep(&self, duration_ns: u64) {
@@ -447,7 +460,22 @@ impl Session {
     ///
     /// Errors: the last abort once the budget is spent, or the first
     /// operational error.
-    pub async fn run<T, F>(&mut self, opts: TxnOptions, mut f: F) -> Result<T, TxnError>
+    pub async fn run<T, F>(&mut self, opts: TxnOptions, f: F) -> Result<T, TxnError>
+    where
+        F: for<'a> FnMut(&'a mut Txn) -> TxnFuture<'a, T>,
+    {
+        self.run_info(opts, f).await.map(|(v, _)| v)
+    }
+
+    /// [`Session::run`], also returning the commit's [`CommitInfo`]
+    /// (`write_ts`, for history recording).
+    ///
+    /// Errors: as [`Session::run`].
+    pub async fn run_info<T, F>(
+        &mut self,
+        opts: TxnOptions,
+        mut f: F,
+    ) -> Result<(T, CommitInfo), TxnError>
     where
         F: for<'a> FnMut(&'a mut Txn) -> TxnFuture<'a, T>,
     {
@@ -457,7 +485,7 @@ impl Session {
             attempt += 1;
             let mut tx = self.begin(opts).await?;
             let r = match f(&mut tx).await {
-                Ok(v) => tx.commit().await.map(|_| v),
+                Ok(v) => tx.commit().await.map(|info| (v, info)),
                 Err(e) => {
                     tx.abort();
                     Err(e)

@@ -84,6 +84,8 @@ pub enum CallResult {
     Pong,
     /// `close`: every queued TRUNCATE was acknowledged (or given up on).
     Closed,
+    /// `register`: the CM assigned this coordinator id.
+    Registered(u64),
     /// The call failed; [`TxnError::Aborted`] is the normal, retryable case.
     Failed(TxnError),
 }
@@ -146,6 +148,7 @@ enum Purpose {
         send_local_ns: u64,
     },
     Ping(CallId),
+    Register(CallId),
 }
 
 #[derive(Debug)]
@@ -433,6 +436,20 @@ impl ClientProcess {
     /// [`CallResult::Pong`].
     pub fn ping(&mut self, now: u64, call: CallId, node: NodeId) {
         self.send_rpc(now, node, Request::Ping, Purpose::Ping(call));
+        self.arm(now);
+    }
+
+    /// Ask the CM for a coordinator id unique in the cluster (FaRM §4's
+    /// `m`; unique across CM restarts, review finding 6) and adopt it.
+    /// Replies [`CallResult::Registered`]. Begin no transaction before it
+    /// is answered; the RPC is retried up to `rpc_attempts` times.
+    pub fn register(&mut self, now: u64, call: CallId) {
+        self.send_rpc(
+            now,
+            self.cm,
+            Request::RegisterClient,
+            Purpose::Register(call),
+        );
         self.arm(now);
     }
 
@@ -783,6 +800,11 @@ impl ClientProcess {
             }
             Purpose::ClockSync { .. } => self.sync_inflight = false,
             Purpose::Ping(call) => self.reply(call, CallResult::Failed(err)),
+            Purpose::Register(call) => {
+                if !self.retry(now, rpc) {
+                    self.reply(call, CallResult::Failed(err));
+                }
+            }
         }
     }
 
@@ -925,6 +947,19 @@ impl ClientProcess {
                 }
             }
             Purpose::Ping(call) => self.reply(call, CallResult::Pong),
+            Purpose::Register(call) => match resp {
+                Response::Registered { coordinator, .. } if self.next_local == 0 => {
+                    self.coordinator = coordinator;
+                    self.reply(call, CallResult::Registered(coordinator))
+                }
+                other => self.reply(
+                    call,
+                    CallResult::Failed(TxnError::Protocol {
+                        node: from,
+                        detail: format!("registration answered with {other:?}"),
+                    }),
+                ),
+            },
             Purpose::Abort(_) | Purpose::Truncate => {}
             Purpose::Read(txn) => {
                 let key = match self.txns.get(&txn).map(|t| &t.op) {
@@ -1071,7 +1106,8 @@ impl ClientProcess {
                 Purpose::Abort(_)
                 | Purpose::Truncate
                 | Purpose::ClockSync { .. }
-                | Purpose::Ping(_) => {}
+                | Purpose::Ping(_)
+                | Purpose::Register(_) => {}
             }
         }
         assert!(self.txns.len() <= self.limits.max_open_txns);

@@ -1,52 +1,184 @@
-//! # Deterministic simulator
+//! # Deterministic simulator of the code that ships
 //!
-//! **Problem.** Concurrency bugs in a commit protocol show up under rare
-//! message orders and clock skews. We need to explore many of them and, when
-//! one fails, replay it exactly.
+//! **Problem.** Concurrency and fault bugs in a commit protocol show up
+//! under rare message orders, clock skews, losses and crashes. We need to
+//! explore many of them on the *production* code and, when one fails, replay
+//! it bit for bit.
 //!
-//! **Design** (after FoundationDB's and TigerBeetle's simulators). Every
-//! engine of a real cluster (participants, the clock master, clients'
-//! clock sync and coordinators) runs on one thread, driven by a single event
-//! queue ordered by simulated true time. All randomness comes from one
-//! seeded RNG. The network delays each message by a random amount in
-//! `[min_delay_ns, max_delay_ns]`, so messages are reordered, also between
-//! the same pair of endpoints. Every process has its own clock,
-//! `local = offset + true × (1 + drift)`, with drift inside the configured
-//! bound relative to the clock master (whose clock is global time). A seed
-//! fully determines a run: `run(&SimConfig { seed, .. })` twice gives the
-//! same history, and a failing seed is printed so it can be replayed.
+//! **Design** (after FoundationDB's and TigerBeetle's simulators). The
+//! simulator is a shell, like the tokio node and client: it owns no protocol
+//! logic. It runs
+//! - one [`NodeProcess`] per node (participant, CM registration, clock
+//!   master or clock sync, GC), and
+//! - one production [`meridian_client::Client`] per client: a
+//!   [`meridian_client::Core`] over a [`meridian_process::client::ClientProcess`]
+//!   (commit driver, timeouts, abort sending, truncation queue, clock sync),
+//!   with a simulated [`Io`]. Workloads are ordinary async code over
+//!   [`Session::run_info`] (the real retry helper) and
+//!   [`meridian_workload::ops::run_program`], the same code a real cluster
+//!   runs.
 //!
-//! Clients run checked workloads ([`meridian_workload::bank`]): every value
-//! carries a unique write id, the simulator records each transaction's reads
-//! and writes into a [`meridian_checker::History`] and the checker searches
-//! it for strict-serializability and opacity violations. Engines'
-//! `check_invariants` run after every event. At the end the simulator lets
-//! truncations drain and checks that every backup holds exactly what its
-//! primary holds.
+//! Everything is driven by one event queue ordered by simulated true time
+//! (ties by insertion order). Client tasks are polled by a tiny
+//! single-threaded executor in task-index order after every event, so no
+//! iteration order depends on hashing, threads or wall time. All randomness
+//! comes from the seed: network delays and faults from the simulator's RNG,
+//! workload choices from per-client RNGs, retry jitter from each client
+//! process's seeded RNG. Every process has its own clock,
+//! `local = offset + true × (1 + drift)`, drifting within the configured
+//! bound relative to the clock master (whose clock *is* global time).
 //!
-//! Crashes and partitions arrive with the fault-tolerance work; the event
-//! queue already carries per-endpoint delivery, so they are new event kinds.
+//! **Faults** ([`Faults`], each separately switchable; [`Faults::swarm`]
+//! draws a random mix per seed): message loss, duplication and long delay;
+//! symmetric and one-way partitions; node and client crashes (memory lost)
+//! with restarts in a fresh incarnation; client stalls between reading the
+//! clock and using it (review finding 4) and node pauses; clock drift
+//! anywhere inside the bound. Fault tolerance is not built yet, so a crash
+//! may leave the cluster stuck; the run still ends at `time_limit_ns` and
+//! the checker judges what completed.
+//!
+//! **Checks.** Each transaction attempt becomes a
+//! [`meridian_checker::TxnRecord`]: aborted attempts as aborted, the final
+//! one as committed, aborted, or unknown (a commit whose outcome was
+//! reported indeterminate, or that a client crash cut off). The checker
+//! searches the history for strict-serializability and opacity violations;
+//! the workload checks its own invariant (the bank audit's total); a global
+//! time oracle checks every `read_ts` against the master's clock at invoke
+//! (FaRMv2 Lemma 1); every process's `check_invariants` runs after every
+//! event. Runs without lossy faults must also end clean: every backup equal
+//! to its primary and every log truncated.
 
 use meridian_checker::{History, Outcome, TxnRecord};
-use meridian_config::{Configuration, Limits, RegionMap};
-use meridian_time::{ClockSync, SyncSample};
-use meridian_txn::{CommitStep, GetStep, Participant, Transaction, TxnError, TxnOptions};
-use meridian_wire::{ConfigId, NodeId, Request, Response, Timestamp, TxId, Value};
-use meridian_workload::bank::{self, BankConfig, RegisterConfig, WriteIds};
-use meridian_workload::ops::{Program, Step};
-use rand::rngs::StdRng;
+use meridian_client::{Client, Core, Io, Session, TxnError, TxnFuture, TxnOptions};
+use meridian_config::{Configuration, RegionMap};
+use meridian_process::client::ClientProcess;
+use meridian_process::node::{NodeEffect, NodeProcess, Peer};
+use meridian_wire::{ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId};
+use meridian_workload::bank::{self, BankConfig, BankTxn, RegisterConfig, RegisterTxn, WriteIds};
+use meridian_workload::ops::{run_program, Ending, Program, Step};
+use rand::rngs::{SmallRng, StdRng};
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
 
 /// Which checked workload the clients run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SimWorkload {
-    /// Bank transfers and audits.
+    /// Bank transfers and audits (audits retried until they commit).
     Bank(BankConfig),
     /// Contended registers (reads plus blind writes).
     Register(RegisterConfig),
+}
+
+/// Which faults a run injects. All probabilities are per mille.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Messages lost, ‰.
+    pub loss_permille: u32,
+    /// Messages delivered twice, ‰.
+    pub duplicate_permille: u32,
+    /// Messages delayed 20–100× the normal maximum (past RPC timeouts), ‰.
+    pub long_delay_permille: u32,
+    /// Symmetric partitions isolating one process for a while.
+    pub partitions: bool,
+    /// One-way partitions (a → b dropped, b → a delivered).
+    pub one_way_partitions: bool,
+    /// Node crashes (memory lost) and restarts in a fresh incarnation.
+    pub node_crashes: bool,
+    /// Client crashes and restarts with a new coordinator id.
+    pub client_crashes: bool,
+    /// Application calls that stall between reading the clock and using it,
+    /// ‰ of calls.
+    pub stall_permille: u32,
+    /// Nodes that pause (process nothing) for a while.
+    pub node_pauses: bool,
+    /// Clocks drift anywhere inside the bound (default: within ±45% of it).
+    pub wide_drift: bool,
+}
+
+impl Faults {
+    /// No faults.
+    pub fn none() -> Self {
+        Faults::default()
+    }
+
+    /// A random mix, as FoundationDB's and TigerBeetle's swarm testing do:
+    /// each fault is on with probability ½, with a random intensity.
+    pub fn swarm(seed: u64) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5157_4152_4d00_0000);
+        let mut pick = |max: u32| {
+            if rng.gen_bool(0.5) {
+                rng.gen_range(1..=max)
+            } else {
+                0
+            }
+        };
+        let loss_permille = pick(50);
+        let duplicate_permille = pick(30);
+        let long_delay_permille = pick(30);
+        let stall_permille = pick(100);
+        Faults {
+            loss_permille,
+            duplicate_permille,
+            long_delay_permille,
+            stall_permille,
+            partitions: rng.gen_bool(0.5),
+            one_way_partitions: rng.gen_bool(0.5),
+            node_crashes: rng.gen_bool(0.5),
+            client_crashes: rng.gen_bool(0.5),
+            node_pauses: rng.gen_bool(0.5),
+            wide_drift: rng.gen_bool(0.5),
+        }
+    }
+
+    /// True when a fault can lose a message or a process's memory, so the
+    /// end-of-run replica equality and empty-log checks do not apply.
+    pub fn is_lossy(&self) -> bool {
+        self.loss_permille > 0
+            || self.duplicate_permille > 0
+            || self.long_delay_permille > 0
+            || self.partitions
+            || self.one_way_partitions
+            || self.node_crashes
+            || self.client_crashes
+            || self.node_pauses
+    }
+
+    /// Short description, e.g. `loss=12‰ crash-node stall=40‰`.
+    pub fn describe(&self) -> String {
+        let mut v = Vec::new();
+        let mut pm = |name: &str, x: u32| {
+            if x > 0 {
+                v.push(format!("{name}={x}‰"))
+            }
+        };
+        pm("loss", self.loss_permille);
+        pm("dup", self.duplicate_permille);
+        pm("long-delay", self.long_delay_permille);
+        pm("stall", self.stall_permille);
+        for (on, name) in [
+            (self.partitions, "partition"),
+            (self.one_way_partitions, "one-way-partition"),
+            (self.node_crashes, "crash-node"),
+            (self.client_crashes, "crash-client"),
+            (self.node_pauses, "pause-node"),
+            (self.wide_drift, "wide-drift"),
+        ] {
+            if on {
+                v.push(name.to_string());
+            }
+        }
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(" ")
+        }
+    }
 }
 
 /// Parameters of one simulation.
@@ -54,7 +186,7 @@ pub enum SimWorkload {
 pub struct SimConfig {
     /// The seed; determines everything.
     pub seed: u64,
-    /// Number of nodes (node 0 is clock master).
+    /// Number of nodes (node 0 is CM and clock master).
     pub nodes: u32,
     /// Copies of each region.
     pub replication: usize,
@@ -68,14 +200,20 @@ pub struct SimConfig {
     pub workload: SimWorkload,
     /// Shortest one-way message delay, ns.
     pub min_delay_ns: u64,
-    /// Longest one-way message delay, ns.
+    /// Longest one-way message delay (without the long-delay fault), ns.
     pub max_delay_ns: u64,
-    /// Drift bound, ppm; simulated clocks drift within ±45% of it each.
+    /// Drift bound, ppm.
     pub drift_ppm: u64,
-    /// Clock sync period, ns.
-    pub sync_interval_ns: u64,
+    /// Clock sync period, µs.
+    pub sync_interval_us: u64,
     /// Time-window GC, ms (small, to exercise too-old aborts).
     pub gc_window_ms: u64,
+    /// RPC timeout, ms.
+    pub rpc_timeout_ms: u64,
+    /// Faults injected.
+    pub faults: Faults,
+    /// The run ends at this simulated time even if clients are stuck, ns.
+    pub time_limit_ns: u64,
 }
 
 impl SimConfig {
@@ -96,8 +234,11 @@ impl SimConfig {
             min_delay_ns: 5_000,
             max_delay_ns: 200_000,
             drift_ppm: 1000,
-            sync_interval_ns: 1_000_000,
+            sync_interval_us: 1000,
             gc_window_ms: 5,
+            rpc_timeout_ms: 20,
+            faults: Faults::none(),
+            time_limit_ns: 3_000_000_000,
         }
     }
 
@@ -112,6 +253,20 @@ impl SimConfig {
             ..Self::bank(seed)
         }
     }
+
+    /// A swarm run: bank or register (by seed) with [`Faults::swarm`].
+    pub fn swarm(seed: u64) -> Self {
+        let base = if seed % 2 == 0 {
+            Self::bank(seed)
+        } else {
+            Self::register(seed)
+        };
+        SimConfig {
+            faults: Faults::swarm(seed),
+            txns_per_client: 30,
+            ..base
+        }
+    }
 }
 
 /// Outcome of one simulation.
@@ -119,51 +274,33 @@ impl SimConfig {
 pub struct SimReport {
     /// The seed.
     pub seed: u64,
+    /// The faults injected.
+    pub faults: Faults,
     /// Recorded history.
     pub history: History,
     /// Committed transactions.
     pub committed: u64,
-    /// Aborted transactions.
+    /// Aborted attempts.
     pub aborted: u64,
-    /// Workload invariant failures (e.g. wrong audit totals).
+    /// Attempts whose outcome is unknown.
+    pub unknown: u64,
+    /// Workload invariant failures (wrong audit totals, the time oracle).
     pub workload_failures: Vec<String>,
     /// Messages delivered.
     pub messages: u64,
+    /// Messages dropped by faults.
+    pub dropped: u64,
+    /// Crashes injected (nodes + clients).
+    pub crashes: u64,
+    /// True when the time limit ended the run before every client finished.
+    pub timed_out: bool,
     /// Simulated time at the end, ns.
     pub end_ns: u64,
-    /// Mean uncertainty of the timestamps taken, ns.
+    /// Mean uncertainty of the timestamps taken, ns (live clients).
     pub mean_uncertainty_ns: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Addr {
-    Node(u32),
-    Client(u32),
-}
-
-#[derive(Debug)]
-enum Event {
-    Deliver {
-        to: Addr,
-        from: Addr,
-        rpc: u64,
-        truncate: Vec<TxId>,
-        msg: Msg,
-    },
-    Sync(u32),
-    NodeTick(u32),
-    TsReady(u32),
-    FlushTruncates(u32),
-    Start(u32),
-}
-
-#[derive(Debug)]
-enum Msg {
-    Req(Request),
-    Resp(Response),
-}
-
-/// A simulated clock: `local = offset + true × (1 + drift_ppm / 1e6)`.
+/// A simulated clock: `local = offset + true × (1 + drift_ppb / 1e9)`.
 #[derive(Clone, Copy, Debug)]
 struct SimClock {
     offset_ns: u64,
@@ -189,174 +326,484 @@ impl SimClock {
     }
 }
 
-#[derive(Debug)]
-enum Pending {
-    Read { key: Vec<u8> },
-    Commit,
-    PostCommit(u64),
-    Sync { send_local: u64 },
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Addr {
+    Node(u32),
+    Client(u32),
 }
 
-struct ClientState {
+/// What client I/O left for the simulator, in order.
+enum Out {
+    Send {
+        c: u32,
+        inc: u32,
+        to: NodeId,
+        frame: Frame,
+    },
+    Wake {
+        c: u32,
+        inc: u32,
+        at_local_ns: u64,
+    },
+}
+
+/// State shared between the simulator and its clients' [`SimIo`]s.
+struct World {
+    now_ns: u64,
+    outbox: Vec<Out>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// The simulated [`Io`] of one client incarnation.
+struct SimIo {
+    c: u32,
+    inc: u32,
     clock: SimClock,
-    sync: ClockSync,
-    ids: WriteIds,
-    done: u32,
-    txn: Option<Transaction>,
-    program: Option<Box<dyn ProgramDyn>>,
-    record: Option<TxnRecord>,
-    awaiting_ts: Option<(Timestamp, bool)>, // (ts, is_write_ts)
-    pending_truncates: BTreeMap<NodeId, Vec<TxId>>,
-    /// Transactions whose COMMIT-PRIMARY acks are still arriving.
-    finishing: HashMap<u64, Transaction>,
-    next_local: u64,
+    world: Arc<Mutex<World>>,
+    dead: Arc<AtomicBool>,
+    stall_permille: u32,
+    stall_rng: Mutex<SmallRng>,
 }
 
-trait ProgramDyn: Program {}
-impl<T: Program> ProgramDyn for T {}
+impl Io for SimIo {
+    fn now_ns(&self) -> u64 {
+        self.clock.local(lock(&self.world).now_ns)
+    }
+    fn send(&self, to: NodeId, frame: Frame) {
+        if self.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        lock(&self.world).outbox.push(Out::Send {
+            c: self.c,
+            inc: self.inc,
+            to,
+            frame,
+        });
+    }
+    fn wake_at(&self, _core: std::sync::Weak<Core>, at_local_ns: u64) {
+        if self.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        lock(&self.world).outbox.push(Out::Wake {
+            c: self.c,
+            inc: self.inc,
+            at_local_ns,
+        });
+    }
+    fn stall_ns(&self) -> Option<u64> {
+        if self.stall_permille == 0 {
+            return None;
+        }
+        let mut rng = lock(&self.stall_rng);
+        if rng.gen_range(0..1000) < self.stall_permille {
+            Some(rng.gen_range(1..3_000_000))
+        } else {
+            None
+        }
+    }
+}
+
+/// A task's waker: sets a flag the executor polls.
+struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// One transaction program of the workload (cloned per attempt).
+#[derive(Clone, Debug)]
+enum WorkTxn {
+    Bank(BankTxn),
+    Register(RegisterTxn),
+}
+
+impl Program for WorkTxn {
+    fn next(&mut self, last: Option<Option<meridian_wire::Value>>) -> Step {
+        match self {
+            WorkTxn::Bank(t) => t.next(last),
+            WorkTxn::Register(t) => t.next(last),
+        }
+    }
+    fn on_commit(&mut self) -> Result<(), String> {
+        match self {
+            WorkTxn::Bank(t) => t.on_commit(),
+            WorkTxn::Register(t) => t.on_commit(),
+        }
+    }
+}
+
+/// What one client records, shared between its task and the simulator
+/// (which finalises the attempt in flight when the client crashes).
+#[derive(Default)]
+struct ClientLog {
+    /// Transactions finished (committed or given up), across incarnations.
+    done: u32,
+    /// The attempt in flight, with its program.
+    current: Option<(TxnRecord, WorkTxn)>,
+    records: Vec<TxnRecord>,
+    failures: Vec<String>,
+    /// Invoke time of the next attempt (true ns).
+    next_invoke_ns: u64,
+}
+
+impl ClientLog {
+    fn finish_current(&mut self, outcome: Outcome, now: u64, write_ts: Option<u64>) {
+        if let Some((mut r, _)) = self.current.take() {
+            r.outcome = outcome;
+            r.complete_ns = now;
+            if outcome == Outcome::Committed {
+                r.write_ts = write_ts;
+            }
+            self.records.push(r);
+        }
+    }
+}
+
+struct TaskCtx {
+    c: u32,
+    inc: u32,
+    client: Client,
+    log: Arc<Mutex<ClientLog>>,
+    world: Arc<Mutex<World>>,
+    master: SimClock,
+    txns: u32,
+    gen: Arc<Mutex<Gen>>,
+}
+
+/// Draws a client's transactions. Every attempt writes fresh write ids
+/// (the checker needs every write id unique), so a retried transfer is
+/// drawn anew; audits write nothing and are retried as they are.
+struct Gen {
+    workload: SimWorkload,
+    rng: StdRng,
+    ids: WriteIds,
+}
+
+impl Gen {
+    fn draw(&mut self) -> WorkTxn {
+        match self.workload {
+            SimWorkload::Bank(b) => WorkTxn::Bank(b.next_txn(&mut self.ids, &mut self.rng)),
+            SimWorkload::Register(r) => WorkTxn::Register(r.next_txn(&mut self.ids, &mut self.rng)),
+        }
+    }
+
+    /// The program for an attempt after the first.
+    fn redraw(&mut self, first: &WorkTxn) -> WorkTxn {
+        match first {
+            WorkTxn::Bank(b) if b.is_audit() => first.clone(),
+            _ => self.draw(),
+        }
+    }
+}
+
+fn true_now(world: &Arc<Mutex<World>>) -> u64 {
+    lock(world).now_ns
+}
+
+/// The client's program: register, wait for the clock, run the workload
+/// through the production retry helper, close. No simulator logic.
+async fn client_main(cx: TaskCtx) {
+    let client = cx.client.clone();
+    loop {
+        match client.register().await {
+            Ok(_) => break,
+            Err(_) => client.sleep(5_000_000).await,
+        }
+    }
+    while !client.core().with(|p, _| p.is_synchronised()) {
+        client.sleep(1_000_000).await;
+    }
+    let mut session: Session = client.session();
+    let process = ((cx.c as u64) << 16) | cx.inc as u64;
+    loop {
+        if lock(&cx.log).done >= cx.txns {
+            break;
+        }
+        let program = lock(&cx.gen).draw();
+        let audit = matches!(&program, WorkTxn::Bank(b) if b.is_audit());
+        loop {
+            lock(&cx.log).next_invoke_ns = true_now(&cx.world);
+            let (log, world, master, gen) =
+                (cx.log.clone(), cx.world.clone(), cx.master, cx.gen.clone());
+            let mut first = Some(program.clone());
+            let base = program.clone();
+            let r = session
+                .run_info(TxnOptions::default(), move |tx| {
+                    let mut prog = match first.take() {
+                        Some(p) => p,
+                        None => lock(&gen).redraw(&base),
+                    };
+                    let (log, world) = (log.clone(), world.clone());
+                    let fut: TxnFuture<'_, ()> = Box::pin(async move {
+                        let now = true_now(&world);
+                        let invoke = {
+                            let mut l = lock(&log);
+                            // A previous attempt that got here ended aborted
+                            // (its completion time is conservatively late).
+                            l.finish_current(Outcome::Aborted, now, None);
+                            l.next_invoke_ns
+                        };
+                        let read_ts = tx.read_ts().0;
+                        oracle(&log, master, invoke, now, read_ts);
+                        let mut rec = TxnRecord {
+                            process,
+                            invoke_ns: invoke,
+                            complete_ns: 0,
+                            reads: Vec::new(),
+                            writes: Vec::new(),
+                            outcome: Outcome::Unknown,
+                            read_ts: Some(read_ts),
+                            write_ts: None,
+                        };
+                        let ending = run_program(tx, &mut prog, &mut rec).await;
+                        let mut l = lock(&log);
+                        l.current = Some((rec, prog));
+                        // A retry begins after this attempt ends, so no
+                        // later than its next GET_TS: a safe invoke time.
+                        l.next_invoke_ns = true_now(&world);
+                        drop(l);
+                        match ending? {
+                            Ending::Commit => Ok(()),
+                            Ending::Abort => {
+                                Err(TxnError::Aborted(meridian_client::AbortReason::User))
+                            }
+                        }
+                    });
+                    fut
+                })
+                .await;
+            let now = true_now(&cx.world);
+            let mut l = lock(&cx.log);
+            let committed = match r {
+                Ok(((), info)) => {
+                    if let Some((_, p)) = l.current.as_mut() {
+                        if let Err(e) = p.on_commit() {
+                            l.failures.push(format!("client {}: {e}", cx.c));
+                        }
+                    }
+                    let wts = info.wrote.then_some(info.write_ts.0);
+                    l.finish_current(Outcome::Committed, now, wts);
+                    true
+                }
+                Err(TxnError::Indeterminate { .. }) => {
+                    l.finish_current(Outcome::Unknown, now, None);
+                    false
+                }
+                Err(_) => {
+                    l.finish_current(Outcome::Aborted, now, None);
+                    false
+                }
+            };
+            // Audits retry until they commit, so they are checked under load.
+            if committed || !audit {
+                l.done += 1;
+                break;
+            }
+        }
+    }
+    client.close().await;
+}
+
+/// FaRMv2 Lemma 1 as an oracle: `read_ts` is at least global time (the
+/// master's clock) when the transaction was invoked, and in the past by the
+/// time it is used.
+fn oracle(log: &Mutex<ClientLog>, master: SimClock, invoke: u64, now: u64, read_ts: u64) {
+    let (lo, hi) = (master.local(invoke), master.local(now));
+    if read_ts < lo || read_ts >= hi {
+        lock(log).failures.push(format!(
+            "time oracle: read_ts {read_ts} outside [{lo}, {hi}) of global time"
+        ));
+    }
+}
+
+#[derive(Debug)]
+enum Event {
+    Deliver {
+        to: Addr,
+        to_inc: u32,
+        from: Addr,
+        from_inc: u32,
+        frame: Frame,
+    },
+    NodeTick(u32, u32),
+    ClientTick(u32, u32),
+    ClientStart(u32),
+    CrashNode(u32),
+    RestartNode(u32),
+    CrashClient(u32),
+    Block(Vec<(Addr, Addr)>),
+    Heal(Vec<(Addr, Addr)>),
+    Pause(u32, u64),
+}
+
+struct NodeSlot {
+    process: Option<NodeProcess>,
+    inc: u32,
+    clock: SimClock,
+    paused_until: u64,
+    ticks: BTreeSet<u64>,
+}
+
+struct ClientSlot {
+    core: Option<Arc<Core>>,
+    dead: Arc<AtomicBool>,
+    inc: u32,
+    clock: SimClock,
+    log: Arc<Mutex<ClientLog>>,
+    task: Option<(Task, Arc<Flag>)>,
+    ticks: BTreeSet<u64>,
+    rng: StdRng,
+    ids: WriteIds,
+    finished: bool,
+}
 
 /// The simulator.
 pub struct Sim {
     cfg: SimConfig,
+    config: Configuration,
     rng: StdRng,
-    now: u64,
+    world: Arc<Mutex<World>>,
     seq: u64,
-    queue: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    events: HashMap<usize, Event>,
-    next_event: usize,
-    nodes: Vec<(Participant, SimClock, ClockSync)>,
-    clients: Vec<ClientState>,
-    map: Arc<RegionMap>,
-    limits: Arc<Limits>,
-    pending: HashMap<(u32, u64), Pending>,
-    next_rpc: u64,
-    history: History,
-    committed: u64,
-    aborted: u64,
-    workload_failures: Vec<String>,
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+    events: BTreeMap<u64, Event>,
+    nodes: Vec<NodeSlot>,
+    clients: Vec<ClientSlot>,
+    blocked: BTreeMap<(Addr, Addr), u32>,
+    initial: Option<TxnRecord>,
     messages: u64,
-    uncertainty_sum: u128,
-    uncertainty_n: u64,
+    dropped: u64,
+    crashes: u64,
+    uncertainty: (u128, u64),
 }
 
 impl Sim {
     /// Build a simulation from its parameters.
     pub fn new(cfg: SimConfig) -> Self {
         let mut rng = StdRng::seed_from_u64(cfg.seed);
-        let mut conf = Configuration::local(
+        let mut config = Configuration::local(
             cfg.nodes,
             7000,
             cfg.replication,
             cfg.regions,
             std::path::Path::new("/nonexistent"),
         );
-        conf.clock.drift_ppm = cfg.drift_ppm;
-        conf.limits.gc_window_ms = cfg.gc_window_ms;
-        conf.limits.max_versions_per_object = 8;
-        let map = Arc::new(RegionMap::new(&conf));
-        let limits = Arc::new(conf.limits.clone());
-        let bound_ppb = (cfg.drift_ppm as i64) * 1000 * 45 / 100;
-        let clock = |rng: &mut StdRng| SimClock {
+        config.clock.drift_ppm = cfg.drift_ppm;
+        config.clock.sync_interval_us = cfg.sync_interval_us;
+        config.limits.gc_window_ms = cfg.gc_window_ms;
+        config.limits.gc_interval_us = 1000;
+        config.limits.max_versions_per_object = 8;
+        config.limits.rpc_timeout_ms = cfg.rpc_timeout_ms;
+        config.limits.truncate_flush_us = 2000;
+        let share = if cfg.faults.wide_drift { 99 } else { 45 };
+        let bound_ppb = (cfg.drift_ppm as i64) * 1000 * share / 100;
+        let clock = |rng: &mut StdRng, master: bool| SimClock {
             offset_ns: rng.gen_range(0..1_000_000_000),
-            drift_ppb: rng.gen_range(-bound_ppb..=bound_ppb),
+            drift_ppb: if master {
+                0
+            } else {
+                rng.gen_range(-bound_ppb..=bound_ppb)
+            },
         };
-        let nodes: Vec<_> = (0..cfg.nodes)
-            .map(|i| {
-                let sync = if i == 0 {
-                    ClockSync::master()
-                } else {
-                    ClockSync::new(cfg.drift_ppm)
-                };
-                (Participant::new(NodeId(i), &conf), clock(&mut rng), sync)
+        let nodes = (0..cfg.nodes)
+            .map(|n| {
+                let clock = clock(&mut rng, NodeId(n) == config.cm());
+                NodeSlot {
+                    process: NodeProcess::new(config.clone(), NodeId(n), 1).ok(),
+                    inc: 1,
+                    clock,
+                    paused_until: 0,
+                    ticks: BTreeSet::new(),
+                }
             })
             .collect();
         let clients = (0..cfg.clients)
-            .map(|c| ClientState {
-                clock: clock(&mut rng),
-                sync: ClockSync::new(cfg.drift_ppm),
+            .map(|c| ClientSlot {
+                core: None,
+                dead: Arc::new(AtomicBool::new(false)),
+                inc: 0,
+                clock: clock(&mut rng, false),
+                log: Arc::default(),
+                task: None,
+                ticks: BTreeSet::new(),
+                rng: StdRng::seed_from_u64(cfg.seed.wrapping_mul(1000).wrapping_add(c as u64)),
                 ids: WriteIds::new(c as u64 + 1),
-                done: 0,
-                txn: None,
-                program: None,
-                record: None,
-                awaiting_ts: None,
-                pending_truncates: BTreeMap::new(),
-                finishing: HashMap::new(),
-                next_local: 0,
+                finished: false,
             })
             .collect();
         let mut sim = Sim {
             cfg,
+            config,
             rng,
-            now: 0,
+            world: Arc::new(Mutex::new(World {
+                now_ns: 0,
+                outbox: Vec::new(),
+            })),
             seq: 0,
             queue: BinaryHeap::new(),
-            events: HashMap::new(),
-            next_event: 0,
+            events: BTreeMap::new(),
             nodes,
             clients,
-            map,
-            limits,
-            pending: HashMap::new(),
-            next_rpc: 1,
-            history: History::default(),
-            committed: 0,
-            aborted: 0,
-            workload_failures: Vec::new(),
+            blocked: BTreeMap::new(),
+            initial: None,
             messages: 0,
-            uncertainty_sum: 0,
-            uncertainty_n: 0,
+            dropped: 0,
+            crashes: 0,
+            uncertainty: (0, 0),
         };
         sim.load_initial();
-        for n in 1..sim.cfg.nodes {
-            sim.schedule(0, Event::Sync(1000 + n));
-        }
         for n in 0..sim.cfg.nodes {
-            sim.schedule(1_000_000, Event::NodeTick(n));
+            sim.schedule(0, Event::NodeTick(n, 1));
         }
         for c in 0..sim.cfg.clients {
-            sim.schedule(0, Event::Sync(c));
             let start = sim.rng.gen_range(0..2_000_000);
-            sim.schedule(start + 3_000_000, Event::Start(c));
-            sim.schedule(5_000_000, Event::FlushTruncates(c));
+            sim.schedule(start, Event::ClientStart(c));
         }
+        sim.plan_faults();
         sim
     }
 
-    /// Install the workload's initial rows on every replica at timestamp 1.
+    /// Install the workload's initial rows on every replica at timestamp 1
+    /// (a bulk load before the run, one transaction per row).
     fn load_initial(&mut self) {
         let rows = match self.cfg.workload {
             SimWorkload::Bank(b) => b.population(),
             SimWorkload::Register(_) => Vec::new(),
         };
-        let tx = TxId {
-            config: ConfigId(1),
-            coordinator: 0,
-            thread: 0,
-            local: 0,
-        };
-        if !rows.is_empty() {
-            self.history.push(TxnRecord {
-                process: u64::MAX,
-                invoke_ns: 0,
-                complete_ns: 0,
-                reads: Vec::new(),
-                writes: rows
-                    .iter()
-                    .filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?)))
-                    .collect(),
-                outcome: Outcome::Committed,
-                read_ts: Some(0),
-                write_ts: Some(1),
-            });
+        if rows.is_empty() {
+            return;
         }
+        self.initial = Some(TxnRecord {
+            process: u64::MAX,
+            invoke_ns: 0,
+            complete_ns: 0,
+            reads: Vec::new(),
+            writes: rows
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?)))
+                .collect(),
+            outcome: Outcome::Committed,
+            read_ts: Some(0),
+            write_ts: Some(1),
+        });
+        let map = RegionMap::new(&self.config);
         for (i, (k, v)) in rows.into_iter().enumerate() {
-            // One transaction per row: a truncated id is finished for good.
             let tx = TxId {
+                config: ConfigId(1),
+                coordinator: 0,
+                thread: 0,
                 local: i as u64,
-                ..tx
             };
-            let r = self.map.region_of(&k).clone();
+            let r = map.region_of(&k).clone();
             let lock = meridian_wire::LockRecord {
                 tx,
                 read_ts: Timestamp(0),
@@ -367,587 +814,583 @@ impl Sim {
                     value: Some(v),
                 }],
             };
-            for (node, _, _) in self.nodes.iter_mut() {
-                if node.node() == r.primary {
-                    let _ = node.handle(&[], &Request::Lock(lock.clone()));
-                    let _ = node.handle(
-                        &[],
-                        &Request::CommitPrimary {
-                            tx,
-                            write_ts: Timestamp(1),
-                        },
-                    );
-                    let _ = node.handle(&[tx], &Request::Ping);
-                } else if r.backups.contains(&node.node()) {
-                    let _ = node.handle(
-                        &[],
-                        &Request::CommitBackup {
-                            record: lock.clone(),
-                            write_ts: Timestamp(1),
-                        },
-                    );
-                    let _ = node.handle(&[tx], &Request::Ping);
+            for slot in self.nodes.iter_mut() {
+                let Some(node) = slot.process.as_mut() else {
+                    continue;
+                };
+                let id = node.id();
+                let p = node.participant_mut();
+                let write_ts = Timestamp(1);
+                if id == r.primary {
+                    let _ = p.handle(&[], &Request::Lock(lock.clone()));
+                    let _ = p.handle(&[], &Request::CommitPrimary { tx, write_ts });
+                    let _ = p.handle(&[tx], &Request::Ping);
+                } else if r.backups.contains(&id) {
+                    let record = lock.clone();
+                    let _ = p.handle(&[], &Request::CommitBackup { record, write_ts });
+                    let _ = p.handle(&[tx], &Request::Ping);
                 }
             }
         }
     }
 
-    fn schedule(&mut self, at: u64, e: Event) {
-        let id = self.next_event;
-        self.next_event += 1;
-        self.seq += 1;
-        self.events.insert(id, e);
-        self.queue.push(Reverse((at, self.seq, id)));
+    /// Draw the fault schedule (crashes, partitions, pauses) from the seed.
+    fn plan_faults(&mut self) {
+        let f = self.cfg.faults;
+        let horizon = 200_000_000u64; // faults happen in the first 200 ms
+        let n = self.cfg.nodes;
+        let c = self.cfg.clients;
+        if f.node_crashes {
+            for _ in 0..self.rng.gen_range(1..=2) {
+                let at = self.rng.gen_range(5_000_000..horizon);
+                let who = self.rng.gen_range(0..n);
+                let down = self.rng.gen_range(1_000_000..50_000_000);
+                self.schedule(at, Event::CrashNode(who));
+                self.schedule(at + down, Event::RestartNode(who));
+            }
+        }
+        if f.client_crashes {
+            for _ in 0..self.rng.gen_range(1..=3) {
+                let at = self.rng.gen_range(3_000_000..horizon);
+                let who = self.rng.gen_range(0..c);
+                let down = self.rng.gen_range(1_000_000..20_000_000);
+                self.schedule(at, Event::CrashClient(who));
+                self.schedule(at + down, Event::ClientStart(who));
+            }
+        }
+        let all: Vec<Addr> = (0..n)
+            .map(Addr::Node)
+            .chain((0..c).map(Addr::Client))
+            .collect();
+        for (on, one_way) in [(f.partitions, false), (f.one_way_partitions, true)] {
+            if !on {
+                continue;
+            }
+            for _ in 0..self.rng.gen_range(1..=3) {
+                let at = self.rng.gen_range(3_000_000..horizon);
+                let len = self.rng.gen_range(1_000_000..60_000_000);
+                let victim = all[self.rng.gen_range(0..all.len())];
+                // One-way: only the victim's outgoing (or only its
+                // incoming) messages are dropped.
+                let outgoing = self.rng.gen_bool(0.5);
+                let mut pairs = Vec::new();
+                for other in &all {
+                    let both_clients =
+                        matches!(victim, Addr::Client(_)) && matches!(other, Addr::Client(_));
+                    if *other == victim || both_clients {
+                        continue;
+                    }
+                    if !one_way || outgoing {
+                        pairs.push((victim, *other));
+                    }
+                    if !one_way || !outgoing {
+                        pairs.push((*other, victim));
+                    }
+                }
+                self.schedule(at, Event::Block(pairs.clone()));
+                self.schedule(at + len, Event::Heal(pairs));
+            }
+        }
+        if f.node_pauses {
+            for _ in 0..self.rng.gen_range(1..=3) {
+                let at = self.rng.gen_range(3_000_000..horizon);
+                let who = self.rng.gen_range(0..n);
+                let len = self.rng.gen_range(100_000..40_000_000);
+                self.schedule(at, Event::Pause(who, at + len));
+            }
+        }
     }
 
-    fn send(&mut self, from: Addr, to: Addr, rpc: u64, truncate: Vec<TxId>, msg: Msg) {
-        let mut d = self
-            .rng
-            .gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns);
+    fn schedule(&mut self, at: u64, e: Event) {
+        self.seq += 1;
+        self.events.insert(self.seq, e);
+        self.queue.push(Reverse((at, self.seq)));
+    }
+
+    fn now(&self) -> u64 {
+        true_now(&self.world)
+    }
+
+    fn inc_of(&self, a: Addr) -> u32 {
+        match a {
+            Addr::Node(n) => self.nodes[n as usize].inc,
+            Addr::Client(c) => self.clients[c as usize].inc,
+        }
+    }
+
+    /// Put `frame` on the simulated network (faults permitting).
+    fn send(&mut self, from: Addr, to: Addr, frame: Frame) {
+        let f = self.cfg.faults;
+        if self.blocked.contains_key(&(from, to))
+            || (f.loss_permille > 0 && self.rng.gen_range(0..1000) < f.loss_permille)
+        {
+            self.dropped += 1;
+            return;
+        }
+        let copies =
+            if f.duplicate_permille > 0 && self.rng.gen_range(0..1000) < f.duplicate_permille {
+                2
+            } else {
+                1
+            };
+        let is_sync = matches!(
+            &frame,
+            Frame::Request {
+                req: Request::ClockSync,
+                ..
+            } | Frame::Response {
+                resp: Response::MasterTime { .. },
+                ..
+            }
+        );
         // Every third client is "far" from the clock master: its clock
         // synchronisations take 10x longer, so its uncertainty is much larger
         // than its peers' (the setting of FaRMv2 §7.3's counterexamples).
-        let far = |a: Addr| matches!(a, Addr::Client(c) if c < 1000 && c % 3 == 0);
-        let is_sync = matches!(
-            &msg,
-            Msg::Req(Request::ClockSync) | Msg::Resp(Response::MasterTime { .. })
-        );
-        if is_sync && (far(from) || far(to)) {
-            d *= 10;
-        }
-        self.schedule(
-            self.now + d,
-            Event::Deliver {
-                to,
-                from,
-                rpc,
-                truncate,
-                msg,
-            },
-        );
-    }
-
-    fn client_request(&mut self, c: u32, node: NodeId, req: Request, pending: Option<Pending>) {
-        let truncate = self.clients[c as usize]
-            .pending_truncates
-            .remove(&node)
-            .unwrap_or_default();
-        let rpc = match pending {
-            Some(p) => {
-                let id = self.next_rpc;
-                self.next_rpc += 1;
-                self.pending.insert((c, id), p);
-                id
+        let far = |a: Addr| matches!(a, Addr::Client(c) if c % 3 == 0);
+        let (from_inc, to_inc) = (self.inc_of(from), self.inc_of(to));
+        for _ in 0..copies {
+            let mut d = self
+                .rng
+                .gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns);
+            if is_sync && (far(from) || far(to)) {
+                d *= 10;
             }
-            None => 0,
-        };
-        self.send(
-            Addr::Client(c),
-            Addr::Node(node.0),
-            rpc,
-            truncate,
-            Msg::Req(req),
-        );
+            if f.long_delay_permille > 0 && self.rng.gen_range(0..1000) < f.long_delay_permille {
+                d *= self.rng.gen_range(20..100);
+            }
+            let at = self.now() + d;
+            self.schedule(
+                at,
+                Event::Deliver {
+                    to,
+                    to_inc,
+                    from,
+                    from_inc,
+                    frame: frame.clone(),
+                },
+            );
+        }
     }
 
-    /// Run to completion and return the report.
+    /// Run to the end and report.
     pub fn run(mut self) -> SimReport {
-        let limit_ns = 60_000_000_000u64;
-        while let Some(Reverse((at, _, id))) = self.queue.pop() {
-            let Some(ev) = self.events.remove(&id) else {
+        let mut timed_out = false;
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            let Some(ev) = self.events.remove(&seq) else {
                 continue;
             };
-            self.now = at;
-            if at > limit_ns {
-                panic!(
-                    "seed {}: simulation did not finish within {} s of simulated time",
-                    self.cfg.seed,
-                    limit_ns / 1_000_000_000
-                );
+            if at > self.cfg.time_limit_ns {
+                timed_out = true;
+                break;
             }
+            lock(&self.world).now_ns = at;
             self.step(ev);
-            for (p, _, _) in &self.nodes {
-                p.check_invariants();
+            self.poll_tasks();
+            self.route_client_io();
+            for slot in &self.nodes {
+                if let Some(p) = &slot.process {
+                    p.check_invariants();
+                }
             }
-            if self.all_done()
-                && self
-                    .pending
-                    .values()
-                    .all(|p| matches!(p, Pending::Sync { .. }))
-            {
+            if self.clients.iter().all(|c| c.finished) {
                 break;
             }
         }
-        self.drain_and_check_replicas();
-        let mean = if self.uncertainty_n == 0 {
-            0
-        } else {
-            (self.uncertainty_sum / self.uncertainty_n as u128) as u64
-        };
-        SimReport {
-            seed: self.cfg.seed,
-            history: self.history,
-            committed: self.committed,
-            aborted: self.aborted,
-            workload_failures: self.workload_failures,
-            messages: self.messages,
-            end_ns: self.now,
-            mean_uncertainty_ns: mean,
-        }
-    }
-
-    fn all_done(&self) -> bool {
-        self.clients.iter().all(|c| {
-            c.done >= self.cfg.txns_per_client && c.txn.is_none() && c.finishing.is_empty()
-        })
-    }
-
-    /// Deliver every queued truncation directly and compare replicas.
-    fn drain_and_check_replicas(&mut self) {
-        // Deliver the one-way messages (TRUNCATE, ABORT) still in flight.
-        while let Some(Reverse((at, _, id))) = self.queue.pop() {
-            let Some(ev) = self.events.remove(&id) else {
-                continue;
-            };
-            if let Event::Deliver {
-                to: Addr::Node(n),
-                rpc: 0,
-                truncate,
-                msg: Msg::Req(req),
-                ..
-            } = ev
-            {
-                self.now = at;
-                let _ = self.nodes[n as usize].0.handle(&truncate, &req);
-            }
-        }
-        let mut all: BTreeMap<NodeId, Vec<TxId>> = BTreeMap::new();
-        for c in &mut self.clients {
-            for (n, v) in std::mem::take(&mut c.pending_truncates) {
-                all.entry(n).or_default().extend(v);
-            }
-        }
-        for (n, txs) in all {
-            let _ = self.nodes[n.0 as usize].0.handle(&txs, &Request::Ping);
-        }
-        for r in self.map.regions() {
-            let primary = self.nodes[r.primary.0 as usize].0.store(r.id).map(heads);
-            for b in &r.backups {
-                let backup = self.nodes[b.0 as usize].0.store(r.id).map(heads);
-                assert_eq!(
-                    primary, backup,
-                    "seed {}: backup {} of {} diverged from its primary",
-                    self.cfg.seed, b, r.id
-                );
-            }
-        }
-        for (p, _, _) in &self.nodes {
-            assert_eq!(
-                p.log_len(),
-                0,
-                "seed {}: {} log not fully truncated",
-                self.cfg.seed,
-                p.node()
-            );
-        }
+        self.finish(timed_out)
     }
 
     fn step(&mut self, ev: Event) {
         match ev {
             Event::Deliver {
                 to,
+                to_inc,
                 from,
-                rpc,
-                truncate,
-                msg,
+                from_inc,
+                frame,
             } => {
-                self.messages += 1;
-                self.deliver(to, from, rpc, truncate, msg)
-            }
-            Event::Sync(who) => {
-                // `who` >= 1000 is node `who - 1000` syncing (its clock feeds GC).
-                let clock = if who >= 1000 {
-                    self.nodes[(who - 1000) as usize].1
-                } else {
-                    self.clients[who as usize].clock
-                };
-                let rpc = self.next_rpc;
-                self.next_rpc += 1;
-                self.pending.insert(
-                    (who, rpc),
-                    Pending::Sync {
-                        send_local: clock.local(self.now),
-                    },
-                );
-                self.send(
-                    Addr::Client(who),
-                    Addr::Node(0),
-                    rpc,
-                    Vec::new(),
-                    Msg::Req(Request::ClockSync),
-                );
-                if !self.all_done() {
-                    let next = self.now + self.cfg.sync_interval_ns;
-                    self.schedule(next, Event::Sync(who));
-                }
-            }
-            Event::NodeTick(n) => {
-                let local = self.nodes[n as usize].1.local(self.now);
-                let window = self.cfg.gc_window_ms * 1_000_000;
-                if let Ok(iv) = self.nodes[n as usize].2.time(local) {
-                    self.nodes[n as usize]
-                        .0
-                        .gc(Timestamp(iv.lower.saturating_sub(window)));
-                }
-                if !self.all_done() {
-                    self.schedule(self.now + 1_000_000, Event::NodeTick(n));
-                }
-            }
-            Event::Start(c) => self.start_txn(c),
-            Event::TsReady(c) => self.ts_ready(c),
-            Event::FlushTruncates(c) => {
-                let pending = std::mem::take(&mut self.clients[c as usize].pending_truncates);
-                for (n, txs) in pending {
-                    self.send(
-                        Addr::Client(c),
-                        Addr::Node(n.0),
-                        0,
-                        Vec::new(),
-                        Msg::Req(Request::Truncate { txs }),
-                    );
-                }
-                if !self.all_done() {
-                    self.schedule(self.now + 5_000_000, Event::FlushTruncates(c));
-                }
-            }
-        }
-    }
-
-    fn deliver(&mut self, to: Addr, from: Addr, rpc: u64, truncate: Vec<TxId>, msg: Msg) {
-        match (to, msg) {
-            (Addr::Node(n), Msg::Req(req)) => {
-                let resp = match &req {
-                    Request::ClockSync => {
-                        let local = self.nodes[n as usize].1.local(self.now);
-                        Some(Response::MasterTime { master_ns: local })
-                    }
-                    _ => self.nodes[n as usize].0.handle(&truncate, &req),
-                };
-                if rpc != 0 {
-                    let resp =
-                        resp.unwrap_or_else(|| Response::Error("unsupported in simulation".into()));
-                    self.send(to, from, rpc, Vec::new(), Msg::Resp(resp));
-                }
-            }
-            (Addr::Client(c), Msg::Resp(resp)) => {
-                let from_node = match from {
-                    Addr::Node(n) => NodeId(n),
-                    Addr::Client(_) => return,
-                };
-                let Some(p) = self.pending.remove(&(c, rpc)) else {
+                if to_inc != self.inc_of(to) || self.blocked.contains_key(&(from, to)) {
+                    self.dropped += 1;
                     return;
-                };
-                match p {
-                    Pending::Sync { send_local } => {
-                        let Response::MasterTime { master_ns } = resp else {
+                }
+                let now = self.now();
+                match to {
+                    Addr::Node(n) => {
+                        let slot = &mut self.nodes[n as usize];
+                        if slot.paused_until > now {
+                            let until = slot.paused_until;
+                            let ev = Event::Deliver {
+                                to,
+                                to_inc,
+                                from,
+                                from_inc,
+                                frame,
+                            };
+                            return self.schedule(until, ev);
+                        }
+                        let local = slot.clock.local(now);
+                        let Some(p) = slot.process.as_mut() else {
+                            self.dropped += 1;
                             return;
                         };
-                        let sample = |clock: SimClock, now| SyncSample {
-                            send_local_ns: send_local,
-                            master_ns,
-                            recv_local_ns: clock.local(now),
+                        let peer = match from {
+                            Addr::Node(m) => Peer::Node(NodeId(m)),
+                            Addr::Client(c) => Peer::Conn(((c as u64) << 32) | from_inc as u64),
                         };
-                        if c >= 1000 {
-                            let n = (c - 1000) as usize;
-                            let s = sample(self.nodes[n].1, self.now);
-                            if let Err(e) = self.nodes[n].2.on_sync(s) {
-                                panic!("seed {}: node clock sync rejected: {e}", self.cfg.seed);
-                            }
-                        } else {
-                            let cl = &mut self.clients[c as usize];
-                            let s = sample(cl.clock, self.now);
-                            if let Err(e) = cl.sync.on_sync(s) {
-                                panic!("seed {}: client clock sync rejected: {e}", self.cfg.seed);
-                            }
-                            let local = cl.clock.local(self.now);
-                            cl.sync.check_invariants(local);
-                        }
+                        self.messages += 1;
+                        p.on_message(local, peer, frame);
+                        self.route_node(n);
                     }
-                    Pending::Read { key } => self.on_read(c, from_node, key, resp),
-                    Pending::Commit => self.on_commit_reply(c, from_node, resp),
-                    Pending::PostCommit(local) => {
-                        self.on_post_commit_reply(c, local, from_node, resp)
+                    Addr::Client(c) => {
+                        let Addr::Node(from_node) = from else { return };
+                        let Some(core) = self.clients[c as usize].core.clone() else {
+                            return;
+                        };
+                        self.messages += 1;
+                        core.on_message(NodeId(from_node), frame);
+                        core.with(|p, _| p.check_invariants());
                     }
                 }
             }
-            _ => {}
-        }
-    }
-
-    fn start_txn(&mut self, c: u32) {
-        let cl = &mut self.clients[c as usize];
-        if cl.done >= self.cfg.txns_per_client {
-            return;
-        }
-        let local = cl.clock.local(self.now);
-        let ticket = match cl.sync.get_ts(local) {
-            Ok(t) => t,
-            Err(_) => {
-                // Not synchronised yet: try again shortly.
-                self.schedule(self.now + 500_000, Event::Start(c));
-                return;
+            Event::NodeTick(n, inc) => {
+                let now = self.now();
+                let slot = &mut self.nodes[n as usize];
+                slot.ticks.remove(&now);
+                if slot.inc != inc {
+                    return;
+                }
+                if slot.paused_until > now {
+                    let until = slot.paused_until;
+                    return self.schedule(until, Event::NodeTick(n, inc));
+                }
+                let local = slot.clock.local(now);
+                if let Some(p) = slot.process.as_mut() {
+                    p.tick(local);
+                    self.route_node(n);
+                }
             }
-        };
-        let program: Box<dyn ProgramDyn> = match self.cfg.workload {
-            SimWorkload::Bank(b) => Box::new(b.next_txn(&mut cl.ids, &mut self.rng)),
-            SimWorkload::Register(r) => Box::new(r.next_txn(&mut cl.ids, &mut self.rng)),
-        };
-        cl.program = Some(program);
-        cl.record = Some(TxnRecord {
-            process: c as u64,
-            invoke_ns: self.now,
-            complete_ns: 0,
-            reads: Vec::new(),
-            writes: Vec::new(),
-            outcome: Outcome::Unknown,
-            read_ts: None,
-            write_ts: None,
-        });
-        cl.awaiting_ts = Some((ticket.ts, false));
-        self.uncertainty_sum += ticket.uncertainty_ns as u128;
-        self.uncertainty_n += 1;
-        let at = cl.clock.true_at(ticket.ready_local_ns);
-        self.schedule(at.max(self.now), Event::TsReady(c));
+            Event::ClientTick(c, inc) => {
+                let now = self.now();
+                let slot = &mut self.clients[c as usize];
+                slot.ticks.remove(&now);
+                if slot.inc != inc {
+                    return;
+                }
+                if let Some(core) = slot.core.clone() {
+                    core.tick();
+                    core.with(|p, _| p.check_invariants());
+                }
+            }
+            Event::ClientStart(c) => self.start_client(c),
+            Event::CrashNode(n) => {
+                let slot = &mut self.nodes[n as usize];
+                if slot.process.take().is_some() {
+                    self.crashes += 1;
+                }
+            }
+            Event::RestartNode(n) => {
+                let slot = &mut self.nodes[n as usize];
+                if slot.process.is_none() {
+                    slot.inc += 1;
+                    slot.process =
+                        NodeProcess::restarted(self.config.clone(), NodeId(n), slot.inc).ok();
+                    let inc = slot.inc;
+                    let now = self.now();
+                    self.schedule(now, Event::NodeTick(n, inc));
+                }
+            }
+            Event::CrashClient(c) => self.crash_client(c),
+            Event::Block(pairs) => {
+                for p in pairs {
+                    *self.blocked.entry(p).or_default() += 1;
+                }
+            }
+            Event::Heal(pairs) => {
+                for p in pairs {
+                    if let Some(k) = self.blocked.get_mut(&p) {
+                        *k -= 1;
+                        if *k == 0 {
+                            self.blocked.remove(&p);
+                        }
+                    }
+                }
+            }
+            Event::Pause(n, until) => {
+                let slot = &mut self.nodes[n as usize];
+                slot.paused_until = slot.paused_until.max(until);
+            }
+        }
     }
 
-    fn ts_ready(&mut self, c: u32) {
-        let cl = &mut self.clients[c as usize];
-        let Some((ts, is_write)) = cl.awaiting_ts.take() else {
-            return;
+    fn route_node(&mut self, n: u32) {
+        let now = self.now();
+        let effects = match self.nodes[n as usize].process.as_mut() {
+            Some(p) => p.drain_effects(),
+            None => return,
         };
-        // The ticket promised ts is in the past now: check it (Lemma 1).
-        let local = cl.clock.local(self.now);
-        if let Ok(iv) = cl.sync.time(local) {
-            assert!(
-                iv.lower > ts.0,
-                "seed {}: timestamp {} not in the past after the uncertainty wait",
-                self.cfg.seed,
-                ts.0
-            );
+        for e in effects {
+            match e {
+                NodeEffect::Send { to, frame } => {
+                    let to = match to {
+                        Peer::Node(m) => Addr::Node(m.0),
+                        Peer::Conn(id) => {
+                            let (c, inc) = ((id >> 32) as u32, id as u32);
+                            if (c as usize) >= self.clients.len()
+                                || self.clients[c as usize].inc != inc
+                            {
+                                continue;
+                            }
+                            Addr::Client(c)
+                        }
+                    };
+                    self.send(Addr::Node(n), to, frame);
+                }
+                NodeEffect::Wake { at_local_ns } => {
+                    let slot = &mut self.nodes[n as usize];
+                    let at = slot.clock.true_at(at_local_ns).max(now);
+                    if slot.ticks.insert(at) {
+                        let inc = slot.inc;
+                        self.schedule(at, Event::NodeTick(n, inc));
+                    }
+                }
+                NodeEffect::Execute { peer, id, .. } => {
+                    // The simulator runs no thin clients; answer clearly.
+                    if let Some(p) = self.nodes[n as usize].process.as_mut() {
+                        p.executed(
+                            peer,
+                            id,
+                            Response::Executed(Err("no thin clients in the simulator".into())),
+                        );
+                    }
+                }
+            }
         }
-        if is_write {
-            let step = match cl.txn.as_mut().map(|t| t.on_write_ts(ts)) {
-                Some(Ok(s)) => s,
-                Some(Err(e)) => panic!("seed {}: engine error {e}", self.cfg.seed),
-                None => return,
-            };
-            self.commit_step(c, step);
-            return;
-        }
-        let id = TxId {
-            config: ConfigId(1),
-            coordinator: c as u64 + 1,
-            thread: 0,
-            local: cl.next_local,
-        };
-        cl.next_local += 1;
-        cl.txn = Some(Transaction::new(
-            id,
-            ts,
-            TxnOptions::default(),
-            self.map.clone(),
-            self.limits.clone(),
-        ));
-        if let Some(r) = cl.record.as_mut() {
-            r.read_ts = Some(ts.0);
-        }
-        self.advance(c, None);
     }
 
-    /// Feed the program until it needs a remote read or commits.
-    fn advance(&mut self, c: u32, mut last: Option<Option<Value>>) {
+    fn route_client_io(&mut self) {
+        let now = self.now();
         loop {
-            let cl = &mut self.clients[c as usize];
-            let (Some(program), Some(txn)) = (cl.program.as_mut(), cl.txn.as_mut()) else {
+            let out = std::mem::take(&mut lock(&self.world).outbox);
+            if out.is_empty() {
                 return;
-            };
-            match program.next(last.take()) {
-                Step::Get(k) => match txn.get(&k) {
-                    Ok(GetStep::Local(v)) => last = Some(v),
-                    Ok(GetStep::Remote(node, req)) => {
-                        self.client_request(c, node, req, Some(Pending::Read { key: k }));
-                        return;
-                    }
-                    Err(e) => return self.finish(c, Err(e)),
-                },
-                Step::Put(k, v) => {
-                    if let Err(e) = txn.put(k, v) {
-                        return self.finish(c, Err(e));
-                    }
-                }
-                Step::Abort => {
-                    txn.abort();
-                    return self.finish(c, Err(TxnError::Aborted(meridian_txn::AbortReason::User)));
-                }
-                Step::Commit => {
-                    let writes: Vec<_> = txn
-                        .writes()
-                        .iter()
-                        .filter_map(|(k, v)| Some((k.clone(), bank::write_id(v.as_ref()?)?)))
-                        .collect();
-                    if let Some(r) = cl.record.as_mut() {
-                        r.writes = writes;
-                    }
-                    match txn.commit() {
-                        Ok(step) => return self.commit_step(c, step),
-                        Err(e) => return self.finish(c, Err(e)),
-                    }
-                }
             }
-        }
-    }
-
-    fn on_read(&mut self, c: u32, from: NodeId, key: Vec<u8>, resp: Response) {
-        let cl = &mut self.clients[c as usize];
-        let Some(txn) = cl.txn.as_mut() else { return };
-        match txn.on_read_reply(from, &key, resp) {
-            Ok(v) => {
-                let seen = v.as_ref().and_then(|v| bank::write_id(&v.value));
-                if let Some(r) = cl.record.as_mut() {
-                    r.reads.push((key, seen));
-                }
-                self.advance(c, Some(v.map(|v| v.value)));
-            }
-            Err(e) => self.finish(c, Err(e)),
-        }
-    }
-
-    fn commit_step(&mut self, c: u32, step: CommitStep) {
-        match step {
-            CommitStep::Send(msgs) => {
-                for (n, req) in msgs {
-                    self.client_request(c, n, req, Some(Pending::Commit));
-                }
-            }
-            CommitStep::GetWriteTs => {
-                let cl = &mut self.clients[c as usize];
-                let local = cl.clock.local(self.now);
-                match cl.sync.get_ts(local) {
-                    Ok(ticket) => {
-                        cl.awaiting_ts = Some((ticket.ts, true));
-                        self.uncertainty_sum += ticket.uncertainty_ns as u128;
-                        self.uncertainty_n += 1;
-                        let at = cl.clock.true_at(ticket.ready_local_ns);
-                        self.schedule(at.max(self.now), Event::TsReady(c));
+            for o in out {
+                match o {
+                    Out::Send { c, inc, to, frame } => {
+                        if self.clients[c as usize].inc == inc {
+                            self.send(Addr::Client(c), Addr::Node(to.0), frame);
+                        }
                     }
-                    Err(_) => panic!("seed {}: clock lost synchronisation", self.cfg.seed),
-                }
-            }
-            CommitStep::Done(Ok(wts)) => {
-                let cl = &mut self.clients[c as usize];
-                if let Some(txn) = cl.txn.as_ref() {
-                    if !txn.is_read_only() {
-                        if let Some(r) = cl.record.as_mut() {
-                            r.write_ts = Some(wts.0);
+                    Out::Wake {
+                        c,
+                        inc,
+                        at_local_ns,
+                    } => {
+                        let slot = &mut self.clients[c as usize];
+                        if slot.inc != inc {
+                            continue;
+                        }
+                        let at = slot.clock.true_at(at_local_ns).max(now);
+                        if slot.ticks.insert(at) {
+                            self.schedule(at, Event::ClientTick(c, inc));
                         }
                     }
                 }
-                self.finish(c, Ok(()))
             }
-            CommitStep::Done(Err(reason)) => self.finish(c, Err(TxnError::Aborted(reason))),
         }
     }
 
-    fn on_commit_reply(&mut self, c: u32, from: NodeId, resp: Response) {
-        let cl = &mut self.clients[c as usize];
-        let Some(txn) = cl.txn.as_mut() else { return };
-        let r = txn.on_reply(from, resp);
-        txn.check_invariants();
-        match r {
-            Ok(Some(step)) => self.commit_step(c, step),
-            Ok(None) => {}
-            Err(e) => panic!("seed {}: protocol error {e}", self.cfg.seed),
+    /// Start (or restart after a crash) client `c` in a new incarnation.
+    fn start_client(&mut self, c: u32) {
+        let seed = self.cfg.seed;
+        let master = self.nodes[self.config.cm().0 as usize].clock;
+        let slot = &mut self.clients[c as usize];
+        if slot.core.is_some() || slot.finished {
+            return;
         }
-    }
-
-    fn on_post_commit_reply(&mut self, c: u32, k: u64, from: NodeId, resp: Response) {
-        let cl = &mut self.clients[c as usize];
-        let done = {
-            let Some(t) = cl.finishing.get_mut(&k) else {
-                return;
-            };
-            if let Err(e) = t.on_reply(from, resp) {
-                panic!("seed {}: protocol error {e}", self.cfg.seed);
-            }
-            t.is_fully_acknowledged()
+        slot.inc += 1;
+        slot.dead = Arc::new(AtomicBool::new(false));
+        let io = SimIo {
+            c,
+            inc: slot.inc,
+            clock: slot.clock,
+            world: self.world.clone(),
+            dead: slot.dead.clone(),
+            stall_permille: self.cfg.faults.stall_permille,
+            stall_rng: Mutex::new(SmallRng::seed_from_u64(
+                seed ^ ((c as u64) << 40) ^ slot.inc as u64,
+            )),
         };
-        if done {
-            if let Some(t) = cl.finishing.remove(&k) {
-                for n in t.truncation_targets() {
-                    cl.pending_truncates.entry(n).or_default().push(t.id());
+        let process = ClientProcess::new(
+            &self.config,
+            0,
+            seed.wrapping_mul(31)
+                .wrapping_add(((c as u64) << 20) | slot.inc as u64),
+        );
+        let core = Core::new(self.config.clone(), process, Box::new(io));
+        let client = Client::over(core.clone());
+        slot.core = Some(core.clone());
+        let cx = TaskCtx {
+            c,
+            inc: slot.inc,
+            client,
+            log: slot.log.clone(),
+            world: self.world.clone(),
+            master,
+            txns: self.cfg.txns_per_client,
+            gen: Arc::new(Mutex::new(Gen {
+                workload: self.cfg.workload,
+                rng: StdRng::seed_from_u64(slot.rng.gen()),
+                ids: std::mem::replace(&mut slot.ids, WriteIds::new(0)),
+            })),
+        };
+        let flag = Arc::new(Flag(AtomicBool::new(true)));
+        slot.task = Some((Box::pin(client_main(cx)), flag));
+        // The first tick starts the clock sync.
+        core.tick();
+    }
+
+    /// Client `c` crashes: its memory is lost and it sends nothing more. The
+    /// attempt in flight has an unknown outcome.
+    fn crash_client(&mut self, c: u32) {
+        let now = self.now();
+        let slot = &mut self.clients[c as usize];
+        if slot.core.is_none() || slot.finished {
+            return;
+        }
+        self.crashes += 1;
+        slot.dead.store(true, Ordering::Relaxed);
+        slot.task = None;
+        slot.core = None;
+        slot.ticks.clear();
+        // Write ids must stay unique across incarnations.
+        slot.ids = WriteIds::new(((c as u64 + 1) << 20) | slot.inc as u64);
+        let mut log = lock(&slot.log);
+        log.finish_current(Outcome::Unknown, now, None);
+    }
+
+    /// Poll every woken task, in index order, until none is woken.
+    fn poll_tasks(&mut self) {
+        loop {
+            let mut any = false;
+            for c in 0..self.clients.len() {
+                let slot = &mut self.clients[c];
+                let Some((task, flag)) = slot.task.as_mut() else {
+                    continue;
+                };
+                if !flag.0.swap(false, Ordering::AcqRel) {
+                    continue;
                 }
+                any = true;
+                let waker = Waker::from(flag.clone());
+                let mut cx = Context::from_waker(&waker);
+                if task.as_mut().poll(&mut cx).is_ready() {
+                    if let Some(core) = &slot.core {
+                        let (n, u, _) = Client::over(core.clone()).ts_summary();
+                        self.uncertainty.0 += (n as u128) * u as u128;
+                        self.uncertainty.1 += n;
+                    }
+                    slot.task = None;
+                    slot.finished = true;
+                }
+            }
+            self.route_client_io();
+            if !any {
+                return;
             }
         }
     }
 
-    fn finish(&mut self, c: u32, result: Result<(), TxnError>) {
-        let now = self.now;
-        let cl = &mut self.clients[c as usize];
-        let Some(txn) = cl.txn.take() else { return };
-        let mut program = cl.program.take();
-        let mut record = cl.record.take();
-        match &result {
-            Ok(()) => {
-                self.committed += 1;
-                if let Some(r) = record.as_mut() {
-                    r.outcome = Outcome::Committed;
-                }
-                if let Some(p) = program.as_mut() {
-                    if let Err(e) = p.on_commit() {
-                        self.workload_failures.push(format!("client {c}: {e}"));
-                    }
-                }
-                if !txn.is_read_only() {
-                    if txn.is_fully_acknowledged() {
-                        for n in txn.truncation_targets() {
-                            cl.pending_truncates.entry(n).or_default().push(txn.id());
-                        }
-                    } else {
-                        // Remaining COMMIT-PRIMARY acks arrive later: re-tag them.
-                        let local = txn.id().local;
-                        for ((client, _), v) in self.pending.iter_mut() {
-                            if *client == c && matches!(v, Pending::Commit) {
-                                *v = Pending::PostCommit(local);
-                            }
-                        }
-                        cl.finishing.insert(txn.id().local, txn);
-                    }
-                }
-            }
-            Err(TxnError::Aborted(_)) => {
-                self.aborted += 1;
-                if let Some(r) = record.as_mut() {
-                    r.outcome = Outcome::Aborted;
-                }
-                let aborts = txn.abort_messages();
-                for (n, req) in aborts {
-                    self.client_request(c, n, req, None);
-                }
-            }
-            Err(e) => panic!("seed {}: operational error {e}", self.cfg.seed),
+    fn finish(mut self, timed_out: bool) -> SimReport {
+        let now = self.now();
+        let mut history = History::default();
+        if let Some(r) = self.initial.take() {
+            history.push(r);
         }
-        let cl = &mut self.clients[c as usize];
-        if let Some(mut r) = record {
-            r.complete_ns = now;
-            self.history.push(r);
+        let mut failures = Vec::new();
+        for slot in &self.clients {
+            let mut log = lock(&slot.log);
+            log.finish_current(Outcome::Unknown, now, None);
+            history.extend(std::mem::take(&mut log.records));
+            failures.append(&mut log.failures);
         }
-        cl.done += 1;
-        let think = self.rng.gen_range(0..100_000);
-        self.schedule(now + think, Event::Start(c));
+        if !timed_out && !self.cfg.faults.is_lossy() {
+            self.check_clean_end();
+        }
+        let count = |o: Outcome| history.txns.iter().filter(|t| t.outcome == o).count() as u64;
+        let (committed, aborted, unknown) = (
+            count(Outcome::Committed),
+            count(Outcome::Aborted),
+            count(Outcome::Unknown),
+        );
+        SimReport {
+            seed: self.cfg.seed,
+            faults: self.cfg.faults,
+            committed,
+            aborted,
+            unknown,
+            history,
+            workload_failures: failures,
+            messages: self.messages,
+            dropped: self.dropped,
+            crashes: self.crashes,
+            timed_out,
+            end_ns: now,
+            mean_uncertainty_ns: (self.uncertainty.0 / self.uncertainty.1.max(1) as u128) as u64,
+        }
+    }
+
+    /// Without lossy faults every client closed (flushing its truncations),
+    /// so every backup must hold what its primary holds and no log record
+    /// may be left.
+    fn check_clean_end(&mut self) {
+        // Deliver what is still in flight (one-way messages, acks).
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            let Some(ev) = self.events.remove(&seq) else {
+                continue;
+            };
+            if let Event::Deliver {
+                to: Addr::Node(_), ..
+            } = ev
+            {
+                lock(&self.world).now_ns = at;
+                self.step(ev);
+            }
+        }
+        let map = RegionMap::new(&self.config);
+        let store = |n: NodeId, r| {
+            self.nodes[n.0 as usize]
+                .process
+                .as_ref()
+                .and_then(|p| p.participant().store(r).map(heads))
+        };
+        for r in map.regions() {
+            let primary = store(r.primary, r.id);
+            for b in &r.backups {
+                assert_eq!(
+                    primary,
+                    store(*b, r.id),
+                    "seed {}: backup {} of {} diverged from its primary",
+                    self.cfg.seed,
+                    b,
+                    r.id
+                );
+            }
+        }
+        for slot in &self.nodes {
+            if let Some(p) = &slot.process {
+                assert_eq!(
+                    p.participant().log_len(),
+                    0,
+                    "seed {}: {} log not fully truncated",
+                    self.cfg.seed,
+                    p.id()
+                );
+            }
+        }
     }
 }
 
-fn heads(s: &meridian_storage_view::Store) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
+fn heads(s: &meridian_storage::RegionStore) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
     s.iter()
         .filter_map(|(k, o)| {
             o.versions
@@ -958,20 +1401,33 @@ fn heads(s: &meridian_storage_view::Store) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>
         .collect()
 }
 
-mod meridian_storage_view {
-    pub use meridian_storage::RegionStore as Store;
-}
-
-/// Run one seed and check its history.
+/// Run one simulation and check its history; `Err` carries a replayable
+/// report.
 ///
-/// Returns `Err` with a report (and the seed) on any violation.
+/// Errors: a checker violation, a workload invariant failure, or a broken
+/// invariant assertion (a panic inside the run, caught and reported with
+/// its seed).
 pub fn run_and_check(cfg: SimConfig) -> Result<SimReport, String> {
     let seed = cfg.seed;
-    let report = Sim::new(cfg).run();
+    let faults = cfg.faults.describe();
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Sim::new(cfg).run()));
+    let report = match run {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            return Err(format!(
+                "seed {seed} (faults: {faults}) FAILED (replay with this seed): invariant broken: {msg}"
+            ));
+        }
+    };
     let check = meridian_checker::check(&report.history);
     if !check.is_ok() || !report.workload_failures.is_empty() {
         return Err(format!(
-            "seed {seed} FAILED (replay with this seed)\n{check}\nworkload failures: {:?}",
+            "seed {seed} (faults: {faults}) FAILED (replay with this seed)\n{check}\nworkload failures: {:?}",
             report.workload_failures
         ));
     }

@@ -1,7 +1,11 @@
-//! A batch of seeds of contended workloads through the checker.
-//! Set `MERIDIAN_SIM_SEEDS=n` for more seeds, `MERIDIAN_SIM_SEED=s` to replay one.
+//! Seeds of the deterministic simulator through the checker.
+//!
+//! The simulator runs the production client and node process objects (see
+//! the crate essay). Set `MERIDIAN_SIM_SEEDS=n` for more seeds,
+//! `MERIDIAN_SIM_SEED=s` to replay one. The 10,000-seed swarm run is
+//! `meridian sim --workload swarm --seeds 10000`.
 
-use meridian_sim::{run_and_check, Sim, SimConfig};
+use meridian_sim::{run_and_check, Faults, Sim, SimConfig};
 
 fn seeds(default: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("MERIDIAN_SIM_SEED") {
@@ -18,8 +22,9 @@ fn seeds(default: u64) -> Vec<u64> {
 fn bank_seeds_pass_the_checker() {
     let mut committed = 0;
     let mut aborted = 0;
-    for seed in seeds(200) {
+    for seed in seeds(150) {
         let r = run_and_check(SimConfig::bank(seed)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!r.timed_out, "seed {seed}: a fault-free run must finish");
         committed += r.committed;
         aborted += r.aborted;
     }
@@ -31,22 +36,102 @@ fn bank_seeds_pass_the_checker() {
 
 #[test]
 fn register_seeds_pass_the_checker() {
-    for seed in seeds(200) {
+    for seed in seeds(150) {
         let r = run_and_check(SimConfig::register(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(r.committed > 0);
+        assert!(!r.timed_out, "seed {seed}: a fault-free run must finish");
+    }
+}
+
+/// The CI subset of the swarm: a random mix of faults per seed.
+#[test]
+fn swarm_seeds_pass_the_checker() {
+    let (mut crashes, mut dropped, mut unknown) = (0, 0, 0);
+    for seed in seeds(400) {
+        let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
+        crashes += r.crashes;
+        dropped += r.dropped;
+        unknown += r.unknown;
+    }
+    assert!(crashes > 0 && dropped > 0, "the swarm must inject faults");
+    assert!(unknown > 0, "some commits must end with an unknown outcome");
+}
+
+/// Each fault alone, so a failure points at one fault.
+#[test]
+fn each_fault_alone_passes_the_checker() {
+    let base = Faults::none();
+    let singles = [
+        Faults {
+            loss_permille: 30,
+            ..base
+        },
+        Faults {
+            duplicate_permille: 30,
+            ..base
+        },
+        Faults {
+            long_delay_permille: 20,
+            ..base
+        },
+        Faults {
+            partitions: true,
+            ..base
+        },
+        Faults {
+            one_way_partitions: true,
+            ..base
+        },
+        Faults {
+            node_crashes: true,
+            ..base
+        },
+        Faults {
+            client_crashes: true,
+            ..base
+        },
+        Faults {
+            stall_permille: 100,
+            ..base
+        },
+        Faults {
+            node_pauses: true,
+            ..base
+        },
+        Faults {
+            wide_drift: true,
+            ..base
+        },
+    ];
+    for faults in singles {
+        for seed in seeds(15) {
+            let cfg = SimConfig {
+                faults,
+                ..SimConfig::bank(seed)
+            };
+            run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 }
 
 #[test]
 fn a_seed_reproduces_exactly() {
+    for cfg in [
+        SimConfig::bank(42),
+        SimConfig::swarm(42),
+        SimConfig::swarm(7),
+    ] {
+        let a = Sim::new(cfg.clone()).run();
+        let b = Sim::new(cfg).run();
+        assert_eq!(a.messages, b.messages);
+        assert_eq!(a.dropped, b.dropped);
+        assert_eq!(a.end_ns, b.end_ns);
+        assert_eq!(
+            meridian_checker::to_edn(&a.history),
+            meridian_checker::to_edn(&b.history)
+        );
+    }
     let a = Sim::new(SimConfig::bank(42)).run();
-    let b = Sim::new(SimConfig::bank(42)).run();
-    assert_eq!(a.messages, b.messages);
-    assert_eq!(a.end_ns, b.end_ns);
-    assert_eq!(
-        meridian_checker::to_edn(&a.history),
-        meridian_checker::to_edn(&b.history)
-    );
     let c = Sim::new(SimConfig::bank(43)).run();
     assert_ne!(a.end_ns, c.end_ns, "different seeds should differ");
 }
