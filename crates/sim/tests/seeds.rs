@@ -49,6 +49,16 @@ fn swarm_seeds_pass_the_checker() {
     let (mut crashes, mut dropped, mut unknown) = (0, 0, 0);
     for seed in seeds(400) {
         let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
+        // Liveness without crashes: every transient fault heals, and a
+        // client that gives up on a transaction releases its locks (review
+        // finding 2), so every client finishes.
+        if !r.faults.node_crashes && !r.faults.client_crashes {
+            assert!(
+                !r.timed_out,
+                "seed {seed} ({}): stuck without any crash",
+                r.faults.describe()
+            );
+        }
         crashes += r.crashes;
         dropped += r.dropped;
         unknown += r.unknown;
