@@ -488,6 +488,8 @@ pub async fn bank(
             .iter()
             .filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?)))
             .collect(),
+        deletes: Vec::new(),
+        scans: Vec::new(),
         outcome: Outcome::Committed,
         read_ts: Some(load_info.read_ts.0),
         write_ts: Some(load_info.write_ts.0),
@@ -521,6 +523,8 @@ pub async fn bank(
                         complete_ns: 0,
                         reads: Vec::new(),
                         writes: Vec::new(),
+                        deletes: Vec::new(),
+                        scans: Vec::new(),
                         outcome: Outcome::Unknown,
                         read_ts: None,
                         write_ts: None,

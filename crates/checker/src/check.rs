@@ -15,6 +15,8 @@ const MAX_PER_CATEGORY: usize = 100;
 const SRC_INITIAL: u32 = u32::MAX;
 /// `read_src` value: the read is invalid (garbage, G1a, ...); no edges.
 const SRC_INVALID: u32 = u32::MAX - 1;
+/// A read of an absent key, resolved once versions are ordered.
+const SRC_ABSENT: u32 = u32::MAX - 2;
 /// `version_pos` value: the write is not in its key's version order.
 const UNPLACED: u32 = u32::MAX;
 
@@ -39,8 +41,9 @@ enum Cat {
     MissingTs,
     Tie,
     Timing,
+    Absent,
 }
-const CATS: usize = 7;
+const CATS: usize = 8;
 
 struct Sink {
     violations: Vec<Violation>,
@@ -74,11 +77,12 @@ pub fn check(h: &History) -> CheckReport {
             Outcome::Unknown => report.unknown += 1,
         }
     }
-    let total_writes: usize = txns.iter().map(|t| t.writes.len()).sum();
-    let total_reads: usize = txns.iter().map(|t| t.reads.len()).sum();
+    let reads_of = expand_scans(h);
+    let total_writes: usize = txns.iter().map(|t| t.writes.len() + t.deletes.len()).sum();
+    let total_reads: usize = reads_of.iter().map(|r| r.len()).sum();
     // Transactions plus at most one barrier per transaction must fit the
     // packed node ids; write-op indices must stay below the sentinels.
-    if 2 * n + 1 >= MAX_NODES || total_writes >= SRC_INVALID as usize {
+    if 2 * n + 1 >= MAX_NODES || total_writes >= SRC_ABSENT as usize {
         report.violations.push(Violation::TooLarge { txns: n });
         return report;
     }
@@ -95,14 +99,21 @@ pub fn check(h: &History) -> CheckReport {
     let mut read_key: Vec<u32> = Vec::with_capacity(total_reads);
     let mut write_key: Vec<u32> = Vec::with_capacity(total_writes);
     let mut write_txn: Vec<u32> = Vec::with_capacity(total_writes);
+    let mut write_del: Vec<bool> = Vec::with_capacity(total_writes);
     read_off.push(0);
     for (i, t) in txns.iter().enumerate() {
-        for (k, _) in &t.reads {
+        for (k, _) in reads_of[i].iter() {
             read_key.push(intern_key(&mut key_ids, &mut key_names, k));
         }
-        for (k, _) in &t.writes {
+        for ((k, _), del) in t
+            .writes
+            .iter()
+            .map(|w| (w, false))
+            .chain(t.deletes.iter().map(|w| (w, true)))
+        {
             write_key.push(intern_key(&mut key_ids, &mut key_names, k));
             write_txn.push(i as u32);
+            write_del.push(del);
         }
         read_off.push(read_key.len());
     }
@@ -113,7 +124,7 @@ pub fn check(h: &History) -> CheckReport {
     let mut writer_of: FxHashMap<WriteId, u32> = map_with_capacity(total_writes);
     let mut j = 0usize;
     for (i, t) in txns.iter().enumerate() {
-        for &(_, w) in &t.writes {
+        for &(_, w) in t.writes.iter().chain(&t.deletes) {
             match writer_of.get(&w) {
                 Some(&first) => {
                     let first = write_txn[first as usize] as usize;
@@ -135,9 +146,12 @@ pub fn check(h: &History) -> CheckReport {
     let mut read_src: Vec<u32> = Vec::with_capacity(total_reads);
     let mut promoted = vec![false; n];
     for (i, t) in txns.iter().enumerate() {
-        for (r, (key, val)) in t.reads.iter().enumerate() {
+        for (r, (key, val)) in reads_of[i].iter().enumerate() {
             let rk = read_key[read_off[i] + r];
             let src = match val {
+                // Which version an absent read saw (the initial absence or
+                // a tombstone) is decided by its read_ts below.
+                None if t.read_ts.is_some() => SRC_ABSENT,
                 None => SRC_INITIAL,
                 Some(w) => match writer_of.get(w) {
                     None => {
@@ -244,6 +258,7 @@ pub fn check(h: &History) -> CheckReport {
     }
     let mut version_pos = vec![UNPLACED; total_writes];
     let versions: Vec<u32> = placed.iter().map(|&(_, _, op)| op).collect();
+    let version_ts: Vec<u64> = placed.iter().map(|&(_, ts, _)| ts).collect();
     for w in placed.windows(2) {
         if w[0].0 == w[1].0 && w[0].1 == w[1].1 && !key_bad[w[0].0 as usize] {
             key_bad[w[0].0 as usize] = true;
@@ -262,6 +277,47 @@ pub fn check(h: &History) -> CheckReport {
         }
     }
     drop(placed);
+
+    // --- 4b. Resolve absent reads: the newest version at or before the
+    // reader's read_ts must be a tombstone (or there is none: the initial
+    // absence). A live version there means the reader missed a row.
+    for i in 0..n {
+        let Some(read_ts) = txns[i].read_ts else {
+            continue;
+        };
+        for r in read_off[i]..read_off[i + 1] {
+            if read_src[r] != SRC_ABSENT {
+                continue;
+            }
+            let k = read_key[r] as usize;
+            if key_bad[k] {
+                read_src[r] = SRC_INVALID;
+                continue;
+            }
+            let ts = &version_ts[version_off[k]..version_off[k + 1]];
+            let p = ts.partition_point(|&t| t <= read_ts);
+            read_src[r] = if p == 0 {
+                SRC_INITIAL
+            } else {
+                let op = versions[version_off[k] + p - 1];
+                if write_del[op as usize] {
+                    op
+                } else {
+                    let writer = write_txn[op as usize] as usize;
+                    sink.push(Cat::Absent, || Violation::AbsentRead {
+                        txn: i,
+                        key: key_names[k].to_vec(),
+                        writer,
+                        write_ts: ts[p - 1],
+                        read_ts,
+                    });
+                    SRC_INVALID
+                }
+            };
+        }
+    }
+    drop(version_ts);
+    drop(write_del);
 
     // --- 5. Edges. ----------------------------------------------------------
     let mut edges = EdgeList::with_capacity(2 * total_writes + 2 * total_reads + 3 * n);
@@ -383,6 +439,70 @@ pub fn check(h: &History) -> CheckReport {
 
 /// Interns `k` (borrowed from the history, so no key is copied), recording
 /// a new key's name in `names`.
+/// Each transaction's point reads plus its scans as point reads (see
+/// [`crate::ScanRead`]): returned rows as reads of their versions, other
+/// known keys of the covered range as absent reads.
+fn expand_scans(h: &History) -> Vec<std::borrow::Cow<'_, [(crate::Key, Option<WriteId>)]>> {
+    use std::borrow::Cow;
+    use std::collections::BTreeSet;
+    if h.txns.iter().all(|t| t.scans.is_empty()) {
+        return h
+            .txns
+            .iter()
+            .map(|t| Cow::Borrowed(t.reads.as_slice()))
+            .collect();
+    }
+    let mut known: BTreeSet<&[u8]> = BTreeSet::new();
+    for t in &h.txns {
+        let rows = t.scans.iter().flat_map(|s| s.rows.iter());
+        for (k, _) in t.writes.iter().chain(&t.deletes).chain(rows) {
+            known.insert(k);
+        }
+        for (k, _) in &t.reads {
+            known.insert(k);
+        }
+    }
+    h.txns
+        .iter()
+        .map(|t| {
+            if t.scans.is_empty() {
+                return Cow::Borrowed(t.reads.as_slice());
+            }
+            let own: BTreeSet<&[u8]> = t
+                .writes
+                .iter()
+                .chain(&t.deletes)
+                .map(|(k, _)| k.as_slice())
+                .collect();
+            let mut reads = t.reads.clone();
+            for s in &t.scans {
+                let returned: BTreeSet<&[u8]> = s.rows.iter().map(|(k, _)| k.as_slice()).collect();
+                for (k, w) in &s.rows {
+                    if !own.contains(k.as_slice()) {
+                        reads.push((k.clone(), Some(*w)));
+                    }
+                }
+                let full = s.rows.len() >= s.limit;
+                let last = s.rows.last().map(|(k, _)| k.as_slice());
+                for k in known.range::<[u8], _>((
+                    std::ops::Bound::Included(s.start.as_slice()),
+                    std::ops::Bound::Unbounded,
+                )) {
+                    let past_end = s.end.as_deref().is_some_and(|e| *k >= e);
+                    let past_last = full && last.is_some_and(|l| *k > l);
+                    if past_end || past_last || (full && last.is_none()) {
+                        break;
+                    }
+                    if !returned.contains(k) && !own.contains(k) {
+                        reads.push((k.to_vec(), None));
+                    }
+                }
+            }
+            Cow::Owned(reads)
+        })
+        .collect()
+}
+
 fn intern_key<'a>(
     ids: &mut FxHashMap<&'a [u8], u32>,
     names: &mut Vec<&'a [u8]>,

@@ -181,6 +181,8 @@ mod tests {
             complete_ns,
             reads: vec![],
             writes: vec![],
+            deletes: Vec::new(),
+            scans: Vec::new(),
             outcome: Outcome::Committed,
             read_ts: None,
             write_ts: None,

@@ -50,6 +50,12 @@ pub struct TxnRecord {
     pub reads: Vec<(Key, Option<WriteId>)>,
     /// Final buffered write per key.
     pub writes: Vec<(Key, WriteId)>,
+    /// Final buffered delete per key, each with a history-only write id:
+    /// tombstones are versions, placed in the version order by `write_ts`
+    /// like any write. A key appears in `writes` or `deletes`, not both.
+    pub deletes: Vec<(Key, WriteId)>,
+    /// Range reads, checked as predicate reads (see [`ScanRead`]).
+    pub scans: Vec<ScanRead>,
     /// What the client learned about the transaction's fate.
     pub outcome: Outcome,
     /// The snapshot timestamp the store assigned (informational only).
@@ -57,6 +63,28 @@ pub struct TxnRecord {
     /// For committed writers: the system's commit timestamp. It gives the
     /// per-key version order.
     pub write_ts: Option<u64>,
+}
+
+/// One scan: up to `limit` live rows with `start <= key < end` (`end =
+/// None`: to the end of the key space), in key order.
+///
+/// The checker reads it as a predicate read: every returned row is a read of
+/// that row's version, and every other key of the history inside the
+/// covered range is a read of that key as *absent* (the covered range is
+/// `[start, end)` if fewer than `limit` rows came back, else `[start, last
+/// row]`). So a row the scan should have returned (a phantom or a missing
+/// row) is caught like any stale read. Keys the transaction itself writes
+/// or deletes are skipped (the scan saw its own buffered writes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanRead {
+    /// First key of the range.
+    pub start: Key,
+    /// End of the range (exclusive), `None` = unbounded.
+    pub end: Option<Key>,
+    /// The scan's row limit.
+    pub limit: usize,
+    /// Rows returned (key, value's write id), in key order.
+    pub rows: Vec<(Key, WriteId)>,
 }
 
 /// A client history: every transaction any client ran, in any order.

@@ -102,5 +102,5 @@ mod report;
 pub use check::check;
 pub use edn::{to_edn, write_edn};
 pub use graph::EdgeKind;
-pub use history::{History, Key, Outcome, TxnRecord, WriteId};
+pub use history::{History, Key, Outcome, ScanRead, TxnRecord, WriteId};
 pub use report::{Anomaly, CheckReport, Cycle, CycleClass, CycleStep, Violation};

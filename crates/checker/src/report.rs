@@ -181,6 +181,21 @@ pub enum Violation {
         /// Its (earlier) completion time.
         complete_ns: u64,
     },
+    /// A read (or a scan) found the key absent at its `read_ts`, but the
+    /// newest version at or before `read_ts` is a live write: a lost row, a
+    /// phantom, or a delete shown to readers it does not precede.
+    AbsentRead {
+        /// Reading transaction.
+        txn: usize,
+        /// Key found absent.
+        key: Key,
+        /// Writer of the live version.
+        writer: usize,
+        /// That version's `write_ts`.
+        write_ts: u64,
+        /// The reader's `read_ts`.
+        read_ts: u64,
+    },
     /// A dependency cycle.
     Cycle(Cycle),
     /// The history is too large for the checker's 30-bit node ids.
@@ -284,6 +299,11 @@ impl fmt::Display for Violation {
             Violation::BadTiming { txn, invoke_ns, complete_ns } => write!(
                 f,
                 "malformed history: T{txn} completed at {complete_ns} before its invocation at {invoke_ns}"
+            ),
+            Violation::AbsentRead { txn, key, writer, write_ts, read_ts } => write!(
+                f,
+                "missing row: T{txn} found {} absent at read_ts {read_ts}, but T{writer}'s live version at write_ts {write_ts} is the newest before it",
+                KeyDisplay(key)
             ),
             Violation::Cycle(c) => c.fmt(f),
             Violation::TooLarge { txns } => {

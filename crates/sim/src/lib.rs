@@ -561,6 +561,8 @@ async fn client_main(cx: TaskCtx) {
                             complete_ns: 0,
                             reads: Vec::new(),
                             writes: Vec::new(),
+                            deletes: Vec::new(),
+                            scans: Vec::new(),
                             outcome: Outcome::Unknown,
                             read_ts: Some(read_ts),
                             write_ts: None,
@@ -791,6 +793,8 @@ impl Sim {
                 .iter()
                 .filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?)))
                 .collect(),
+            deletes: Vec::new(),
+            scans: Vec::new(),
             outcome: Outcome::Committed,
             read_ts: Some(0),
             write_ts: Some(1),
