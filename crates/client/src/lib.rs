@@ -573,6 +573,12 @@ impl Txn {
         self.core().with(|p, _| p.delete(h, key))
     }
 
+    /// Keep the transaction open for `ns` of client time (simulated time in
+    /// the simulator), e.g. to model a long transaction.
+    pub async fn pause(&self, ns: u64) {
+        self.client.sleep(ns).await
+    }
+
     /// The buffered writes (key → value, `None` = delete).
     pub fn writes(&self) -> BTreeMap<Key, Option<Value>> {
         let h = self.handle;

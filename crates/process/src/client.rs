@@ -35,8 +35,10 @@
 use crate::{CallId, Effect};
 use meridian_config::{Configuration, Limits, RegionMap};
 use meridian_time::{ClockError, ClockSync, SyncSample};
-use meridian_txn::{CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions};
-use meridian_wire::{ConfigId, Frame, Key, NodeId, Request, Response, Timestamp, TxId, Value};
+use meridian_txn::{AbortReason, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions};
+use meridian_wire::{
+    ConfigId, Conflict, Frame, Key, NodeId, Request, Response, Timestamp, TxId, Value,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
@@ -111,6 +113,9 @@ pub struct ClientStats {
     pub truncations_dropped: u64,
     /// Clock synchronisations rejected as inconsistent.
     pub clock_rejected: u64,
+    /// Calls failed with a `TooOld` abort (snapshot below the GC safe
+    /// point, FaRMv2 §5).
+    pub aborts_too_old: u64,
 }
 
 #[derive(Debug)]
@@ -529,6 +534,14 @@ impl ClientProcess {
     // ----- internals -----------------------------------------------------
 
     fn reply(&mut self, call: CallId, result: CallResult) {
+        if let CallResult::Failed(TxnError::Aborted(
+            AbortReason::Read(Conflict::TooOld)
+            | AbortReason::Lock(Conflict::TooOld)
+            | AbortReason::Validate(Conflict::TooOld),
+        )) = &result
+        {
+            self.stats.aborts_too_old += 1;
+        }
         self.effects.push(Effect::Reply { call, result });
     }
 

@@ -56,6 +56,7 @@ use meridian_process::node::{NodeEffect, NodeProcess, Peer};
 use meridian_wire::{ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId};
 use meridian_workload::bank::{self, BankConfig, BankTxn, RegisterConfig, RegisterTxn, WriteIds};
 use meridian_workload::ops::{run_program, Ending, Program, Step};
+use meridian_workload::rows::{RowsConfig, RowsTxn};
 use rand::rngs::{SmallRng, StdRng};
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
@@ -73,6 +74,9 @@ pub enum SimWorkload {
     Bank(BankConfig),
     /// Contended registers (reads plus blind writes).
     Register(RegisterConfig),
+    /// Inserts, deletes, delete-then-insert, scans across regions, and long
+    /// transactions that outlive the GC window.
+    Rows(RowsConfig),
 }
 
 /// Which faults a run injects. All probabilities are per mille.
@@ -254,12 +258,27 @@ impl SimConfig {
         }
     }
 
-    /// A swarm run: bank or register (by seed) with [`Faults::swarm`].
+    /// A rows run (inserts, deletes, scans, long transactions). Long
+    /// transactions pause 12 ms against a 5 ms GC window.
+    pub fn rows(seed: u64) -> Self {
+        SimConfig {
+            workload: SimWorkload::Rows(RowsConfig {
+                keys: 24,
+                max_ops: 4,
+                max_scan_limit: 4,
+                long_percent: 10,
+                pause_ns: 12_000_000,
+            }),
+            ..Self::bank(seed)
+        }
+    }
+
+    /// A swarm run: bank, register or rows (by seed) with [`Faults::swarm`].
     pub fn swarm(seed: u64) -> Self {
-        let base = if seed % 2 == 0 {
-            Self::bank(seed)
-        } else {
-            Self::register(seed)
+        let base = match seed % 3 {
+            0 => Self::bank(seed),
+            1 => Self::register(seed),
+            _ => Self::rows(seed),
         };
         SimConfig {
             faults: Faults::swarm(seed),
@@ -284,6 +303,8 @@ pub struct SimReport {
     pub aborted: u64,
     /// Attempts whose outcome is unknown.
     pub unknown: u64,
+    /// Attempts aborted with `TooOld` (snapshot below the GC safe point).
+    pub too_old: u64,
     /// Workload invariant failures (wrong audit totals, the time oracle).
     pub workload_failures: Vec<String>,
     /// Messages delivered.
@@ -425,6 +446,7 @@ type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 enum WorkTxn {
     Bank(BankTxn),
     Register(RegisterTxn),
+    Rows(RowsTxn),
 }
 
 impl Program for WorkTxn {
@@ -432,12 +454,19 @@ impl Program for WorkTxn {
         match self {
             WorkTxn::Bank(t) => t.next(last),
             WorkTxn::Register(t) => t.next(last),
+            WorkTxn::Rows(t) => t.next(last),
         }
     }
     fn on_commit(&mut self) -> Result<(), String> {
         match self {
             WorkTxn::Bank(t) => t.on_commit(),
             WorkTxn::Register(t) => t.on_commit(),
+            WorkTxn::Rows(t) => t.on_commit(),
+        }
+    }
+    fn rows(&mut self, rows: &[(meridian_wire::Key, meridian_wire::Value)]) {
+        if let WorkTxn::Rows(t) = self {
+            t.rows(rows)
         }
     }
 }
@@ -494,6 +523,7 @@ impl Gen {
         match self.workload {
             SimWorkload::Bank(b) => WorkTxn::Bank(b.next_txn(&mut self.ids, &mut self.rng)),
             SimWorkload::Register(r) => WorkTxn::Register(r.next_txn(&mut self.ids, &mut self.rng)),
+            SimWorkload::Rows(r) => WorkTxn::Rows(r.next_txn(&mut self.ids, &mut self.rng)),
         }
     }
 
@@ -686,6 +716,8 @@ pub struct Sim {
     dropped: u64,
     crashes: u64,
     uncertainty: (u128, u64),
+    too_old: u64,
+    harvested: Vec<u32>,
 }
 
 impl Sim {
@@ -761,7 +793,10 @@ impl Sim {
             dropped: 0,
             crashes: 0,
             uncertainty: (0, 0),
+            too_old: 0,
+            harvested: Vec::new(),
         };
+        sim.harvested = vec![0; sim.clients.len()];
         sim.load_initial();
         for n in 0..sim.cfg.nodes {
             sim.schedule(0, Event::NodeTick(n, 1));
@@ -779,7 +814,7 @@ impl Sim {
     fn load_initial(&mut self) {
         let rows = match self.cfg.workload {
             SimWorkload::Bank(b) => b.population(),
-            SimWorkload::Register(_) => Vec::new(),
+            SimWorkload::Register(_) | SimWorkload::Rows(_) => Vec::new(),
         };
         if rows.is_empty() {
             return;
@@ -1257,6 +1292,9 @@ impl Sim {
     /// attempt in flight has an unknown outcome.
     fn crash_client(&mut self, c: u32) {
         let now = self.now();
+        if !self.clients[c as usize].finished {
+            self.harvest(c as usize);
+        }
         let slot = &mut self.clients[c as usize];
         if slot.core.is_none() || slot.finished {
             return;
@@ -1270,6 +1308,22 @@ impl Sim {
         slot.ids = WriteIds::new(((c as u64 + 1) << 20) | slot.inc as u64);
         let mut log = lock(&slot.log);
         log.finish_current(Outcome::Unknown, now, None);
+    }
+
+    /// Add client `c`'s counters to the report's (once per incarnation).
+    fn harvest(&mut self, c: usize) {
+        if self.harvested[c] == self.clients[c].inc {
+            return;
+        }
+        let Some(core) = self.clients[c].core.take() else {
+            return;
+        };
+        let s = core.with(|p, _| p.stats());
+        self.uncertainty.0 += s.uncertainty_ns_sum as u128;
+        self.uncertainty.1 += s.ts_count;
+        self.too_old += s.aborts_too_old;
+        self.clients[c].core = Some(core);
+        self.harvested[c] = self.clients[c].inc;
     }
 
     /// Poll every woken task, in index order, until none is woken.
@@ -1288,13 +1342,9 @@ impl Sim {
                 let waker = Waker::from(flag.clone());
                 let mut cx = Context::from_waker(&waker);
                 if task.as_mut().poll(&mut cx).is_ready() {
-                    if let Some(core) = &slot.core {
-                        let (n, u, _) = Client::over(core.clone()).ts_summary();
-                        self.uncertainty.0 += (n as u128) * u as u128;
-                        self.uncertainty.1 += n;
-                    }
                     slot.task = None;
                     slot.finished = true;
+                    self.harvest(c);
                 }
             }
             self.route_client_io();
@@ -1311,6 +1361,9 @@ impl Sim {
             history.push(r);
         }
         let mut failures = Vec::new();
+        for c in 0..self.clients.len() {
+            self.harvest(c);
+        }
         for slot in &self.clients {
             let mut log = lock(&slot.log);
             log.finish_current(Outcome::Unknown, now, None);
@@ -1334,6 +1387,7 @@ impl Sim {
             unknown,
             history,
             workload_failures: failures,
+            too_old: self.too_old,
             messages: self.messages,
             dropped: self.dropped,
             crashes: self.crashes,

@@ -43,6 +43,27 @@ fn register_seeds_pass_the_checker() {
     }
 }
 
+/// Inserts, deletes, delete-then-insert, scans across regions with small
+/// limits, and long transactions past the GC window.
+#[test]
+fn rows_seeds_pass_the_checker() {
+    let (mut committed, mut too_old, mut scans, mut deletes) = (0, 0, 0, 0);
+    for seed in seeds(150) {
+        let r = run_and_check(SimConfig::rows(seed)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!r.timed_out, "seed {seed}: a fault-free run must finish");
+        committed += r.committed;
+        too_old += r.too_old;
+        for t in &r.history.txns {
+            if t.outcome == meridian_checker::Outcome::Committed {
+                scans += t.scans.len();
+                deletes += t.deletes.len();
+            }
+        }
+    }
+    assert!(committed > 0 && scans > 0 && deletes > 0);
+    assert!(too_old > 0, "long transactions must hit the GC safe point");
+}
+
 /// The CI subset of the swarm: a random mix of faults per seed.
 #[test]
 fn swarm_seeds_pass_the_checker() {

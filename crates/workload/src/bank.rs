@@ -330,7 +330,7 @@ mod tests {
                         buf.insert(k, v);
                     }
                     Step::Commit => break,
-                    Step::Abort => unreachable!(),
+                    other => unreachable!("{other:?}"),
                 }
             }
             db.extend(buf);

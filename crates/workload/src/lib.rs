@@ -15,5 +15,6 @@
 
 pub mod bank;
 pub mod ops;
+pub mod rows;
 pub mod tatp;
 pub mod ycsb;

@@ -28,6 +28,12 @@ pub trait TxnOps {
         end: &[u8],
         limit: usize,
     ) -> Result<Vec<(Key, Value)>, Self::Error>;
+    /// Think for `ns` (client time) with the transaction open: a long
+    /// transaction that may outlive the GC window.
+    async fn pause(&mut self, ns: u64) -> Result<(), Self::Error> {
+        let _ = ns;
+        Ok(())
+    }
 }
 
 /// One step a [`Program`] asks its driver to perform.
@@ -37,6 +43,20 @@ pub enum Step {
     Get(Key),
     /// Buffer a write.
     Put(Key, Value),
+    /// Buffer a delete; the id names the tombstone in the history.
+    Delete(Key, u64),
+    /// Scan up to `limit` live rows with `start <= key < end`; the rows go
+    /// to [`Program::rows`].
+    Scan {
+        /// First key.
+        start: Key,
+        /// End (exclusive).
+        end: Key,
+        /// Row limit.
+        limit: usize,
+    },
+    /// Keep the transaction open for `ns` of client time.
+    Pause(u64),
     /// Try to commit; the program is finished afterwards.
     Commit,
     /// Give up (the program decided the transaction is pointless).
@@ -50,6 +70,12 @@ pub enum Step {
 pub trait Program {
     /// The next step, given the value returned by the previous `Get`.
     fn next(&mut self, last_get: Option<Option<Value>>) -> Step;
+
+    /// The rows of the previous `Scan`, delivered before the next call to
+    /// [`Program::next`] (which then gets `None`).
+    fn rows(&mut self, rows: &[(Key, Value)]) {
+        let _ = rows;
+    }
 
     /// Called once the transaction committed. A workload checks its own
     /// invariant here (the bank audit's exact total); `Err` is a violation.
@@ -77,6 +103,10 @@ impl TxnOps for meridian_client::Txn {
     ) -> Result<Vec<(Key, Value)>, Self::Error> {
         meridian_client::Txn::scan(self, start, Some(end), limit.min(u32::MAX as usize) as u32)
             .await
+    }
+    async fn pause(&mut self, ns: u64) -> Result<(), Self::Error> {
+        meridian_client::Txn::pause(self, ns).await;
+        Ok(())
     }
 }
 
@@ -116,11 +146,33 @@ pub async fn run_program<T: TxnOps>(
             Step::Put(k, v) => {
                 if let Some(id) = crate::bank::write_id(&v) {
                     rec.writes.retain(|(key, _)| key != &k);
+                    rec.deletes.retain(|(key, _)| key != &k);
                     rec.writes.push((k.clone(), id));
                 }
                 own.insert(k.clone());
                 tx.put(k, v).await?;
             }
+            Step::Delete(k, id) => {
+                rec.writes.retain(|(key, _)| key != &k);
+                rec.deletes.retain(|(key, _)| key != &k);
+                rec.deletes.push((k.clone(), id));
+                own.insert(k.clone());
+                tx.delete(k).await?;
+            }
+            Step::Scan { start, end, limit } => {
+                let rows = tx.scan(&start, &end, limit).await?;
+                rec.scans.push(meridian_checker::ScanRead {
+                    start,
+                    end: Some(end),
+                    limit,
+                    rows: rows
+                        .iter()
+                        .filter_map(|(k, v)| Some((k.clone(), crate::bank::write_id(v)?)))
+                        .collect(),
+                });
+                program.rows(&rows);
+            }
+            Step::Pause(ns) => tx.pause(ns).await?,
             Step::Commit => return Ok(Ending::Commit),
             Step::Abort => return Ok(Ending::Abort),
         }
