@@ -80,11 +80,13 @@ impl RowsConfig {
             // point if the key changed or was collected meanwhile.
             let k = key(rng);
             steps.push(Step::Get(k.clone()));
-            steps.push(Step::Scan {
-                start: k.clone(),
-                end: row_key(keys - 1, keys),
-                limit: rng.gen_range(1..=self.max_scan_limit.max(1)),
-            });
+            if rng.gen_bool(0.5) {
+                steps.push(Step::Scan {
+                    start: k.clone(),
+                    end: row_key(keys - 1, keys),
+                    limit: rng.gen_range(1..=self.max_scan_limit.max(1)),
+                });
+            }
             steps.push(Step::Pause(self.pause_ns));
             if rng.gen_bool(0.5) {
                 steps.push(Step::Put(k, row_value(ids.next_id())));
