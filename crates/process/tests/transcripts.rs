@@ -1,0 +1,431 @@
+//! Transcript tests in etcd's data-driven style: each file under
+//! `tests/transcripts/` is a list of commands, each followed by `----`, the
+//! effects the engine emitted, printed, and a blank line. The test replays the commands
+//! and compares the printout with the checked-in expectation. Run with
+//! `UPDATE_TRANSCRIPTS=1` to rewrite the expectations after an intended
+//! change, then review the diff like code.
+//!
+//! - `participant.txt`: a [`NodeProcess`] per node (the participant: Lock,
+//!   Validate, CommitBackup, CommitPrimary, Abort, Truncate, reads, typed
+//!   rejections of bad input).
+//! - `cm.txt`: the CM role of a [`NodeProcess`] (client registration,
+//!   clock master, node clock sync).
+//! - `coordinator.txt`: a [`ClientProcess`] (begin, reads, commit phases,
+//!   timeouts, abort sending, truncation).
+//! - `clock.txt`: [`ClockSync`] (samples, intervals, GET_TS).
+
+use meridian_config::{Configuration, RegionMap};
+use meridian_process::client::{ClientProcess, TxnHandle};
+use meridian_process::node::{NodeEffect, NodeProcess, Peer};
+use meridian_process::Effect;
+use meridian_time::{ClockSync, SyncSample};
+use meridian_txn::TxnOptions;
+use meridian_wire::{
+    ConfigId, Conflict, Frame, KeyRange, LockRecord, NodeId, Request, Response, Timestamp, TxId,
+    Versioned, WriteOp,
+};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Parsed `key=value` arguments of a command.
+struct Args(BTreeMap<String, String>);
+
+impl Args {
+    fn get(&self, k: &str) -> &str {
+        self.0
+            .get(k)
+            .unwrap_or_else(|| panic!("missing argument {k}"))
+    }
+    fn num(&self, k: &str) -> u64 {
+        self.get(k)
+            .parse()
+            .unwrap_or_else(|_| panic!("{k} is not a number"))
+    }
+    fn opt(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str)
+    }
+}
+
+/// Run every block of `file` through `run` and compare (or rewrite).
+fn transcript(file: &str, mut run: impl FnMut(&str, &Args) -> String) {
+    let path = format!("{}/tests/transcripts/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let cmd = words.next().unwrap_or_default();
+        let args = Args(
+            words
+                .map(|w| match w.split_once('=') {
+                    Some((k, v)) => (k.to_string(), v.to_string()),
+                    None => (w.to_string(), String::new()),
+                })
+                .collect(),
+        );
+        // Skip the old expectation: `----`, the output, a blank line.
+        if lines.peek() == Some(&"----") {
+            lines.next();
+            while lines.next().is_some_and(|l| !l.trim().is_empty()) {}
+        }
+        let result = run(cmd, &args);
+        out.push_str(line);
+        out.push_str("\n----\n");
+        out.push_str(&result);
+        if !result.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    while out.contains("\n\n\n") {
+        out = out.replace("\n\n\n", "\n\n");
+    }
+    if std::env::var_os("UPDATE_TRANSCRIPTS").is_some() {
+        std::fs::write(&path, &out).unwrap_or_else(|e| panic!("{path}: {e}"));
+        return;
+    }
+    if out != text {
+        let diff: Vec<String> = text
+            .lines()
+            .zip(out.lines())
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .take(5)
+            .map(|(i, (a, b))| format!("line {}:\n  expected: {a}\n  actual:   {b}", i + 1))
+            .collect();
+        panic!(
+            "{file} differs from the engine's output (UPDATE_TRANSCRIPTS=1 rewrites it):\n{}",
+            diff.join("\n")
+        );
+    }
+}
+
+fn config() -> Configuration {
+    let mut c = Configuration::local(3, 7000, 2, 2, std::path::Path::new("/nonexistent"));
+    c.limits.max_value_bytes = 16;
+    c.limits.rpc_timeout_ms = 1;
+    c
+}
+
+fn tx(local: u64) -> TxId {
+    TxId {
+        config: ConfigId(1),
+        coordinator: 7,
+        thread: 0,
+        local,
+    }
+}
+
+/// `k=a:v1,b:v2` → writes; a value `-` is a delete.
+fn writes(map: &RegionMap, spec: &str) -> Vec<WriteOp> {
+    spec.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once(':').unwrap_or((kv, ""));
+            let key = key_of(k);
+            WriteOp {
+                region: map.region_of(&key).id,
+                key,
+                value: (v != "-").then(|| v.as_bytes().to_vec()),
+            }
+        })
+        .collect()
+}
+
+/// Keys are named by a letter and a region: `a0` is in region 0 (first
+/// byte 0x00), `a1` in region 1 (first byte 0x80).
+fn key_of(name: &str) -> Vec<u8> {
+    let (letter, region) = name.split_at(1);
+    let first = if region == "1" { 0x80 } else { 0x00 };
+    vec![first, letter.as_bytes()[0]]
+}
+
+/// Print transaction ids of coordinator 7 as `tx(local)`.
+fn short_ids(s: &str) -> String {
+    const PREFIX: &str = "TxId { config: ConfigId(1), coordinator: 7, thread: 0, local: ";
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find(PREFIX) {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + PREFIX.len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        out.push_str(&format!("tx({})", &after[..digits]));
+        rest = after[digits..]
+            .strip_prefix(" }")
+            .unwrap_or(&after[digits..]);
+    }
+    out.push_str(rest);
+    out
+}
+
+fn show(frame: &Frame) -> String {
+    let s = match frame {
+        Frame::Request { id, truncate, req } => format!("req #{id} {req:?} truncate={truncate:?}"),
+        Frame::OneWay { truncate, req } => format!("oneway {req:?} truncate={truncate:?}"),
+        Frame::Response { id, resp } => format!("resp #{id} {resp:?}"),
+    };
+    short_ids(&s)
+}
+
+fn node_effects(n: &mut NodeProcess) -> String {
+    let mut s = String::new();
+    for e in n.drain_effects() {
+        match e {
+            NodeEffect::Send { to, frame } => {
+                let _ = writeln!(s, "{} -> {to:?}: {}", n.id(), show(&frame));
+            }
+            NodeEffect::Wake { at_local_ns } => {
+                let _ = writeln!(s, "{} wake @{at_local_ns}", n.id());
+            }
+            NodeEffect::Execute { peer, id, ops } => {
+                let _ = writeln!(s, "{} execute for {peer:?} #{id}: {ops:?}", n.id());
+            }
+        }
+    }
+    if s.is_empty() {
+        s.push_str("(no effects)\n");
+    }
+    s
+}
+
+fn node_transcript(file: &str) {
+    let config = config();
+    let map = RegionMap::new(&config);
+    let mut nodes: Vec<NodeProcess> = (0..3)
+        .map(|i| NodeProcess::new(config.clone(), NodeId(i), 1).expect("member"))
+        .collect();
+    transcript(file, |cmd, a| {
+        let n = a.opt("n").map_or(0, |v| v.parse().expect("n")) as usize;
+        let id = a.opt("id").map_or(1, |v| v.parse().expect("id"));
+        let now = a.opt("now").map_or(0, |v| v.parse().expect("now"));
+        let from = match a.opt("from") {
+            Some(f) if f.starts_with('n') => Peer::Node(NodeId(f[1..].parse().expect("node"))),
+            _ => Peer::Conn(1),
+        };
+        let req = match cmd {
+            "ping" => Request::Ping,
+            "register" => Request::RegisterClient,
+            "clock-sync" => Request::ClockSync,
+            "read" => {
+                let key = key_of(a.get("k"));
+                Request::Read {
+                    region: map.region_of(&key).id,
+                    key,
+                    read_ts: Timestamp(a.num("read_ts")),
+                }
+            }
+            "scan" => {
+                let start = key_of(a.get("from_key"));
+                Request::Scan {
+                    region: map.region_of(&start).id,
+                    range: KeyRange {
+                        start,
+                        end: a.opt("to_key").map(key_of),
+                    },
+                    limit: a.num("limit") as u32,
+                    read_ts: Timestamp(a.num("read_ts")),
+                }
+            }
+            "lock" | "commit-backup" => {
+                let w = writes(&map, a.get("k"));
+                let mut regions: Vec<_> = w.iter().map(|w| w.region).collect();
+                regions.dedup();
+                let record = LockRecord {
+                    tx: tx(a.num("tx")),
+                    read_ts: Timestamp(a.num("read_ts")),
+                    regions,
+                    writes: w,
+                };
+                if cmd == "lock" {
+                    Request::Lock(record)
+                } else {
+                    Request::CommitBackup {
+                        record,
+                        write_ts: Timestamp(a.num("write_ts")),
+                    }
+                }
+            }
+            "validate" => Request::Validate {
+                tx: tx(a.num("tx")),
+                read_ts: Timestamp(a.num("read_ts")),
+                keys: a
+                    .get("k")
+                    .split(',')
+                    .map(|k| {
+                        let key = key_of(k);
+                        (map.region_of(&key).id, key)
+                    })
+                    .collect(),
+                ranges: Vec::new(),
+            },
+            "commit-primary" => Request::CommitPrimary {
+                tx: tx(a.num("tx")),
+                write_ts: Timestamp(a.num("write_ts")),
+            },
+            "abort" => Request::Abort {
+                tx: tx(a.num("tx")),
+            },
+            "truncate" => Request::Truncate {
+                txs: vec![tx(a.num("tx"))],
+            },
+            "tick" => {
+                nodes[n].tick(now);
+                return node_effects(&mut nodes[n]);
+            }
+            "master-time" => {
+                let frame = Frame::Response {
+                    id,
+                    resp: Response::MasterTime {
+                        master_ns: a.num("master"),
+                    },
+                };
+                nodes[n].on_message(now, Peer::Node(NodeId(0)), frame);
+                let mut s = node_effects(&mut nodes[n]);
+                let _ = writeln!(s, "clock: {:?}", nodes[n].clock_time(now));
+                return s;
+            }
+            "log" => {
+                let p = nodes[n].participant();
+                return format!("{}: {} log records\n", nodes[n].id(), p.log_len());
+            }
+            other => panic!("unknown command {other}"),
+        };
+        let frame = if cmd == "truncate" && a.opt("oneway").is_some() {
+            Frame::OneWay {
+                truncate: Vec::new(),
+                req,
+            }
+        } else {
+            Frame::Request {
+                id,
+                truncate: Vec::new(),
+                req,
+            }
+        };
+        nodes[n].on_message(now, from, frame);
+        nodes[n].check_invariants();
+        node_effects(&mut nodes[n])
+    });
+}
+
+#[test]
+fn participant_transcript() {
+    node_transcript("participant.txt");
+}
+
+#[test]
+fn cm_transcript() {
+    node_transcript("cm.txt");
+}
+
+fn client_effects(p: &mut ClientProcess) -> String {
+    let mut s = String::new();
+    for e in p.drain_effects() {
+        match e {
+            Effect::Send { to, frame } => {
+                let _ = writeln!(s, "-> {to}: {}", show(&frame));
+            }
+            Effect::Wake { at_local_ns } => {
+                let _ = writeln!(s, "wake @{at_local_ns}");
+            }
+            Effect::Reply { call, result } => {
+                let r = short_ids(&format!("{result:?}"));
+                let _ = writeln!(s, "reply call {call}: {r}");
+            }
+        }
+    }
+    p.check_invariants();
+    if s.is_empty() {
+        s.push_str("(no effects)\n");
+    }
+    s
+}
+
+#[test]
+fn coordinator_transcript() {
+    let config = config();
+    let mut p = ClientProcess::new(&config, 7, 1);
+    transcript("coordinator.txt", |cmd, a| {
+        let now = a.opt("now").map_or(0, |v| v.parse().expect("now"));
+        let call = a.opt("call").map_or(0, |v| v.parse().expect("call"));
+        let txn = TxnHandle(a.opt("txn").map_or(1, |v| v.parse().expect("txn")));
+        match cmd {
+            "tick" => p.tick(now),
+            "begin" => p.begin(now, call, 0, TxnOptions::default()),
+            "get" => p.get(now, call, txn, &key_of(a.get("k"))),
+            "put" => {
+                let r = p.put(txn, key_of(a.get("k")), a.get("v").as_bytes().to_vec());
+                return format!("{r:?}\n");
+            }
+            "delete" => {
+                let r = p.delete(txn, key_of(a.get("k")));
+                return format!("{r:?}\n");
+            }
+            "commit" => p.commit(now, call, txn),
+            "close" => p.close(now, call),
+            "recv" => {
+                let from = NodeId(a.num("from") as u32);
+                let id = a.num("id");
+                let conflict = |s: &str| match s {
+                    "locked" => Conflict::Locked,
+                    "changed" => Conflict::Changed,
+                    "too-old" => Conflict::TooOld,
+                    other => panic!("unknown conflict {other}"),
+                };
+                let resp = match a.get("resp") {
+                    "master-time" => Response::MasterTime {
+                        master_ns: a.num("master"),
+                    },
+                    "registered" => Response::Registered {
+                        coordinator: a.num("coordinator"),
+                        config_toml: String::new(),
+                    },
+                    "read" => Response::ReadReply(Ok(a.opt("v").map(|v| Versioned {
+                        version: Timestamp(a.num("version")),
+                        value: v.as_bytes().to_vec(),
+                    }))),
+                    "lock-ok" => Response::LockReply(Ok(())),
+                    "lock-conflict" => Response::LockReply(Err(conflict(a.get("conflict")))),
+                    "validate-ok" => Response::ValidateReply(Ok(())),
+                    "ack" => Response::Ack,
+                    other => panic!("unknown response {other}"),
+                };
+                p.on_message(now, from, Frame::Response { id, resp });
+            }
+            "disconnect" => p.on_disconnect(now, NodeId(a.num("from") as u32)),
+            other => panic!("unknown command {other}"),
+        }
+        client_effects(&mut p)
+    });
+}
+
+#[test]
+fn clock_transcript() {
+    let mut master = ClockSync::master();
+    let mut c = ClockSync::new(1000);
+    transcript("clock.txt", |cmd, a| {
+        let clock = if a.opt("master").is_some() {
+            &mut master
+        } else {
+            &mut c
+        };
+        match cmd {
+            "sync" => {
+                let s = SyncSample {
+                    send_local_ns: a.num("send"),
+                    master_ns: a.num("master_ns"),
+                    recv_local_ns: a.num("recv"),
+                };
+                format!("{:?}\n", clock.on_sync(s))
+            }
+            "time" => format!("{:?}\n", clock.time(a.num("now"))),
+            "get-ts" => format!("{:?}\n", clock.get_ts(a.num("now"))),
+            other => panic!("unknown command {other}"),
+        }
+    });
+}
