@@ -280,7 +280,17 @@ pub fn check(h: &History) -> CheckReport {
 
     // --- 4b. Resolve absent reads: the newest version at or before the
     // reader's read_ts must be a tombstone (or there is none: the initial
-    // absence). A live version there means the reader missed a row.
+    // absence). A live version there means the reader missed a row, unless
+    // a transaction of unknown outcome and unknown write_ts deleted the key:
+    // its tombstone may be the one read, but it cannot be placed, so such a
+    // read is left unresolved (like Jepsen's :info operations).
+    let mut unplaced_delete = vec![false; nkeys];
+    for (op, (&wt, &wk)) in write_txn.iter().zip(&write_key).enumerate() {
+        let t = &txns[wt as usize];
+        if write_del[op] && t.outcome == Outcome::Unknown && t.write_ts.is_none() {
+            unplaced_delete[wk as usize] = true;
+        }
+    }
     for i in 0..n {
         let Some(read_ts) = txns[i].read_ts else {
             continue;
@@ -302,6 +312,8 @@ pub fn check(h: &History) -> CheckReport {
                 let op = versions[version_off[k] + p - 1];
                 if write_del[op as usize] {
                     op
+                } else if unplaced_delete[k] {
+                    SRC_INVALID
                 } else {
                     let writer = write_txn[op as usize] as usize;
                     sink.push(Cat::Absent, || Violation::AbsentRead {

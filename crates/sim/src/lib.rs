@@ -718,6 +718,8 @@ pub struct Sim {
     uncertainty: (u128, u64),
     too_old: u64,
     harvested: Vec<u32>,
+    /// `MERIDIAN_SIM_TRACE` set: print every event to stderr.
+    trace: bool,
 }
 
 impl Sim {
@@ -795,6 +797,7 @@ impl Sim {
             uncertainty: (0, 0),
             too_old: 0,
             harvested: Vec::new(),
+            trace: std::env::var_os("MERIDIAN_SIM_TRACE").is_some(),
         };
         sim.harvested = vec![0; sim.clients.len()];
         sim.load_initial();
@@ -1039,6 +1042,9 @@ impl Sim {
     }
 
     fn step(&mut self, ev: Event) {
+        if self.trace {
+            eprintln!("t={} {:?}", self.now(), ev);
+        }
         match ev {
             Event::Deliver {
                 to,

@@ -14,7 +14,7 @@
 //! transactions; that is why they carry the full LOCK payload.
 
 use meridian_wire::{LockRecord, Timestamp, TxId};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// State of a LOCK record at a primary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,9 +29,9 @@ pub enum LockState {
 #[derive(Clone, Debug, Default)]
 pub struct TxLog {
     /// LOCK records at this node as primary.
-    pub primary: HashMap<TxId, (LockRecord, LockState)>,
+    pub primary: BTreeMap<TxId, (LockRecord, LockState)>,
     /// COMMIT-BACKUP records at this node as backup, with `write_ts`.
-    pub backup: HashMap<TxId, (LockRecord, Timestamp)>,
+    pub backup: BTreeMap<TxId, (LockRecord, Timestamp)>,
 }
 
 impl TxLog {
