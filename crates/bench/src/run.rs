@@ -514,8 +514,15 @@ pub async fn bank(
                 let mut ids = WriteIds::new(i as u64 + 1);
                 let mut local = History::default();
                 let (mut audits, mut failures) = (0u64, Vec::new());
+                // An aborted audit is retried (a fresh copy of the same
+                // audit) until it commits, so audits are checked under load.
+                let mut retry: Option<meridian_workload::bank::BankTxn> = None;
                 while Instant::now() < deadline {
-                    let mut program = cfg.next_txn(&mut ids, &mut rng);
+                    let mut program = match retry.take() {
+                        Some(p) => p,
+                        None => cfg.next_txn(&mut ids, &mut rng),
+                    };
+                    let fresh = program.clone();
                     let t0 = mono_ns();
                     let mut rec = TxnRecord {
                         process: i as u64,
@@ -558,6 +565,9 @@ pub async fn bank(
                         Err(e) if e.is_abort() => {
                             rec.outcome = Outcome::Aborted;
                             acc.aborts += 1;
+                            if fresh.is_audit() {
+                                retry = Some(fresh);
+                            }
                         }
                         Err(e) => {
                             // Outcome unknown to the client: the checker decides.

@@ -710,6 +710,23 @@ impl ClientProcess {
         Some(r)
     }
 
+    /// Give up on the COMMIT-PRIMARY acks of reported transaction `tx`:
+    /// forget it together with every ack RPC still outstanding for it
+    /// (found by swarm seed 3515: a rejected ack left its siblings behind).
+    /// Its records wait for recovery (FaRM §5.3).
+    fn drop_finishing(&mut self, tx: TxId) {
+        self.finishing.remove(&tx);
+        let ids: Vec<u64> = self
+            .rpcs
+            .iter()
+            .filter(|(_, r)| r.purpose == Purpose::PostCommit(tx))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.remove_rpc(id);
+        }
+    }
+
     /// Send an idempotent RPC again, or report that the attempts are spent.
     fn retry(&mut self, now: u64, rpc: Rpc) -> bool {
         if rpc.attempt >= self.limits.rpc_attempts {
@@ -795,7 +812,7 @@ impl ClientProcess {
             Purpose::PostCommit(tx) => {
                 if !self.retry(now, rpc) {
                     // Reported already; its records wait for recovery.
-                    self.finishing.remove(&tx);
+                    self.drop_finishing(tx);
                 }
             }
             Purpose::Abort(_) => {
@@ -1025,7 +1042,7 @@ impl ClientProcess {
                         // A bad ack after the report cannot change the
                         // outcome; the records then wait for recovery.
                         if e.on_reply(from, resp).is_err() {
-                            self.finishing.remove(&tx);
+                            self.drop_finishing(tx);
                             return;
                         }
                         e.is_fully_acknowledged()

@@ -88,6 +88,17 @@ fn swarm_seeds_pass_the_checker() {
     assert!(unknown > 0, "some commits must end with an unknown outcome");
 }
 
+/// Seeds that once failed, kept as regressions.
+/// - 3515: a rejected COMMIT-PRIMARY ack from a restarted node left the
+///   other ack RPCs of a forgotten transaction behind (ClientProcess
+///   invariant).
+#[test]
+fn regression_seeds_pass_the_checker() {
+    for seed in [3515] {
+        run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
 /// Each fault alone, so a failure points at one fault.
 #[test]
 fn each_fault_alone_passes_the_checker() {
