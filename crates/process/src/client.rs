@@ -1148,3 +1148,139 @@ impl ClientProcess {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Effects = Vec<Effect<CallResult>>;
+
+    fn config() -> Configuration {
+        let mut c = Configuration::local(3, 7000, 2, 2, std::path::Path::new("/nonexistent"));
+        c.limits.rpc_timeout_ms = 1;
+        c
+    }
+
+    /// Requests sent, as (node, rpc id, request, piggybacked truncations).
+    fn sent(e: &Effects) -> Vec<(NodeId, u64, Request, Vec<TxId>)> {
+        e.iter()
+            .filter_map(|e| match e {
+                Effect::Send {
+                    to,
+                    frame: Frame::Request { id, truncate, req },
+                } => Some((*to, *id, req.clone(), truncate.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn replies(e: &Effects) -> Vec<(CallId, CallResult)> {
+        e.iter()
+            .filter_map(|e| match e {
+                Effect::Reply { call, result } => Some((*call, result.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn answer(
+        p: &mut ClientProcess,
+        now: u64,
+        reqs: &[(NodeId, u64, Request, Vec<TxId>)],
+        resp: Response,
+    ) -> Effects {
+        for (to, id, _, _) in reqs {
+            p.on_message(
+                now,
+                *to,
+                Frame::Response {
+                    id: *id,
+                    resp: resp.clone(),
+                },
+            );
+        }
+        p.drain_effects()
+    }
+
+    /// A synchronised client with transaction 1 open, writing a key in
+    /// each region, and its commit started: returns the LOCK requests.
+    fn locking(p: &mut ClientProcess) -> Vec<(NodeId, u64, Request, Vec<TxId>)> {
+        p.tick(1000);
+        let sync = sent(&p.drain_effects());
+        answer(p, 1100, &sync, Response::MasterTime { master_ns: 500_000 });
+        p.begin(2000, 1, 0, TxnOptions::default());
+        p.tick(200_000);
+        assert!(matches!(
+            replies(&p.drain_effects())[..],
+            [(1, CallResult::Began { .. })]
+        ));
+        p.put(TxnHandle(1), vec![0x00, b'a'], b"x".to_vec())
+            .unwrap();
+        p.put(TxnHandle(1), vec![0x80, b'a'], b"y".to_vec())
+            .unwrap();
+        p.commit(200_300, 2, TxnHandle(1));
+        let locks = sent(&p.drain_effects());
+        assert_eq!(locks.len(), 2);
+        assert!(locks
+            .iter()
+            .all(|(_, _, r, _)| matches!(r, Request::Lock(_))));
+        locks
+    }
+
+    /// Review finding 2: a LOCK that times out must not leave the other
+    /// LOCK target locked: ABORT goes to every LOCK target.
+    #[test]
+    fn a_lock_timeout_sends_abort_to_every_lock_target() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        let locks = locking(&mut p);
+        answer(&mut p, 200_400, &locks[..1], Response::LockReply(Ok(())));
+        p.tick(5_000_000);
+        let e = p.drain_effects();
+        let mut aborted: Vec<NodeId> = sent(&e)
+            .into_iter()
+            .filter(|(_, _, r, _)| matches!(r, Request::Abort { .. }))
+            .map(|(n, ..)| n)
+            .collect();
+        aborted.sort();
+        let mut targets: Vec<NodeId> = locks.iter().map(|(n, ..)| *n).collect();
+        targets.sort();
+        assert_eq!(aborted, targets, "ABORT to every LOCK target");
+        assert!(matches!(
+            replies(&e)[..],
+            [(2, CallResult::Failed(TxnError::Transport { .. }))]
+        ));
+        p.check_invariants();
+    }
+
+    /// Review finding 7: truncations are flushed on close, re-sent when the
+    /// frame carrying them is lost, and close answers once they are acked.
+    #[test]
+    fn truncations_survive_a_lost_frame_and_are_flushed_on_close() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        let locks = locking(&mut p);
+        answer(&mut p, 200_400, &locks, Response::LockReply(Ok(())));
+        p.tick(600_000);
+        let backups = sent(&p.drain_effects());
+        assert!(backups
+            .iter()
+            .all(|(_, _, r, _)| matches!(r, Request::CommitBackup { .. })));
+        let primaries = sent(&answer(&mut p, 600_100, &backups, Response::Ack));
+        let e = answer(&mut p, 600_200, &primaries, Response::Ack);
+        assert!(matches!(replies(&e)[..], [(2, CallResult::Committed(_))]));
+        assert!(p.queued_truncations() > 0);
+
+        p.close(600_300, 3);
+        let first = sent(&p.drain_effects());
+        let carried: usize = first.iter().map(|(_, _, _, t)| t.len()).sum();
+        assert!(carried > 0, "close flushes the truncation queue");
+        // The frames are lost: the ids are re-queued and sent again.
+        p.tick(5_000_000);
+        let again = sent(&p.drain_effects());
+        let carried_again: usize = again.iter().map(|(_, _, _, t)| t.len()).sum();
+        assert_eq!(carried_again, carried, "lost truncations are sent again");
+        let e = answer(&mut p, 5_000_100, &again, Response::Ack);
+        assert!(matches!(replies(&e)[..], [(3, CallResult::Closed)]));
+        assert_eq!(p.queued_truncations(), 0);
+        p.check_invariants();
+    }
+}
