@@ -57,6 +57,7 @@ use meridian_wire::{ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId}
 use meridian_workload::bank::{self, BankConfig, BankTxn, RegisterConfig, RegisterTxn, WriteIds};
 use meridian_workload::ops::{run_program, Ending, Program, Step};
 use meridian_workload::rows::{RowsConfig, RowsTxn};
+use meridian_workload::tatp::{self, TatpConfig};
 use rand::rngs::{SmallRng, StdRng};
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
@@ -77,6 +78,10 @@ pub enum SimWorkload {
     /// Inserts, deletes, delete-then-insert, scans across regions, and long
     /// transactions that outlive the GC window.
     Rows(RowsConfig),
+    /// TATP, run unchanged through the client API (`tatp::execute` inside
+    /// `Session::run`). Its values carry no write ids, so it is checked by
+    /// invariants, liveness and the clean end, not by the history checker.
+    Tatp(TatpConfig),
 }
 
 /// Which faults a run injects. All probabilities are per mille.
@@ -269,6 +274,15 @@ impl SimConfig {
                 long_percent: 10,
                 pause_ns: 12_000_000,
             }),
+            ..Self::bank(seed)
+        }
+    }
+
+    /// A TATP run (100 subscribers) over the production client code.
+    pub fn tatp(seed: u64) -> Self {
+        SimConfig {
+            workload: SimWorkload::Tatp(TatpConfig { subscribers: 100 }),
+            txns_per_client: 40,
             ..Self::bank(seed)
         }
     }
@@ -483,6 +497,8 @@ struct ClientLog {
     failures: Vec<String>,
     /// Invoke time of the next attempt (true ns).
     next_invoke_ns: u64,
+    /// TATP transactions committed (they are not recorded in the history).
+    tatp_committed: u64,
 }
 
 impl ClientLog {
@@ -524,6 +540,15 @@ impl Gen {
             SimWorkload::Bank(b) => WorkTxn::Bank(b.next_txn(&mut self.ids, &mut self.rng)),
             SimWorkload::Register(r) => WorkTxn::Register(r.next_txn(&mut self.ids, &mut self.rng)),
             SimWorkload::Rows(r) => WorkTxn::Rows(r.next_txn(&mut self.ids, &mut self.rng)),
+            // TATP runs through `tatp_main`, not as a recorded program.
+            SimWorkload::Tatp(_) => WorkTxn::Register(
+                RegisterConfig {
+                    keys: 1,
+                    max_reads: 1,
+                    max_writes: 0,
+                }
+                .next_txn(&mut self.ids, &mut self.rng),
+            ),
         }
     }
 
@@ -554,6 +579,10 @@ async fn client_main(cx: TaskCtx) {
         client.sleep(1_000_000).await;
     }
     let mut session: Session = client.session();
+    let workload = lock(&cx.gen).workload;
+    if let SimWorkload::Tatp(cfg) = workload {
+        return tatp_main(&cx, &mut session, cfg).await;
+    }
     let process = ((cx.c as u64) << 16) | cx.inc as u64;
     loop {
         if lock(&cx.log).done >= cx.txns {
@@ -644,6 +673,35 @@ async fn client_main(cx: TaskCtx) {
         }
     }
     client.close().await;
+}
+
+/// TATP through the retry helper, exactly as `meridian bench tatp` runs it.
+async fn tatp_main(cx: &TaskCtx, session: &mut Session, cfg: TatpConfig) {
+    loop {
+        if lock(&cx.log).done >= cx.txns {
+            break;
+        }
+        let t = {
+            let mut g = lock(&cx.gen);
+            tatp::next_txn(&cfg, &mut g.rng)
+        };
+        let opts = TxnOptions {
+            read_only: t.kind.is_read_only(),
+        };
+        let r = session
+            .run(opts, move |tx| {
+                let t = t.clone();
+                let fut: TxnFuture<'_, bool> = Box::pin(async move { tatp::execute(tx, &t).await });
+                fut
+            })
+            .await;
+        let mut l = lock(&cx.log);
+        l.done += 1;
+        if r.is_ok() {
+            l.tatp_committed += 1;
+        }
+    }
+    cx.client.close().await;
 }
 
 /// FaRMv2 Lemma 1 as an oracle: `read_ts` is at least global time (the
@@ -817,12 +875,14 @@ impl Sim {
     fn load_initial(&mut self) {
         let rows = match self.cfg.workload {
             SimWorkload::Bank(b) => b.population(),
+            SimWorkload::Tatp(t) => tatp::population(&t, self.cfg.seed).collect(),
             SimWorkload::Register(_) | SimWorkload::Rows(_) => Vec::new(),
         };
         if rows.is_empty() {
             return;
         }
-        self.initial = Some(TxnRecord {
+        let recorded = matches!(self.cfg.workload, SimWorkload::Bank(_));
+        self.initial = recorded.then(|| TxnRecord {
             process: u64::MAX,
             invoke_ns: 0,
             complete_ns: 0,
@@ -1379,9 +1439,13 @@ impl Sim {
         if !timed_out && !self.cfg.faults.is_lossy() {
             self.check_clean_end();
         }
+        let mut tatp_committed = 0;
+        for slot in &self.clients {
+            tatp_committed += lock(&slot.log).tatp_committed;
+        }
         let count = |o: Outcome| history.txns.iter().filter(|t| t.outcome == o).count() as u64;
         let (committed, aborted, unknown) = (
-            count(Outcome::Committed),
+            count(Outcome::Committed) + tatp_committed,
             count(Outcome::Aborted),
             count(Outcome::Unknown),
         );

@@ -88,6 +88,28 @@ fn swarm_seeds_pass_the_checker() {
     assert!(unknown > 0, "some commits must end with an unknown outcome");
 }
 
+/// TATP runs unchanged through the client API in the simulator: fault-free
+/// seeds finish clean; swarm seeds keep every invariant and finish when no
+/// process crashes.
+#[test]
+fn tatp_runs_in_the_simulator_with_and_without_faults() {
+    let mut committed = 0;
+    for seed in seeds(20) {
+        let r = run_and_check(SimConfig::tatp(seed)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!r.timed_out, "seed {seed}: a fault-free run must finish");
+        committed += r.committed;
+        let cfg = SimConfig {
+            faults: Faults::swarm(seed),
+            ..SimConfig::tatp(seed)
+        };
+        let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
+        if !r.faults.node_crashes && !r.faults.client_crashes {
+            assert!(!r.timed_out, "seed {seed} ({}): stuck", r.faults.describe());
+        }
+    }
+    assert!(committed > 0);
+}
+
 /// Seeds that once failed, kept as regressions.
 /// - 3515: a rejected COMMIT-PRIMARY ack from a restarted node left the
 ///   other ack RPCs of a forgotten transaction behind (ClientProcess
