@@ -524,18 +524,7 @@ pub async fn bank(
                     };
                     let fresh = program.clone();
                     let t0 = mono_ns();
-                    let mut rec = TxnRecord {
-                        process: i as u64,
-                        invoke_ns: t0,
-                        complete_ns: 0,
-                        reads: Vec::new(),
-                        writes: Vec::new(),
-                        deletes: Vec::new(),
-                        scans: Vec::new(),
-                        outcome: Outcome::Unknown,
-                        read_ts: None,
-                        write_ts: None,
-                    };
+                    let mut rec = TxnRecord::invoked(i as u64, t0);
                     let r = run_program(&mut s, &mut program, &mut rec).await;
                     rec.complete_ns = mono_ns();
                     match r {

@@ -87,6 +87,25 @@ pub struct ScanRead {
     pub rows: Vec<(Key, WriteId)>,
 }
 
+impl TxnRecord {
+    /// A transaction of `process` invoked at `invoke_ns`, with nothing read
+    /// or written yet and an unknown outcome (the recorder fills it in).
+    pub fn invoked(process: u64, invoke_ns: u64) -> Self {
+        TxnRecord {
+            process,
+            invoke_ns,
+            complete_ns: 0,
+            reads: Vec::new(),
+            writes: Vec::new(),
+            deletes: Vec::new(),
+            scans: Vec::new(),
+            outcome: Outcome::Unknown,
+            read_ts: None,
+            write_ts: None,
+        }
+    }
+}
+
 /// A client history: every transaction any client ran, in any order.
 ///
 /// Transactions are identified in reports by their index in `txns`.

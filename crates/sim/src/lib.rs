@@ -541,14 +541,7 @@ impl Gen {
             SimWorkload::Register(r) => WorkTxn::Register(r.next_txn(&mut self.ids, &mut self.rng)),
             SimWorkload::Rows(r) => WorkTxn::Rows(r.next_txn(&mut self.ids, &mut self.rng)),
             // TATP runs through `tatp_main`, not as a recorded program.
-            SimWorkload::Tatp(_) => WorkTxn::Register(
-                RegisterConfig {
-                    keys: 1,
-                    max_reads: 1,
-                    max_writes: 0,
-                }
-                .next_txn(&mut self.ids, &mut self.rng),
-            ),
+            SimWorkload::Tatp(_) => WorkTxn::Register(meridian_workload::ops::Script::default()),
         }
     }
 
@@ -615,16 +608,8 @@ async fn client_main(cx: TaskCtx) {
                         let read_ts = tx.read_ts().0;
                         oracle(&log, master, invoke, now, read_ts);
                         let mut rec = TxnRecord {
-                            process,
-                            invoke_ns: invoke,
-                            complete_ns: 0,
-                            reads: Vec::new(),
-                            writes: Vec::new(),
-                            deletes: Vec::new(),
-                            scans: Vec::new(),
-                            outcome: Outcome::Unknown,
                             read_ts: Some(read_ts),
-                            write_ts: None,
+                            ..TxnRecord::invoked(process, invoke)
                         };
                         let ending = run_program(tx, &mut prog, &mut rec).await;
                         let mut l = lock(&log);

@@ -269,19 +269,7 @@ pub struct RegisterConfig {
 }
 
 /// A register transaction: reads, then blind writes of fresh ids.
-#[derive(Clone, Debug)]
-pub struct RegisterTxn {
-    steps: Vec<Step>,
-    at: usize,
-}
-
-impl Program for RegisterTxn {
-    fn next(&mut self, _last: Option<Option<Value>>) -> Step {
-        let s = self.steps.get(self.at).cloned().unwrap_or(Step::Commit);
-        self.at += 1;
-        s
-    }
-}
+pub type RegisterTxn = crate::ops::Script;
 
 impl RegisterConfig {
     /// Draw the next register transaction.
@@ -297,7 +285,7 @@ impl RegisterConfig {
             ));
         }
         steps.push(Step::Commit);
-        RegisterTxn { steps, at: 0 }
+        crate::ops::Script::new(steps)
     }
 }
 

@@ -110,6 +110,29 @@ impl TxnOps for meridian_client::Txn {
     }
 }
 
+/// A program that replays a fixed list of steps drawn up front (it ignores
+/// what reads return), then commits.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Script {
+    steps: Vec<Step>,
+    at: usize,
+}
+
+impl Script {
+    /// A script of `steps` (a final `Commit` is implied).
+    pub fn new(steps: Vec<Step>) -> Self {
+        Script { steps, at: 0 }
+    }
+}
+
+impl Program for Script {
+    fn next(&mut self, _last: Option<Option<Value>>) -> Step {
+        let s = self.steps.get(self.at).cloned().unwrap_or(Step::Commit);
+        self.at += 1;
+        s
+    }
+}
+
 /// How a [`Program`] run by [`run_program`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ending {

@@ -18,7 +18,7 @@
 //! crosses regions.
 
 use crate::bank::WriteIds;
-use crate::ops::{Key, Program, Step, Value};
+use crate::ops::{Key, Step, Value};
 use rand::Rng;
 
 /// Rows workload parameters.
@@ -51,21 +51,7 @@ pub fn row_value(id: u64) -> Value {
 }
 
 /// One rows transaction: a fixed list of steps, drawn up front.
-#[derive(Clone, Debug)]
-pub struct RowsTxn {
-    steps: Vec<Step>,
-    at: usize,
-    /// True for a long transaction.
-    pub long: bool,
-}
-
-impl Program for RowsTxn {
-    fn next(&mut self, _last: Option<Option<Value>>) -> Step {
-        let s = self.steps.get(self.at).cloned().unwrap_or(Step::Commit);
-        self.at += 1;
-        s
-    }
-}
+pub type RowsTxn = crate::ops::Script;
 
 impl RowsConfig {
     /// Draw the next transaction.
@@ -73,8 +59,7 @@ impl RowsConfig {
         let keys = self.keys.clamp(2, 256);
         let key = |rng: &mut dyn rand::RngCore| row_key(rng.gen_range(0..keys), keys);
         let mut steps = Vec::new();
-        let long = rng.gen_range(0..100) < self.long_percent;
-        if long {
+        if rng.gen_range(0..100) < self.long_percent {
             // Read, keep the snapshot open past the GC window, then write
             // what was read: the commit must refuse a lock below the safe
             // point if the key changed or was collected meanwhile.
@@ -123,13 +108,14 @@ impl RowsConfig {
             }
         }
         steps.push(Step::Commit);
-        RowsTxn { steps, at: 0, long }
+        crate::ops::Script::new(steps)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::Program;
     use rand::SeedableRng;
 
     #[test]
