@@ -87,11 +87,32 @@ enum Cmd {
         /// First seed.
         #[arg(long, default_value_t = 0)]
         first: u64,
-        /// Workload: bank, register, or swarm (bank and register with a
-        /// random mix of faults per seed).
-        #[arg(long, default_value = "bank")]
-        workload: String,
+        /// Workload. `swarm` runs bank, register or rows (by seed) with a
+        /// random mix of faults per seed; the others run fault-free.
+        #[arg(long, value_enum, default_value_t = SimWorkloadArg::Bank)]
+        workload: SimWorkloadArg,
+        /// Run the chosen workload with a random mix of faults per seed
+        /// (`Faults::swarm`).
+        #[arg(long)]
+        faults: bool,
     },
+}
+
+/// The simulator's workloads, for `meridian sim --workload`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum SimWorkloadArg {
+    /// Bank transfers and audits (checked).
+    Bank,
+    /// Contended registers (checked).
+    Register,
+    /// Inserts, deletes, scans, long transactions (checked).
+    Rows,
+    /// TATP (invariants, liveness, clean end).
+    Tatp,
+    /// YCSB workload A (invariants, liveness, clean end).
+    Ycsb,
+    /// Bank, register or rows by seed, always with faults.
+    Swarm,
 }
 
 #[derive(clap::Args, Clone)]
@@ -325,7 +346,8 @@ fn run(cli: Cli) -> Result<(), String> {
             seeds,
             first,
             workload,
-        } => sim(seeds, first, &workload),
+            faults,
+        } => sim(seeds, first, workload, faults),
     }
 }
 
@@ -634,7 +656,8 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
     Ok(())
 }
 
-fn sim(seeds: u64, first: u64, workload: &str) -> Result<(), String> {
+fn sim(seeds: u64, first: u64, workload: SimWorkloadArg, faults: bool) -> Result<(), String> {
+    use meridian_sim::{Faults, SimConfig};
     let t0 = std::time::Instant::now();
     let (mut committed, mut aborted, mut unknown, mut crashes, mut dropped, mut stuck) =
         (0, 0, 0, 0, 0, 0);
@@ -646,16 +669,17 @@ fn sim(seeds: u64, first: u64, workload: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())?,
     );
     for seed in first..first + seeds {
-        let cfg = match workload {
-            "bank" => meridian_sim::SimConfig::bank(seed),
-            "register" => meridian_sim::SimConfig::register(seed),
-            "swarm" => meridian_sim::SimConfig::swarm(seed),
-            other => {
-                return Err(format!(
-                    "unknown workload {other:?} (bank, register or swarm)"
-                ))
-            }
+        let mut cfg = match workload {
+            SimWorkloadArg::Bank => SimConfig::bank(seed),
+            SimWorkloadArg::Register => SimConfig::register(seed),
+            SimWorkloadArg::Rows => SimConfig::rows(seed),
+            SimWorkloadArg::Tatp => SimConfig::tatp(seed),
+            SimWorkloadArg::Ycsb => SimConfig::ycsb(seed),
+            SimWorkloadArg::Swarm => SimConfig::swarm(seed),
         };
+        if faults {
+            cfg.faults = Faults::swarm(seed);
+        }
         let r = meridian_sim::run_and_check(cfg).inspect_err(|_| bar.abandon())?;
         committed += r.committed;
         aborted += r.aborted;
@@ -667,9 +691,10 @@ fn sim(seeds: u64, first: u64, workload: &str) -> Result<(), String> {
     }
     bar.finish_and_clear();
     println!(
-        "{seeds} seeds ({workload}, first {first}) passed the checker in {:.1} s wall time: \
+        "{seeds} seeds ({workload:?}{}, first {first}) passed the checker in {:.1} s wall time: \
          {committed} committed, {aborted} aborted, {unknown} unknown; \
          {crashes} crashes, {dropped} messages dropped, {stuck} runs ended by the time limit",
+        if faults { " with faults" } else { "" },
         t0.elapsed().as_secs_f64()
     );
     Ok(())

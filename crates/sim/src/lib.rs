@@ -58,6 +58,7 @@ use meridian_workload::bank::{self, BankConfig, BankTxn, RegisterConfig, Registe
 use meridian_workload::ops::{run_program, Ending, Program, Step};
 use meridian_workload::rows::{RowsConfig, RowsTxn};
 use meridian_workload::tatp::{self, TatpConfig};
+use meridian_workload::ycsb::{self, YcsbConfig, YcsbWorkload};
 use rand::rngs::{SmallRng, StdRng};
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
@@ -69,7 +70,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 
 /// Which checked workload the clients run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum SimWorkload {
     /// Bank transfers and audits (audits retried until they commit).
     Bank(BankConfig),
@@ -82,6 +83,9 @@ pub enum SimWorkload {
     /// `Session::run`). Its values carry no write ids, so it is checked by
     /// invariants, liveness and the clean end, not by the history checker.
     Tatp(TatpConfig),
+    /// YCSB, run unchanged through the client API (`ycsb::execute` inside
+    /// `Session::run`); checked like TATP (its values are random bytes).
+    Ycsb(YcsbConfig),
 }
 
 /// Which faults a run injects. All probabilities are per mille.
@@ -282,6 +286,21 @@ impl SimConfig {
     pub fn tatp(seed: u64) -> Self {
         SimConfig {
             workload: SimWorkload::Tatp(TatpConfig { subscribers: 100 }),
+            txns_per_client: 40,
+            ..Self::bank(seed)
+        }
+    }
+
+    /// A YCSB workload-A run (200 records, 100-byte values, θ = 0.99) over
+    /// the production client code.
+    pub fn ycsb(seed: u64) -> Self {
+        SimConfig {
+            workload: SimWorkload::Ycsb(YcsbConfig {
+                records: 200,
+                value_bytes: 100,
+                theta: 0.99,
+                workload: YcsbWorkload::A,
+            }),
             txns_per_client: 40,
             ..Self::bank(seed)
         }
@@ -497,8 +516,9 @@ struct ClientLog {
     failures: Vec<String>,
     /// Invoke time of the next attempt (true ns).
     next_invoke_ns: u64,
-    /// TATP transactions committed (they are not recorded in the history).
-    tatp_committed: u64,
+    /// TATP and YCSB transactions committed (they are not recorded in the
+    /// history).
+    unrecorded_committed: u64,
 }
 
 impl ClientLog {
@@ -540,8 +560,11 @@ impl Gen {
             SimWorkload::Bank(b) => WorkTxn::Bank(b.next_txn(&mut self.ids, &mut self.rng)),
             SimWorkload::Register(r) => WorkTxn::Register(r.next_txn(&mut self.ids, &mut self.rng)),
             SimWorkload::Rows(r) => WorkTxn::Rows(r.next_txn(&mut self.ids, &mut self.rng)),
-            // TATP runs through `tatp_main`, not as a recorded program.
-            SimWorkload::Tatp(_) => WorkTxn::Register(meridian_workload::ops::Script::default()),
+            // TATP and YCSB run through `unrecorded_main`, not as recorded
+            // programs.
+            SimWorkload::Tatp(_) | SimWorkload::Ycsb(_) => {
+                WorkTxn::Register(meridian_workload::ops::Script::default())
+            }
         }
     }
 
@@ -573,8 +596,8 @@ async fn client_main(cx: TaskCtx) {
     }
     let mut session: Session = client.session();
     let workload = lock(&cx.gen).workload;
-    if let SimWorkload::Tatp(cfg) = workload {
-        return tatp_main(&cx, &mut session, cfg).await;
+    if matches!(workload, SimWorkload::Tatp(_) | SimWorkload::Ycsb(_)) {
+        return unrecorded_main(&cx, &mut session, workload).await;
     }
     let process = ((cx.c as u64) << 16) | cx.inc as u64;
     loop {
@@ -660,30 +683,67 @@ async fn client_main(cx: TaskCtx) {
     client.close().await;
 }
 
-/// TATP through the retry helper, exactly as `meridian bench tatp` runs it.
-async fn tatp_main(cx: &TaskCtx, session: &mut Session, cfg: TatpConfig) {
+/// One TATP or YCSB transaction, drawn from the client's generator.
+#[derive(Clone)]
+enum BenchJob {
+    Tatp(tatp::TatpTxn),
+    /// The operation, the value size and a seed for the values it writes
+    /// (the same on every attempt).
+    Ycsb(ycsb::YcsbOp, usize, u64),
+}
+
+/// TATP or YCSB through the retry helper, with the workload crate's own
+/// transaction code (`tatp::execute`, `ycsb::execute`), as `meridian bench`
+/// runs them.
+async fn unrecorded_main(cx: &TaskCtx, session: &mut Session, workload: SimWorkload) {
+    let ycsb_gen = match workload {
+        SimWorkload::Ycsb(cfg) => match ycsb::YcsbGenerator::new(&cfg) {
+            Ok(g) => Some((g, cfg.value_bytes)),
+            Err(e) => {
+                lock(&cx.log).failures.push(format!("ycsb config: {e}"));
+                return;
+            }
+        },
+        _ => None,
+    };
     loop {
         if lock(&cx.log).done >= cx.txns {
             break;
         }
-        let t = {
+        let (read_only, job) = {
             let mut g = lock(&cx.gen);
-            tatp::next_txn(&cfg, &mut g.rng)
-        };
-        let opts = TxnOptions {
-            read_only: t.kind.is_read_only(),
+            match (&ycsb_gen, workload) {
+                (Some((gen, value_bytes)), _) => {
+                    let op = gen.next_op(&mut g.rng);
+                    let seed = g.rng.gen();
+                    (op.is_read_only(), BenchJob::Ycsb(op, *value_bytes, seed))
+                }
+                (None, SimWorkload::Tatp(cfg)) => {
+                    let t = tatp::next_txn(&cfg, &mut g.rng);
+                    (t.kind.is_read_only(), BenchJob::Tatp(t))
+                }
+                (None, _) => return,
+            }
         };
         let r = session
-            .run(opts, move |tx| {
-                let t = t.clone();
-                let fut: TxnFuture<'_, bool> = Box::pin(async move { tatp::execute(tx, &t).await });
+            .run(TxnOptions { read_only }, move |tx| {
+                let job = job.clone();
+                let fut: TxnFuture<'_, ()> = Box::pin(async move {
+                    match job {
+                        BenchJob::Tatp(t) => tatp::execute(tx, &t).await.map(|_| ()),
+                        BenchJob::Ycsb(op, value_bytes, seed) => {
+                            let mut rng = SmallRng::seed_from_u64(seed);
+                            ycsb::execute(tx, op, value_bytes, &mut rng).await
+                        }
+                    }
+                });
                 fut
             })
             .await;
         let mut l = lock(&cx.log);
         l.done += 1;
         if r.is_ok() {
-            l.tatp_committed += 1;
+            l.unrecorded_committed += 1;
         }
     }
     cx.client.close().await;
@@ -861,6 +921,7 @@ impl Sim {
         let rows = match self.cfg.workload {
             SimWorkload::Bank(b) => b.population(),
             SimWorkload::Tatp(t) => tatp::population(&t, self.cfg.seed).collect(),
+            SimWorkload::Ycsb(y) => ycsb::population(&y, self.cfg.seed).collect(),
             SimWorkload::Register(_) | SimWorkload::Rows(_) => Vec::new(),
         };
         if rows.is_empty() {
@@ -1424,13 +1485,13 @@ impl Sim {
         if !timed_out && !self.cfg.faults.is_lossy() {
             self.check_clean_end();
         }
-        let mut tatp_committed = 0;
+        let mut unrecorded_committed = 0;
         for slot in &self.clients {
-            tatp_committed += lock(&slot.log).tatp_committed;
+            unrecorded_committed += lock(&slot.log).unrecorded_committed;
         }
         let count = |o: Outcome| history.txns.iter().filter(|t| t.outcome == o).count() as u64;
         let (committed, aborted, unknown) = (
-            count(Outcome::Committed) + tatp_committed,
+            count(Outcome::Committed) + unrecorded_committed,
             count(Outcome::Aborted),
             count(Outcome::Unknown),
         );

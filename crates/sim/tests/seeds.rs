@@ -110,6 +110,28 @@ fn tatp_runs_in_the_simulator_with_and_without_faults() {
     assert!(committed > 0);
 }
 
+/// YCSB (workload A) runs unchanged through the client API in the
+/// simulator, like TATP.
+#[test]
+fn ycsb_runs_in_the_simulator_with_and_without_faults() {
+    let mut committed = 0;
+    for seed in seeds(20) {
+        let r = run_and_check(SimConfig::ycsb(seed)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!r.timed_out, "seed {seed}: a fault-free run must finish");
+        assert!(r.committed > 0, "seed {seed}: nothing committed");
+        committed += r.committed;
+        let cfg = SimConfig {
+            faults: Faults::swarm(seed),
+            ..SimConfig::ycsb(seed)
+        };
+        let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
+        if !r.faults.node_crashes && !r.faults.client_crashes {
+            assert!(!r.timed_out, "seed {seed} ({}): stuck", r.faults.describe());
+        }
+    }
+    assert!(committed > 0);
+}
+
 /// Seeds that once failed, kept as regressions.
 /// - 3515: a rejected COMMIT-PRIMARY ack from a restarted node left the
 ///   other ack RPCs of a forgotten transaction behind (ClientProcess
