@@ -7,7 +7,7 @@
 //! real crash.
 
 use meridian_config::Configuration;
-use meridian_wire::{NodeId, Request, Response};
+use meridian_wire::{AdminRequest, AdminResponse, NodeId, Request, Response};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -217,8 +217,8 @@ pub fn request(addr: &str, req: Request) -> Result<Response, std::io::Error> {
 }
 
 fn ping(addr: &str) -> Result<(), std::io::Error> {
-    match request(addr, Request::Ping)? {
-        Response::Pong => Ok(()),
+    match request(addr, Request::Admin(AdminRequest::Ping))? {
+        Response::Admin(AdminResponse::Pong) => Ok(()),
         other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
     }
 }
@@ -269,8 +269,8 @@ pub fn status(
         .iter()
         .map(|n| {
             let pid = read_pid(&node_dir(&cfg, dir, n.id).join("pid")).filter(|p| alive(*p));
-            let st = match request(&n.addr, Request::Status) {
-                Ok(Response::Status(s)) => Some(s),
+            let st = match request(&n.addr, Request::Admin(AdminRequest::Status)) {
+                Ok(Response::Admin(AdminResponse::Status(s))) => Some(s),
                 _ => None,
             };
             (n.id, n.addr.clone(), pid, st)

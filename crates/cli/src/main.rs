@@ -3,7 +3,10 @@
 use clap::{Parser, Subcommand};
 use meridian_bench::cluster;
 use meridian_config::Configuration;
-use meridian_wire::{ClientOp, ClientOpResult, NodeId, Request, Response};
+use meridian_wire::{
+    AdminRequest, AdminResponse, ClientOp, ClientOpResult, ExecuteError, NodeId, Request, Response,
+    ThinRequest, ThinResponse,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -418,14 +421,21 @@ fn one_shot(target: &Target, ops: Vec<ClientOp>) -> Result<Vec<ClientOpResult>, 
     }
     let mut last = String::new();
     for n in &cfg.nodes {
-        match cluster::request(&n.addr, Request::Execute { ops: ops.clone() }) {
-            Ok(Response::Executed(Ok(r))) => return Ok(r),
-            Ok(Response::Executed(Err(e))) => return Err(e),
+        match cluster::request(
+            &n.addr,
+            Request::Thin(ThinRequest::Execute { ops: ops.clone() }),
+        ) {
+            Ok(Response::Thin(ThinResponse::Executed(Ok(r)))) => return Ok(r.results),
+            // Nothing took effect: another node may serve it.
+            Ok(Response::Thin(ThinResponse::Executed(Err(
+                e @ (ExecuteError::Busy { .. } | ExecuteError::Unavailable(_)),
+            )))) => last = format!("node {}: {e}", n.id),
+            Ok(Response::Thin(ThinResponse::Executed(Err(e)))) => return Err(e.to_string()),
             Ok(other) => return Err(format!("unexpected reply {other:?}")),
             Err(e) => last = format!("node {} at {}: {e}", n.id, n.addr),
         }
     }
-    Err(format!("no node reachable ({last})"))
+    Err(format!("no node could run it ({last})"))
 }
 
 fn status(target: &Target) -> Result<(), String> {
@@ -457,8 +467,8 @@ fn status(target: &Target) -> Result<(), String> {
     }
     println!("nodes:");
     for n in &cfg.nodes {
-        match cluster::request(&n.addr, Request::Status) {
-            Ok(Response::Status(s)) => println!(
+        match cluster::request(&n.addr, Request::Admin(AdminRequest::Status)) {
+            Ok(Response::Admin(AdminResponse::Status(s))) => println!(
                 "  node {} {} ({}): up, uncertainty {:.1} µs, {} syncs, {} objects, {} log records, {} requests",
                 n.id,
                 n.addr,

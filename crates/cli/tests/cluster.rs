@@ -5,7 +5,7 @@
 //! an assertion fails).
 
 use meridian_bench::cluster::{self, LocalCluster};
-use meridian_wire::{Request, Response};
+use meridian_wire::{AdminRequest, AdminResponse, Request, Response};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -75,8 +75,8 @@ fn cli_one_shot_operations_status_and_bad_input() {
         .expect("write garbage");
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(
-        cluster::request(&addr, Request::Ping).expect("ping after garbage"),
-        Response::Pong
+        cluster::request(&addr, Request::Admin(AdminRequest::Ping)).expect("ping after garbage"),
+        Response::Admin(AdminResponse::Pong)
     );
     // A config that does not parse is a clear error.
     let bad = dir.join("bad.toml");

@@ -39,7 +39,9 @@ use meridian_config::Configuration;
 use meridian_process::client::{CallResult, ClientProcess, ClientStats, TxnHandle};
 use meridian_process::{CallId, Effect};
 use meridian_transport::{Connection, TransportError};
-use meridian_wire::{Frame, Key, NodeId, Request, Response, Timestamp, TxId, Value};
+use meridian_wire::{
+    CmRequest, CmResponse, Frame, Key, NodeId, Request, Response, Timestamp, TxId, Value,
+};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -279,11 +281,14 @@ impl Client {
     pub async fn connect(cm_addr: &str) -> Result<Client, ClientError> {
         let limits = meridian_config::Limits::default();
         let cm = Connection::connect(cm_addr, 16, 4096, limits.rpc_timeout_ms).await?;
-        let (coordinator, config_toml) = match cm.call(Vec::new(), Request::RegisterClient).await? {
-            Response::Registered {
+        let (coordinator, config_toml) = match cm
+            .call(Vec::new(), Request::Cm(CmRequest::RegisterClient))
+            .await?
+        {
+            Response::Cm(CmResponse::Registered {
                 coordinator,
                 config_toml,
-            } => (coordinator, config_toml),
+            }) => (coordinator, config_toml),
             other => return Err(ClientError::Protocol(cm_addr.into(), format!("{other:?}"))),
         };
         let config = Configuration::from_toml(&config_toml)?;

@@ -12,13 +12,9 @@ use crate::{ClientError, Core, Io};
 use meridian_config::Configuration;
 use meridian_process::client::ClientProcess;
 use meridian_runtime::{mono_ns, wait};
-use meridian_transport::{FrameReader, TransportError};
-use meridian_wire::{encode_frame, Frame, NodeId, Request};
+use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 /// The tokio implementation of [`Io`].
@@ -38,7 +34,7 @@ impl Io for TokioIo {
             && matches!(
                 frame,
                 Frame::Request {
-                    req: Request::ClockSync,
+                    req: Request::Clock(ClockRequest::Sync),
                     ..
                 }
             );
@@ -102,94 +98,38 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
     Ok(core)
 }
 
-/// One link: connect (retrying with back-off), write queued frames in
-/// batches, feed replies to the core; on any failure, tell the core and
-/// reconnect. Ends when the core is gone.
+/// One link to `node` ([`meridian_transport::run_link`]): replies go to
+/// the core; a lost connection fails the RPCs outstanding on it. Ends when
+/// the core is gone.
 async fn link(
     core: Weak<Core>,
     node: NodeId,
     addr: String,
-    mut rx: mpsc::Receiver<Vec<u8>>,
+    rx: mpsc::Receiver<Vec<u8>>,
     max_batch_bytes: usize,
 ) {
-    let mut backoff_ms = 1;
-    loop {
-        let stream = match TcpStream::connect(&addr).await {
-            Ok(s) => s,
-            Err(e) => {
-                if core.upgrade().is_none() {
-                    return;
-                }
-                tracing::debug!("cannot reach {node} at {addr}: {e}");
-                // Frames queued meanwhile would only time out: fail them now.
-                while rx.try_recv().is_ok() {}
-                if let Some(c) = core.upgrade() {
-                    c.on_disconnect(node);
-                }
-                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-                backoff_ms = (backoff_ms * 2).min(1000);
-                continue;
-            }
-        };
-        backoff_ms = 1;
-        let _ = stream.set_nodelay(true);
-        let (r, mut w) = stream.into_split();
-        let reader_core = core.clone();
-        let mut reader = tokio::spawn(async move {
-            let mut reader = FrameReader::new(r);
-            let mut frames = Vec::new();
-            loop {
-                frames.clear();
-                match reader.next_batch(&mut frames).await {
-                    Ok(true) => {}
-                    Ok(false) => return Ok(()),
-                    Err(e) => return Err(e),
-                }
-                let Some(c) = reader_core.upgrade() else {
-                    return Ok(());
-                };
+    let down = core.clone();
+    meridian_transport::run_link(
+        node.to_string(),
+        addr,
+        rx,
+        max_batch_bytes,
+        move |frames| match core.upgrade() {
+            Some(c) => {
                 for f in frames.drain(..) {
                     c.on_message(node, f);
                 }
+                true
             }
-        });
-        let mut batch: Vec<u8> = Vec::with_capacity(64 << 10);
-        let outcome: Result<(), TransportError> = loop {
-            tokio::select! {
-                first = rx.recv() => {
-                    let Some(first) = first else {
-                        // The core is gone: the client was dropped.
-                        reader.abort();
-                        return;
-                    };
-                    batch.clear();
-                    batch.extend_from_slice(&first);
-                    while batch.len() < max_batch_bytes {
-                        match rx.try_recv() {
-                            Ok(more) => batch.extend_from_slice(&more),
-                            Err(_) => break,
-                        }
-                    }
-                    if let Err(e) = w.write_all(&batch).await {
-                        break Err(e.into());
-                    }
-                }
-                r = &mut reader => {
-                    break match r {
-                        Ok(Ok(())) => Err(TransportError::Closed(addr.clone())),
-                        Ok(Err(e)) => Err(e),
-                        Err(e) => Err(TransportError::Closed(format!("{addr}: {e}"))),
-                    };
-                }
+            None => false,
+        },
+        move || match down.upgrade() {
+            Some(c) => {
+                c.on_disconnect(node);
+                true
             }
-        };
-        reader.abort();
-        if let Err(e) = outcome {
-            tracing::warn!("link to {node} lost: {e}; reconnecting");
-        }
-        match core.upgrade() {
-            Some(c) => c.on_disconnect(node),
-            None => return,
-        }
-    }
+            None => false,
+        },
+    )
+    .await
 }

@@ -8,11 +8,12 @@
 //! - a listener accepts connections; each connection's reader decodes a
 //!   whole batch of frames, feeds them to the process under one lock, and
 //!   writes the replies for that connection with one write;
-//! - a link to the clock master carries the node's own clock syncs;
-//! - a timer calls `tick` when the process asks to be woken;
-//! - `Execute` (thin clients) runs on an embedded client whose coordinator
-//!   id is unique to this node and incarnation; the process bounds how many
-//!   run at once.
+//! - reconnecting links to the other nodes carry the requests of the
+//!   node's embedded coordinator (thin clients' `Execute`, which the process
+//!   runs itself) and feed the responses back; a dedicated link to the
+//!   clock master carries clock synchronisations, so batches of transaction
+//!   traffic do not delay them;
+//! - a timer calls `tick` when the process asks to be woken.
 //!
 //! The incarnation (unique across restarts, review finding 6) is a counter
 //! in the node's data directory, incremented and fsynced before the node
@@ -21,18 +22,17 @@
 //! The runtime is single-threaded (tokio current-thread): a node is one
 //! core's worth of work, and three nodes plus clients share two cores here.
 
-use meridian_client::Client;
 use meridian_config::Configuration;
-use meridian_process::node::{embedded_coordinator_id, NodeEffect, NodeProcess, Peer};
+use meridian_process::node::{NodeEffect, NodeProcess, Peer};
 use meridian_runtime::{mono_ns, wait};
 use meridian_transport::{FrameReader, Outbox};
-use meridian_wire::{encode_frame, ClientOp, ClientOpResult, Frame, NodeId, Response};
+use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request, Response};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OnceCell};
+use tokio::sync::mpsc;
 
 /// Node errors.
 #[derive(Debug, thiserror::Error)]
@@ -61,11 +61,12 @@ pub enum NodeError {
 struct Shell {
     process: Mutex<NodeProcess>,
     conns: Mutex<BTreeMap<u64, Outbox>>,
-    master_link: Option<mpsc::Sender<Vec<u8>>>,
+    /// Links to the other nodes (the embedded coordinator's requests).
+    links: BTreeMap<NodeId, mpsc::Sender<Vec<u8>>>,
+    /// The link to the clock master for clock syncs (none on the master).
+    clock_link: Option<mpsc::Sender<Vec<u8>>>,
     next_conn: AtomicU64,
     config: Configuration,
-    embedded: OnceCell<Client>,
-    coordinator: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -136,25 +137,34 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         })?;
     let process = NodeProcess::new(config.clone(), id, incarnation)?;
     let is_master = process.is_clock_master();
-    let (master_link, master_rx) = if is_master {
-        (None, None)
+    let depth = config.limits.max_inflight_per_connection.max(16);
+    let batch = config.limits.max_batch_bytes;
+    let mut links = BTreeMap::new();
+    let mut receivers = Vec::new();
+    for n in config.nodes.iter().filter(|n| NodeId(n.id) != id) {
+        let (tx, rx) = mpsc::channel(depth);
+        links.insert(NodeId(n.id), tx);
+        receivers.push((NodeId(n.id), n.addr.clone(), rx));
+    }
+    let clock_link = if is_master {
+        None
     } else {
         let (tx, rx) = mpsc::channel(64);
-        (Some(tx), Some(rx))
+        let master = config.cm();
+        receivers.push((master, config.node(master)?.addr.clone(), rx));
+        Some(tx)
     };
     let shell = Arc::new(Shell {
         process: Mutex::new(process),
         conns: Mutex::new(BTreeMap::new()),
-        master_link,
+        links,
+        clock_link,
         next_conn: AtomicU64::new(1),
-        coordinator: embedded_coordinator_id(id, incarnation),
-        embedded: OnceCell::new(),
-        config,
+        config: config.clone(),
     });
     tracing::info!(node = %id, addr = %me.addr, master = is_master, incarnation, "node listening");
-    if let Some(rx) = master_rx {
-        let addr = shell.config.node(shell.config.cm())?.addr.clone();
-        tokio::spawn(master_link_task(shell.clone(), addr, rx));
+    for (node, addr, rx) in receivers {
+        tokio::spawn(link(Arc::downgrade(&shell), node, addr, rx, batch));
     }
     let effects = {
         let mut p = lock(&shell.process);
@@ -193,10 +203,22 @@ fn route(
 
 async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
     let mut out: BTreeMap<Peer, Vec<u8>> = BTreeMap::new();
+    let mut clock: Vec<u8> = Vec::new();
     for e in effects {
         match e {
             NodeEffect::Send { to, frame } => {
-                let buf = out.entry(to).or_default();
+                let sync = matches!(
+                    frame,
+                    Frame::Request {
+                        req: Request::Clock(ClockRequest::Sync),
+                        ..
+                    }
+                );
+                let buf = if sync && shell.clock_link.is_some() {
+                    &mut clock
+                } else {
+                    out.entry(to).or_default()
+                };
                 if let Err(e) = encode_frame(&frame, buf) {
                     // A reply the codec refuses must not vanish: the peer
                     // would wait out its timeout. Say why instead.
@@ -219,18 +241,6 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                     route(&sh, effects).await;
                 });
             }
-            NodeEffect::Execute { peer, id, ops } => {
-                let sh = shell.clone();
-                tokio::spawn(async move {
-                    let resp = execute(&sh, ops).await;
-                    let effects = {
-                        let mut p = lock(&sh.process);
-                        p.executed(peer, id, resp);
-                        p.drain_effects()
-                    };
-                    route(&sh, effects).await;
-                });
-            }
         }
     }
     for (to, bytes) in out {
@@ -246,13 +256,19 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                     }
                 }
             }
-            Peer::Node(_) => {
-                if let Some(l) = &shell.master_link {
+            Peer::Node(n) => match shell.links.get(&n) {
+                Some(l) => {
                     if let Err(e) = l.try_send(bytes) {
-                        tracing::warn!("clock link full or closed: {e}");
+                        tracing::warn!("link to {n} cannot take frames ({e}); they will time out");
                     }
                 }
-            }
+                None => tracing::warn!("no link to {n}; frames dropped"),
+            },
+        }
+    }
+    if let (false, Some(l)) = (clock.is_empty(), &shell.clock_link) {
+        if let Err(e) = l.try_send(clock) {
+            tracing::warn!("clock link cannot take a sync ({e}); it will time out");
         }
     }
 }
@@ -280,104 +296,60 @@ async fn serve(
             Ok(false) => break Ok(()),
             Err(e) => break Err(e),
         }
-        let effects = {
-            let mut p = lock(&shell.process);
-            let now = mono_ns();
-            for f in frames.drain(..) {
-                p.on_message(now, Peer::Conn(conn), f);
-            }
-            p.drain_effects()
-        };
+        let effects = feed(&shell, Peer::Conn(conn), &mut frames);
         route(&shell, effects).await;
     };
     lock(&shell.conns).remove(&conn);
     result
 }
 
-/// The node's own link to the clock master: connect (retrying), send the
-/// process's clock syncs, feed replies back.
-async fn master_link_task(shell: Arc<Shell>, addr: String, mut rx: mpsc::Receiver<Vec<u8>>) {
-    use tokio::io::AsyncWriteExt;
-    let master = shell.config.cm();
-    loop {
-        let stream = match TcpStream::connect(&addr).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!("clock master not reachable yet: {e}");
-                while rx.try_recv().is_ok() {}
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let (r, mut w) = stream.into_split();
-        let sh = shell.clone();
-        let mut reader = tokio::spawn(async move {
-            let mut reader = FrameReader::new(r);
-            let mut frames = Vec::new();
-            while let Ok(true) = reader.next_batch(&mut frames).await {
-                let effects = {
-                    let mut p = lock(&sh.process);
-                    let now = mono_ns();
-                    for f in frames.drain(..) {
-                        p.on_message(now, Peer::Node(master), f);
-                    }
-                    p.drain_effects()
-                };
-                route(&sh, effects).await;
-            }
-        });
-        loop {
-            tokio::select! {
-                b = rx.recv() => {
-                    let Some(b) = b else { reader.abort(); return };
-                    if w.write_all(&b).await.is_err() {
-                        break;
-                    }
-                }
-                _ = &mut reader => break,
-            }
-        }
-        reader.abort();
-        tokio::time::sleep(Duration::from_millis(10)).await;
+/// Hand a batch of frames from `from` to the process under one lock;
+/// returns the effects to route.
+fn feed(shell: &Shell, from: Peer, frames: &mut Vec<Frame>) -> Vec<NodeEffect> {
+    let mut p = lock(&shell.process);
+    let now = mono_ns();
+    for f in frames.drain(..) {
+        p.on_message(now, from, f);
     }
+    p.drain_effects()
 }
 
-/// Run a thin client's one-shot transaction with the embedded client.
-async fn execute(shell: &Arc<Shell>, ops: Vec<ClientOp>) -> Response {
-    let client = match shell
-        .embedded
-        .get_or_try_init(|| Client::connect_with(shell.config.clone(), shell.coordinator))
-        .await
-    {
-        Ok(c) => c,
-        Err(e) => return Response::Executed(Err(format!("cannot start coordinator: {e}"))),
-    };
-    let mut session = client.session();
-    let r = session
-        .run(Default::default(), |tx| {
-            let ops = ops.clone();
-            Box::pin(async move {
-                let mut out = Vec::with_capacity(ops.len());
-                for op in ops {
-                    out.push(match op {
-                        ClientOp::Get(k) => ClientOpResult::Value(tx.get(&k).await?),
-                        ClientOp::Put(k, v) => {
-                            tx.put(k, v).await?;
-                            ClientOpResult::Done
-                        }
-                        ClientOp::Delete(k) => {
-                            tx.delete(k).await?;
-                            ClientOpResult::Done
-                        }
-                        ClientOp::Scan { start, end, limit } => {
-                            ClientOpResult::Rows(tx.scan(&start, end.as_deref(), limit).await?)
-                        }
-                    });
-                }
-                Ok(out)
-            })
-        })
-        .await;
-    Response::Executed(r.map_err(|e| e.to_string()))
+/// One link to node `node` ([`meridian_transport::run_link`]): responses
+/// go to the process as from `Peer::Node(node)`; a lost connection fails
+/// the embedded coordinator's RPCs to it. Ends when the shell is gone.
+async fn link(
+    shell: Weak<Shell>,
+    node: NodeId,
+    addr: String,
+    rx: mpsc::Receiver<Vec<u8>>,
+    max_batch_bytes: usize,
+) {
+    let down = shell.clone();
+    meridian_transport::run_link(
+        node.to_string(),
+        addr,
+        rx,
+        max_batch_bytes,
+        move |frames| {
+            let Some(sh) = shell.upgrade() else {
+                return false;
+            };
+            let effects = feed(&sh, Peer::Node(node), frames);
+            tokio::spawn(async move { route(&sh, effects).await });
+            true
+        },
+        move || {
+            let Some(sh) = down.upgrade() else {
+                return false;
+            };
+            let effects = {
+                let mut p = lock(&sh.process);
+                p.on_disconnect(mono_ns(), node);
+                p.drain_effects()
+            };
+            tokio::spawn(async move { route(&sh, effects).await });
+            true
+        },
+    )
+    .await
 }

@@ -37,7 +37,8 @@ use meridian_config::{Configuration, Limits, RegionMap};
 use meridian_time::{ClockError, ClockSync, SyncSample};
 use meridian_txn::{AbortReason, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions};
 use meridian_wire::{
-    ConfigId, Conflict, Frame, Key, NodeId, Request, Response, Timestamp, TxId, Value,
+    AdminRequest, ClockRequest, ClockResponse, CmRequest, CmResponse, ConfigId, Conflict, Frame,
+    Key, NodeId, Request, Response, Timestamp, TxId, TxnRequest, Value,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -242,6 +243,25 @@ impl ClientProcess {
         }
     }
 
+    /// Make this process's clock the clock master's own clock (it then never
+    /// synchronises): for the coordinator embedded in the clock master node.
+    pub fn with_master_clock(mut self) -> Self {
+        self.clock = ClockSync::master();
+        self.next_sync_ns = None;
+        self
+    }
+
+    /// The clock's interval at local time `now` (FaRMv2 §4.1 TIME()), or
+    /// `None` before the first synchronisation.
+    pub fn clock_time(&mut self, now: u64) -> Option<meridian_time::Interval> {
+        self.clock.time(now).ok()
+    }
+
+    /// The clock's counters (synchronisations, rejections).
+    pub fn clock_stats(&self) -> meridian_time::ClockStats {
+        self.clock.stats()
+    }
+
     /// This client's coordinator id (the `m` of its transaction ids).
     pub fn coordinator(&self) -> u64 {
         self.coordinator
@@ -440,7 +460,12 @@ impl ClientProcess {
     /// Null RPC to `node` (for the RPC-rate baseline). Replies
     /// [`CallResult::Pong`].
     pub fn ping(&mut self, now: u64, call: CallId, node: NodeId) {
-        self.send_rpc(now, node, Request::Ping, Purpose::Ping(call));
+        self.send_rpc(
+            now,
+            node,
+            Request::Admin(AdminRequest::Ping),
+            Purpose::Ping(call),
+        );
         self.arm(now);
     }
 
@@ -452,7 +477,7 @@ impl ClientProcess {
         self.send_rpc(
             now,
             self.cm,
-            Request::RegisterClient,
+            Request::Cm(CmRequest::RegisterClient),
             Purpose::Register(call),
         );
         self.arm(now);
@@ -513,13 +538,13 @@ impl ClientProcess {
             }
         }
         let sync_due = self.next_sync_ns.is_none_or(|t| now >= t);
-        if sync_due && !self.sync_inflight {
+        if sync_due && !self.sync_inflight && !self.clock.is_master() {
             self.next_sync_ns = Some(now + self.sync_interval_ns);
             self.sync_inflight = true;
             self.send_rpc(
                 now,
                 self.cm,
-                Request::ClockSync,
+                Request::Clock(ClockRequest::Sync),
                 Purpose::ClockSync { send_local_ns: now },
             );
         }
@@ -677,7 +702,8 @@ impl ClientProcess {
         }
     }
 
-    fn send_rpc(&mut self, now: u64, to: NodeId, req: Request, purpose: Purpose) {
+    fn send_rpc(&mut self, now: u64, to: NodeId, req: impl Into<Request>, purpose: Purpose) {
+        let req = req.into();
         let id = self.next_rpc;
         self.next_rpc += 1;
         let truncate = self.truncates.remove(&to).unwrap_or_default();
@@ -759,7 +785,7 @@ impl ClientProcess {
             self.send_rpc(
                 now,
                 n,
-                Request::Truncate { txs: Vec::new() },
+                Request::Txn(TxnRequest::Truncate { txs: Vec::new() }),
                 Purpose::Truncate,
             );
         }
@@ -881,10 +907,10 @@ impl ClientProcess {
         }
     }
 
-    fn send_aborts(&mut self, now: u64, aborts: Vec<(NodeId, Request)>) {
+    fn send_aborts(&mut self, now: u64, aborts: Vec<(NodeId, TxnRequest)>) {
         for (n, req) in aborts {
             let tx = match &req {
-                Request::Abort { tx } => *tx,
+                TxnRequest::Abort { tx } => *tx,
                 _ => continue,
             };
             self.stats.aborts_sent += 1;
@@ -965,7 +991,7 @@ impl ClientProcess {
         match rpc.purpose {
             Purpose::ClockSync { send_local_ns } => {
                 self.sync_inflight = false;
-                if let Response::MasterTime { master_ns } = resp {
+                if let Response::Clock(ClockResponse::MasterTime { master_ns }) = resp {
                     let sample = SyncSample {
                         send_local_ns,
                         master_ns,
@@ -978,7 +1004,9 @@ impl ClientProcess {
             }
             Purpose::Ping(call) => self.reply(call, CallResult::Pong),
             Purpose::Register(call) => match resp {
-                Response::Registered { coordinator, .. } if self.next_local == 0 => {
+                Response::Cm(CmResponse::Registered { coordinator, .. })
+                    if self.next_local == 0 =>
+                {
                     self.coordinator = coordinator;
                     self.reply(call, CallResult::Registered(coordinator))
                 }
@@ -1067,7 +1095,7 @@ impl ClientProcess {
             self.send_rpc(
                 now,
                 n,
-                Request::Truncate { txs: Vec::new() },
+                Request::Txn(TxnRequest::Truncate { txs: Vec::new() }),
                 Purpose::Truncate,
             );
         }
@@ -1091,7 +1119,7 @@ impl ClientProcess {
     /// than the one already asked for.
     fn arm(&mut self, now: u64) {
         let mut at = u64::MAX;
-        if !self.sync_inflight {
+        if !self.sync_inflight && !self.clock.is_master() {
             at = self.next_sync_ns.unwrap_or(now);
         }
         if let Some(&(d, _)) = self.deadlines.iter().next() {
@@ -1152,6 +1180,7 @@ impl ClientProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use meridian_wire::TxnResponse;
 
     type Effects = Vec<Effect<CallResult>>;
 
@@ -1207,7 +1236,12 @@ mod tests {
     fn locking(p: &mut ClientProcess) -> Vec<(NodeId, u64, Request, Vec<TxId>)> {
         p.tick(1000);
         let sync = sent(&p.drain_effects());
-        answer(p, 1100, &sync, Response::MasterTime { master_ns: 500_000 });
+        answer(
+            p,
+            1100,
+            &sync,
+            Response::Clock(ClockResponse::MasterTime { master_ns: 500_000 }),
+        );
         p.begin(2000, 1, 0, TxnOptions::default());
         p.tick(200_000);
         assert!(matches!(
@@ -1223,7 +1257,7 @@ mod tests {
         assert_eq!(locks.len(), 2);
         assert!(locks
             .iter()
-            .all(|(_, _, r, _)| matches!(r, Request::Lock(_))));
+            .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::Lock(_)))));
         locks
     }
 
@@ -1233,12 +1267,17 @@ mod tests {
     fn a_lock_timeout_sends_abort_to_every_lock_target() {
         let mut p = ClientProcess::new(&config(), 7, 1);
         let locks = locking(&mut p);
-        answer(&mut p, 200_400, &locks[..1], Response::LockReply(Ok(())));
+        answer(
+            &mut p,
+            200_400,
+            &locks[..1],
+            Response::Txn(TxnResponse::Lock(Ok(()))),
+        );
         p.tick(5_000_000);
         let e = p.drain_effects();
         let mut aborted: Vec<NodeId> = sent(&e)
             .into_iter()
-            .filter(|(_, _, r, _)| matches!(r, Request::Abort { .. }))
+            .filter(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::Abort { .. })))
             .map(|(n, ..)| n)
             .collect();
         aborted.sort();
@@ -1258,14 +1297,24 @@ mod tests {
     fn truncations_survive_a_lost_frame_and_are_flushed_on_close() {
         let mut p = ClientProcess::new(&config(), 7, 1);
         let locks = locking(&mut p);
-        answer(&mut p, 200_400, &locks, Response::LockReply(Ok(())));
+        answer(
+            &mut p,
+            200_400,
+            &locks,
+            Response::Txn(TxnResponse::Lock(Ok(()))),
+        );
         p.tick(600_000);
         let backups = sent(&p.drain_effects());
         assert!(backups
             .iter()
-            .all(|(_, _, r, _)| matches!(r, Request::CommitBackup { .. })));
-        let primaries = sent(&answer(&mut p, 600_100, &backups, Response::Ack));
-        let e = answer(&mut p, 600_200, &primaries, Response::Ack);
+            .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::CommitBackup { .. }))));
+        let primaries = sent(&answer(
+            &mut p,
+            600_100,
+            &backups,
+            Response::Txn(TxnResponse::Ack),
+        ));
+        let e = answer(&mut p, 600_200, &primaries, Response::Txn(TxnResponse::Ack));
         assert!(matches!(replies(&e)[..], [(2, CallResult::Committed(_))]));
         assert!(p.queued_truncations() > 0);
 
@@ -1278,7 +1327,7 @@ mod tests {
         let again = sent(&p.drain_effects());
         let carried_again: usize = again.iter().map(|(_, _, _, t)| t.len()).sum();
         assert_eq!(carried_again, carried, "lost truncations are sent again");
-        let e = answer(&mut p, 5_000_100, &again, Response::Ack);
+        let e = answer(&mut p, 5_000_100, &again, Response::Txn(TxnResponse::Ack));
         assert!(matches!(replies(&e)[..], [(3, CallResult::Closed)]));
         assert_eq!(p.queued_truncations(), 0);
         p.check_invariants();

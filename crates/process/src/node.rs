@@ -1,47 +1,70 @@
-//! # The node process: participant, CM duties, clock, GC (FaRM §3–4, FaRMv2 §4.1)
+//! # The node process: participant, CM duties, clock, GC, thin-client coordinator (FaRM §3–4, FaRMv2 §4.1)
 //!
 //! **Problem.** A node answers the transaction protocol for the regions it
 //! holds, and also plays roles the runtime used to implement on its own:
 //! the clock master (node `cm`) answers clock synchronisations with its
 //! clock, every other node synchronises with it; the CM hands out
-//! coordinator ids; a timer advances the GC safe point. The simulator must
-//! run exactly this code.
+//! coordinator ids; a timer advances the GC safe point; and thin clients
+//! (the CLI, later the Python client) ask a node to coordinate a
+//! transaction for them. The simulator must run exactly this code.
 //!
 //! **Algorithm.** [`NodeProcess`] takes frames from *peers* (the shell's
-//! connections, or other nodes) and `tick`s, and emits [`NodeEffect`]s:
-//! - every `Frame::Request` gets exactly one `Frame::Response` to the same
-//!   peer, built by the [`Participant`] or by the role handlers here;
-//!   malformed or misdirected requests get a typed
-//!   [`Response::Rejected`], never a panic;
-//! - `Execute` (a thin client's one-shot transaction) is handed to the shell
-//!   as [`NodeEffect::Execute`], which runs it on the node's embedded client
-//!   and answers with [`NodeProcess::executed`]; at most
-//!   `limits.max_concurrent_executes` run at once;
-//! - `tick` raises the GC safe point to `lower − gc_window_ms` every
-//!   `limits.gc_interval_us` and, on non-masters, sends `ClockSync` to the master
-//!   every `clock.sync_interval_us`.
+//! connections, or other nodes) and `tick`s, and emits [`NodeEffect`]s.
+//! Requests are dispatched by protocol ([`Request`]'s per-protocol enums):
+//! - `Txn` goes to the [`Participant`];
+//! - `Clock` is answered by the clock master with its clock;
+//! - `Cm` (registration) by the CM;
+//! - `Admin` (ping, status) by every node;
+//! - `Thin` (`Execute`, a thin client's one-shot transaction) runs on the
+//!   node's *embedded coordinator*: a [`ClientProcess`], the same object a
+//!   client library runs, whose sends go to other nodes as
+//!   [`Peer::Node`] (and to this node itself through an internal loopback)
+//!   and whose replies come back as responses from those nodes. A small
+//!   synchronous driver here runs the operations in order, commits, and
+//!   retries aborts with the client process's back-off, up to
+//!   `limits.retry_attempts` times (the policy of `Session::run`). At most
+//!   `limits.max_concurrent_executes` run at once; more are refused with
+//!   [`ExecuteError::Busy`].
+//!
+//! Every `Frame::Request` gets exactly one `Frame::Response` to the same
+//! peer; malformed or misdirected requests get a typed
+//! [`Response::Rejected`], never a panic.
+//!
+//! **Clock.** The node's clock *is* its embedded coordinator's clock: on
+//! the clock master it is the master clock ([`ClientProcess::with_master_clock`]);
+//! elsewhere the coordinator synchronises it with the master every
+//! `clock.sync_interval_us`. GC raises the safe point to
+//! `lower − gc_window_ms` every `limits.gc_interval_us`.
 //!
 //! **Coordinator ids** (review finding 6). Transaction ids embed the
 //! coordinator id, and a reused id is mistaken for a duplicate by a node
 //! that still holds its records. Ids are `incarnation << 32 | sequence`,
 //! where the shell supplies an *incarnation* that is unique across restarts
 //! of this node (the tokio node keeps a counter in its data directory,
-//! fsynced before use; the simulator counts restarts). Thin-client
-//! coordinators inside node `n` use [`embedded_coordinator_id`].
+//! fsynced before use; the simulator counts restarts). The embedded
+//! coordinator of node `n` uses [`embedded_coordinator_id`].
 //!
-//! **Invariants** ([`NodeProcess::check_invariants`]): the participant's;
-//! at most one clock sync in flight; executes within their bound.
+//! **Invariants** ([`NodeProcess::check_invariants`]): the participant's
+//! and the embedded coordinator's; executes within their bound, each with
+//! at most one call outstanding.
 
+use crate::client::{CallResult, ClientProcess, TxnHandle};
+use crate::{CallId, Effect};
 use meridian_config::Configuration;
-use meridian_time::{ClockSync, SyncSample};
-use meridian_txn::Participant;
-use meridian_wire::{ClientOp, Frame, NodeId, NodeStatus, Rejection, Request, Response, Timestamp};
+use meridian_txn::{Participant, TxnError, TxnOptions};
+use meridian_wire::{
+    AdminRequest, AdminResponse, ClientOp, ClientOpResult, ClockRequest, ClockResponse, CmRequest,
+    CmResponse, ExecuteError, Executed, Frame, NodeId, NodeStatus, Rejection, Request, Response,
+    ThinRequest, ThinResponse, Timestamp,
+};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Who sent a frame to a node: another node, or one of the shell's
 /// connections (clients, the CLI). Replies go back to the same peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Peer {
-    /// A node (the clock master, for clock sync replies).
+    /// A node: the destination of the embedded coordinator's requests, and
+    /// the source of their responses.
     Node(NodeId),
     /// A connection of the shell, by the shell's id.
     Conn(u64),
@@ -50,7 +73,10 @@ pub enum Peer {
 /// What a node process asks its shell to do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeEffect {
-    /// Send `frame` to `to`.
+    /// Send `frame` to `to`. Frames to [`Peer::Node`] are the embedded
+    /// coordinator's requests (responses to them come back through
+    /// [`NodeProcess::on_message`] from that node); frames to
+    /// [`Peer::Conn`] answer that connection.
     Send {
         /// Destination.
         to: Peer,
@@ -62,16 +88,6 @@ pub enum NodeEffect {
         /// Local clock deadline, ns.
         at_local_ns: u64,
     },
-    /// Run a thin client's transaction and call
-    /// [`NodeProcess::executed`] with `(peer, id)` and the response.
-    Execute {
-        /// Who asked.
-        peer: Peer,
-        /// Its request id.
-        id: u64,
-        /// The operations.
-        ops: Vec<ClientOp>,
-    },
 }
 
 /// The coordinator id of the thin-client coordinator embedded in node
@@ -81,22 +97,38 @@ pub fn embedded_coordinator_id(node: NodeId, incarnation: u32) -> u64 {
     (1u64 << 63) | ((node.0 as u64 & 0x7fff_ffff) << 32) | incarnation as u64
 }
 
+/// One thin-client transaction being run by the embedded coordinator.
+#[derive(Debug)]
+struct Exec {
+    /// Who asked, and its request id.
+    peer: Peer,
+    id: u64,
+    ops: Vec<ClientOp>,
+    /// Attempt number, from 1.
+    attempt: u32,
+    /// The open transaction of this attempt.
+    txn: Option<TxnHandle>,
+    /// Results of `ops[..results.len()]` in this attempt.
+    results: Vec<ClientOpResult>,
+}
+
 /// One node (see the module essay).
 #[derive(Debug)]
 pub struct NodeProcess {
     id: NodeId,
     config: Configuration,
     participant: Participant,
-    clock: ClockSync,
+    gateway: ClientProcess,
     incarnation: u32,
     next_coordinator_seq: u32,
     next_gc_ns: u64,
-    next_sync_ns: u64,
-    sync_inflight: Option<(u64, u64)>,
-    next_rpc: u64,
-    executing: usize,
+    armed_ns: Option<u64>,
+    /// Thin-client transactions, by the call id of their current call.
+    executes: BTreeMap<CallId, Exec>,
+    next_call: CallId,
+    /// Frames from this node to itself (embedded coordinator ↔ participant).
+    loopback: VecDeque<Frame>,
     requests: u64,
-    clock_rejected: u64,
     effects: Vec<NodeEffect>,
 }
 
@@ -111,24 +143,26 @@ impl NodeProcess {
         incarnation: u32,
     ) -> Result<Self, meridian_config::ConfigError> {
         config.node(id)?;
-        let clock = if config.cm() == id {
-            ClockSync::master()
-        } else {
-            ClockSync::new(config.clock.drift_ppm)
-        };
+        let coordinator = embedded_coordinator_id(id, incarnation);
+        // The back-off jitter seed: fixed by node and incarnation, so a
+        // simulated run replays exactly.
+        let seed = coordinator.rotate_left(17) ^ 0x6d65_7269_6469_616e;
+        let mut gateway = ClientProcess::new(&config, coordinator, seed);
+        if config.cm() == id {
+            gateway = gateway.with_master_clock();
+        }
         Ok(NodeProcess {
             id,
             participant: Participant::new(id, &config),
-            clock,
+            gateway,
             incarnation,
             next_coordinator_seq: 1,
             next_gc_ns: 0,
-            next_sync_ns: 0,
-            sync_inflight: None,
-            next_rpc: 1,
-            executing: 0,
+            armed_ns: None,
+            executes: BTreeMap::new(),
+            next_call: 1,
+            loopback: VecDeque::new(),
             requests: 0,
-            clock_rejected: 0,
             effects: Vec::new(),
             config,
         })
@@ -170,19 +204,29 @@ impl NodeProcess {
         &mut self.participant
     }
 
+    /// The embedded thin-client coordinator (read access, for checks).
+    pub fn gateway(&self) -> &ClientProcess {
+        &self.gateway
+    }
+
     /// True for the clock master.
     pub fn is_clock_master(&self) -> bool {
-        self.clock.is_master()
+        self.config.cm() == self.id
     }
 
     /// The clock's interval at `now`, if synchronised.
     pub fn clock_time(&mut self, now: u64) -> Option<meridian_time::Interval> {
-        self.clock.time(now).ok()
+        self.gateway.clock_time(now)
     }
 
     /// Clock synchronisations rejected as inconsistent.
     pub fn clock_rejected(&self) -> u64 {
-        self.clock_rejected
+        self.gateway.stats().clock_rejected
+    }
+
+    /// Thin-client transactions running now.
+    pub fn executing(&self) -> usize {
+        self.executes.len()
     }
 
     /// Take the effects produced so far, in order.
@@ -190,78 +234,73 @@ impl NodeProcess {
         std::mem::take(&mut self.effects)
     }
 
+    fn send(&mut self, to: Peer, frame: Frame) {
+        if to == Peer::Node(self.id) {
+            self.loopback.push_back(frame);
+        } else {
+            self.effects.push(NodeEffect::Send { to, frame });
+        }
+    }
+
     fn reply(&mut self, to: Peer, id: Option<u64>, resp: Response) {
         if let Some(id) = id {
-            self.effects.push(NodeEffect::Send {
-                to,
-                frame: Frame::Response { id, resp },
-            });
+            self.send(to, Frame::Response { id, resp });
         }
     }
 
     /// A frame from `from`.
     pub fn on_message(&mut self, now: u64, from: Peer, frame: Frame) {
+        self.handle(now, from, frame);
+        self.pump(now);
+    }
+
+    fn handle(&mut self, now: u64, from: Peer, frame: Frame) {
         let (id, truncate, req) = match frame {
             Frame::Request { id, truncate, req } => (Some(id), truncate, req),
             Frame::OneWay { truncate, req } => (None, truncate, req),
-            Frame::Response { id, resp } => return self.on_response(now, from, id, resp),
+            Frame::Response { id, resp } => {
+                // Responses are for the embedded coordinator's requests.
+                if let Peer::Node(n) = from {
+                    self.gateway
+                        .on_message(now, n, Frame::Response { id, resp });
+                }
+                return;
+            }
         };
         self.requests += 1;
-        if let Some(resp) = self.participant.handle(&truncate, &req) {
-            return self.reply(from, id, resp);
-        }
+        // Piggybacked TRUNCATEs ride on frames of any protocol.
+        self.participant.truncate_piggybacked(&truncate);
         let resp = match req {
-            Request::Ping => Response::Pong,
-            Request::ClockSync => {
-                if self.clock.is_master() {
-                    Response::MasterTime { master_ns: now }
+            Request::Txn(r) => self.participant.handle(&[], &r),
+            Request::Clock(ClockRequest::Sync) => {
+                if self.is_clock_master() {
+                    ClockResponse::MasterTime { master_ns: now }.into()
                 } else {
-                    Response::Rejected(Rejection::WrongRole(format!(
-                        "{} is not the clock master",
-                        self.id
-                    )))
+                    self.wrong_role("the clock master")
                 }
             }
-            Request::RegisterClient => self.register_client(),
-            Request::Status => self.status(now),
-            Request::Execute { ops } => {
-                let Some(id) = id else { return };
-                if self.executing >= self.config.limits.max_concurrent_executes {
-                    Response::Executed(Err(format!(
-                        "{} is running {} thin-client transactions already; retry later",
-                        self.id, self.executing
-                    )))
-                } else {
-                    self.executing += 1;
-                    self.effects.push(NodeEffect::Execute {
-                        peer: from,
-                        id,
-                        ops,
-                    });
-                    return;
-                }
-            }
-            other => Response::Rejected(Rejection::WrongRole(format!(
-                "{} does not serve {other:?}",
-                self.id
-            ))),
+            Request::Cm(CmRequest::RegisterClient) => self.register_client(),
+            Request::Admin(AdminRequest::Ping) => AdminResponse::Pong.into(),
+            Request::Admin(AdminRequest::Status) => self.status(now),
+            Request::Thin(ThinRequest::Execute { ops }) => match id {
+                Some(id) => return self.start_execute(now, from, id, ops),
+                None => return,
+            },
         };
         self.reply(from, id, resp)
     }
 
-    /// The shell finished an [`NodeEffect::Execute`].
-    pub fn executed(&mut self, peer: Peer, id: u64, resp: Response) {
-        self.executing = self.executing.saturating_sub(1);
-        self.reply(peer, Some(id), resp);
+    fn wrong_role(&self, role: &str) -> Response {
+        Response::Rejected(Rejection::WrongRole(format!(
+            "{} is not {role} (that is {})",
+            self.id,
+            self.config.cm()
+        )))
     }
 
     fn register_client(&mut self) -> Response {
         if self.config.cm() != self.id {
-            return Response::Rejected(Rejection::WrongRole(format!(
-                "{} is not the CM; register with {}",
-                self.id,
-                self.config.cm()
-            )));
+            return self.wrong_role("the CM");
         }
         if self.next_coordinator_seq == u32::MAX {
             return Response::Error("coordinator ids of this CM incarnation exhausted".into());
@@ -270,100 +309,251 @@ impl NodeProcess {
         match self.config.to_toml() {
             Ok(config_toml) => {
                 self.next_coordinator_seq += 1;
-                Response::Registered {
+                CmResponse::Registered {
                     coordinator,
                     config_toml,
                 }
+                .into()
             }
             Err(e) => Response::Error(e.to_string()),
         }
     }
 
     fn status(&mut self, now: u64) -> Response {
-        let p = &self.participant;
         let uncertainty_ns = self
-            .clock
-            .time(now)
+            .gateway
+            .clock_time(now)
             .map(|iv| iv.uncertainty_ns())
             .unwrap_or(u64::MAX);
-        Response::Status(NodeStatus {
+        let p = &self.participant;
+        AdminResponse::Status(NodeStatus {
             node: self.id,
             config: self.config.id(),
             uncertainty_ns,
-            syncs: self.clock.stats().syncs,
+            syncs: self.gateway.clock_stats().syncs,
             primary_regions: p.primary_regions().to_vec(),
             backup_regions: p.backup_regions().to_vec(),
             objects: p.object_count() as u64,
             log_records: p.log_len() as u64,
             requests: self.requests,
         })
+        .into()
     }
 
-    fn on_response(&mut self, now: u64, from: Peer, id: u64, resp: Response) {
-        let Some((rpc, send_local_ns)) = self.sync_inflight else {
+    // ----- the embedded coordinator ---------------------------------------
+
+    fn start_execute(&mut self, now: u64, peer: Peer, id: u64, ops: Vec<ClientOp>) {
+        let max = self.config.limits.max_concurrent_executes;
+        if self.executes.len() >= max {
+            let resp = ThinResponse::Executed(Err(ExecuteError::Busy { max })).into();
+            return self.reply(peer, Some(id), resp);
+        }
+        let exec = Exec {
+            peer,
+            id,
+            ops,
+            attempt: 1,
+            txn: None,
+            results: Vec::new(),
+        };
+        self.begin_attempt(now, exec);
+    }
+
+    fn new_call(&mut self, exec: Exec) -> CallId {
+        let call = self.next_call;
+        self.next_call += 1;
+        self.executes.insert(call, exec);
+        call
+    }
+
+    fn begin_attempt(&mut self, now: u64, mut exec: Exec) {
+        exec.txn = None;
+        exec.results.clear();
+        let read_only = !exec
+            .ops
+            .iter()
+            .any(|op| matches!(op, ClientOp::Put(..) | ClientOp::Delete(_)));
+        let call = self.new_call(exec);
+        self.gateway.begin(now, call, 0, TxnOptions { read_only });
+    }
+
+    /// Issue the next operation of `exec` (buffered writes need no call),
+    /// or commit when all are done.
+    fn next_op(&mut self, now: u64, mut exec: Exec) {
+        let Some(txn) = exec.txn else {
+            return self.begin_attempt(now, exec);
+        };
+        while let Some(op) = exec.ops.get(exec.results.len()) {
+            let buffered = match op {
+                ClientOp::Put(k, v) => self.gateway.put(txn, k.clone(), v.clone()),
+                ClientOp::Delete(k) => self.gateway.delete(txn, k.clone()),
+                ClientOp::Get(k) => {
+                    let k = k.clone();
+                    let call = self.new_call(exec);
+                    return self.gateway.get(now, call, txn, &k);
+                }
+                ClientOp::Scan { start, end, limit } => {
+                    let (start, end, limit) = (start.clone(), end.clone(), *limit);
+                    let call = self.new_call(exec);
+                    return self
+                        .gateway
+                        .scan(now, call, txn, &start, end.as_deref(), limit);
+                }
+            };
+            match buffered {
+                Ok(()) => exec.results.push(ClientOpResult::Done),
+                Err(e) => {
+                    self.gateway.abort(txn);
+                    return self.finish_execute(exec, Err(e));
+                }
+            }
+        }
+        let call = self.new_call(exec);
+        self.gateway.commit(now, call, txn);
+    }
+
+    fn on_call_result(&mut self, now: u64, call: CallId, result: CallResult) {
+        let Some(mut exec) = self.executes.remove(&call) else {
             return;
         };
-        if rpc != id || from != Peer::Node(self.config.cm()) {
-            return;
-        }
-        self.sync_inflight = None;
-        if let Response::MasterTime { master_ns } = resp {
-            let sample = SyncSample {
-                send_local_ns,
-                master_ns,
-                recv_local_ns: now,
-            };
-            if self.clock.on_sync(sample).is_err() {
-                self.clock_rejected += 1;
+        match result {
+            CallResult::Began { txn, .. } => {
+                exec.txn = Some(txn);
+                self.next_op(now, exec)
+            }
+            CallResult::Read(v) => {
+                exec.results
+                    .push(ClientOpResult::Value(v.map(|(_, value)| value)));
+                self.next_op(now, exec)
+            }
+            CallResult::Rows(rows) => {
+                exec.results.push(ClientOpResult::Rows(rows));
+                self.next_op(now, exec)
+            }
+            CallResult::Committed(info) => {
+                let done = Executed {
+                    results: std::mem::take(&mut exec.results),
+                    tx: info.tx,
+                    read_ts: info.read_ts,
+                    write_ts: info.write_ts,
+                    attempts: exec.attempt,
+                };
+                self.finish_execute(exec, Ok(done))
+            }
+            // Back-off over: the next attempt.
+            CallResult::Slept => {
+                exec.attempt += 1;
+                self.begin_attempt(now, exec)
+            }
+            CallResult::Failed(e) => {
+                if let Some(txn) = exec.txn.take() {
+                    self.gateway.abort(txn);
+                }
+                // Aborts are retried, as `Session::run` does; so is a clock
+                // not yet synchronised (a node that just started).
+                let retry = e.is_abort() || e == TxnError::ClockUnavailable;
+                if retry && exec.attempt < self.config.limits.retry_attempts {
+                    let attempt = exec.attempt;
+                    let call = self.new_call(exec);
+                    self.gateway.backoff(now, call, attempt);
+                } else {
+                    self.finish_execute(exec, Err(e))
+                }
+            }
+            other => {
+                let e = TxnError::Protocol {
+                    node: self.id,
+                    detail: format!("embedded coordinator answered {other:?}"),
+                };
+                self.finish_execute(exec, Err(e))
             }
         }
     }
 
-    /// Time passes: GC, clock sync.
+    fn finish_execute(&mut self, exec: Exec, r: Result<Executed, TxnError>) {
+        let r = r.map_err(|e| match e {
+            TxnError::Aborted(reason) => ExecuteError::Aborted {
+                attempts: exec.attempt,
+                reason: reason.to_string(),
+            },
+            TxnError::Indeterminate { tx, .. } => ExecuteError::Indeterminate { tx },
+            e @ (TxnError::KeyTooLarge { .. }
+            | TxnError::ValueTooLarge { .. }
+            | TxnError::TooManyOps { .. }) => ExecuteError::Invalid(e.to_string()),
+            e => ExecuteError::Unavailable(e.to_string()),
+        });
+        self.reply(exec.peer, Some(exec.id), ThinResponse::Executed(r).into());
+    }
+
+    /// Move the embedded coordinator's effects and the loopback frames
+    /// until both are quiet.
+    fn pump(&mut self, now: u64) {
+        loop {
+            let effects = self.gateway.drain_effects();
+            let frame = if effects.is_empty() {
+                self.loopback.pop_front()
+            } else {
+                None
+            };
+            if effects.is_empty() && frame.is_none() {
+                return;
+            }
+            for e in effects {
+                match e {
+                    Effect::Send { to, frame } => self.send(Peer::Node(to), frame),
+                    Effect::Wake { at_local_ns } => self.arm(now, at_local_ns),
+                    Effect::Reply { call, result } => self.on_call_result(now, call, result),
+                }
+            }
+            if let Some(f) = frame {
+                self.handle(now, Peer::Node(self.id), f);
+            }
+        }
+    }
+
+    /// Ask for a tick at `at` unless one at or before it is pending.
+    fn arm(&mut self, now: u64, at: u64) {
+        if self.armed_ns.is_none_or(|a| at < a || a < now) {
+            self.armed_ns = Some(at);
+            self.effects.push(NodeEffect::Wake { at_local_ns: at });
+        }
+    }
+
+    /// The link to node `node` broke: the embedded coordinator's RPCs to it
+    /// fail now.
+    pub fn on_disconnect(&mut self, now: u64, node: NodeId) {
+        self.gateway.on_disconnect(now, node);
+        self.pump(now);
+    }
+
+    /// Time passes: GC, the embedded coordinator's timers and clock sync.
     pub fn tick(&mut self, now: u64) {
+        if self.armed_ns.is_some_and(|a| a <= now) {
+            self.armed_ns = None;
+        }
         if now >= self.next_gc_ns {
             self.next_gc_ns = now + self.config.limits.gc_interval_us.max(1) * 1000;
             let window_ns = self.config.limits.gc_window_ms * 1_000_000;
-            if let Ok(iv) = self.clock.time(now) {
+            if let Some(iv) = self.gateway.clock_time(now) {
                 self.participant
                     .gc(Timestamp(iv.lower.saturating_sub(window_ns)));
             }
         }
-        let timeout_ns = self.config.limits.rpc_timeout_ms * 1_000_000;
-        if let Some((_, sent)) = self.sync_inflight {
-            if now >= sent.saturating_add(timeout_ns) {
-                self.sync_inflight = None;
-            }
-        }
-        let mut next = self.next_gc_ns;
-        if !self.clock.is_master() {
-            if self.sync_inflight.is_none() && now >= self.next_sync_ns {
-                let interval = self.config.clock.sync_interval_us.max(100) * 1000;
-                self.next_sync_ns = now + interval;
-                let id = self.next_rpc;
-                self.next_rpc += 1;
-                self.sync_inflight = Some((id, now));
-                self.effects.push(NodeEffect::Send {
-                    to: Peer::Node(self.config.cm()),
-                    frame: Frame::Request {
-                        id,
-                        truncate: Vec::new(),
-                        req: Request::ClockSync,
-                    },
-                });
-            }
-            next = next.min(match self.sync_inflight {
-                Some((_, sent)) => sent.saturating_add(timeout_ns).max(self.next_sync_ns),
-                None => self.next_sync_ns,
-            });
-        }
-        self.effects.push(NodeEffect::Wake { at_local_ns: next });
+        self.gateway.tick(now);
+        self.pump(now);
+        let next_gc = self.next_gc_ns;
+        self.arm(now, next_gc);
     }
 
     /// Panics (release builds too) if an invariant is broken.
     pub fn check_invariants(&self) {
         self.participant.check_invariants();
-        assert!(self.executing <= self.config.limits.max_concurrent_executes);
+        self.gateway.check_invariants();
+        assert!(self.executes.len() <= self.config.limits.max_concurrent_executes);
+        assert!(
+            self.gateway.open_txns() <= self.executes.len(),
+            "an open thin-client transaction without its execute"
+        );
     }
 }
 
@@ -382,14 +572,14 @@ mod tests {
             Frame::Request {
                 id: 1,
                 truncate: Vec::new(),
-                req: Request::RegisterClient,
+                req: Request::Cm(CmRequest::RegisterClient),
             },
         );
         match p.drain_effects().pop() {
             Some(NodeEffect::Send {
                 frame:
                     Frame::Response {
-                        resp: Response::Registered { coordinator, .. },
+                        resp: Response::Cm(CmResponse::Registered { coordinator, .. }),
                         ..
                     },
                 ..
@@ -420,7 +610,10 @@ mod tests {
     #[test]
     fn non_cm_refuses_registration_and_clock_sync_with_a_typed_error() {
         let mut p = NodeProcess::new(config(), NodeId(1), 1).unwrap();
-        for req in [Request::RegisterClient, Request::ClockSync] {
+        for req in [
+            Request::Cm(CmRequest::RegisterClient),
+            Request::Clock(ClockRequest::Sync),
+        ] {
             p.on_message(
                 0,
                 Peer::Conn(7),

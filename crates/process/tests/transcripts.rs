@@ -10,6 +10,9 @@
 //!   rejections of bad input).
 //! - `cm.txt`: the CM role of a [`NodeProcess`] (client registration,
 //!   clock master, node clock sync).
+//! - `thin.txt`: a thin client's `Execute` on a node's embedded
+//!   coordinator (a `ClientProcess` inside the `NodeProcess`), with the
+//!   frames between nodes delivered by the `deliver` command.
 //! - `coordinator.txt`: a [`ClientProcess`] (begin, reads, commit phases,
 //!   timeouts, abort sending, truncation).
 //! - `clock.txt`: [`ClockSync`] (samples, intervals, GET_TS).
@@ -21,10 +24,11 @@ use meridian_process::Effect;
 use meridian_time::{ClockSync, SyncSample};
 use meridian_txn::TxnOptions;
 use meridian_wire::{
-    ConfigId, Conflict, Frame, KeyRange, LockRecord, NodeId, Request, Response, Timestamp, TxId,
-    Versioned, WriteOp,
+    AdminRequest, ClientOp, ClockRequest, ClockResponse, CmRequest, CmResponse, ConfigId, Conflict,
+    Frame, KeyRange, LockRecord, NodeId, Request, Response, ThinRequest, Timestamp, TxId,
+    TxnRequest, TxnResponse, Versioned, WriteOp,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write;
 
 /// Parsed `key=value` arguments of a command.
@@ -109,6 +113,7 @@ fn config() -> Configuration {
     let mut c = Configuration::local(3, 7000, 2, 2, std::path::Path::new("/nonexistent"));
     c.limits.max_value_bytes = 16;
     c.limits.rpc_timeout_ms = 1;
+    c.limits.max_concurrent_executes = 2;
     c
 }
 
@@ -145,19 +150,31 @@ fn key_of(name: &str) -> Vec<u8> {
     vec![first, letter.as_bytes()[0]]
 }
 
-/// Print transaction ids of coordinator 7 as `tx(local)`.
+/// Print transaction ids as `tx(local)` for coordinator 7 (the test
+/// client) and `tx(coordinator:thread:local)` otherwise (the nodes'
+/// embedded coordinators).
 fn short_ids(s: &str) -> String {
-    const PREFIX: &str = "TxId { config: ConfigId(1), coordinator: 7, thread: 0, local: ";
+    const PREFIX: &str = "TxId { config: ConfigId(1), coordinator: ";
     let mut out = String::new();
     let mut rest = s;
     while let Some(i) = rest.find(PREFIX) {
         out.push_str(&rest[..i]);
         let after = &rest[i + PREFIX.len()..];
-        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-        out.push_str(&format!("tx({})", &after[..digits]));
-        rest = after[digits..]
-            .strip_prefix(" }")
-            .unwrap_or(&after[digits..]);
+        let Some(end) = after.find(" }") else {
+            out.push_str(PREFIX);
+            rest = after;
+            continue;
+        };
+        let fields: Vec<&str> = after[..end]
+            .split(", ")
+            .map(|f| f.rsplit(' ').next().unwrap_or(f))
+            .collect();
+        match fields.as_slice() {
+            ["7", "0", local] => out.push_str(&format!("tx({local})")),
+            [c, t, local] => out.push_str(&format!("tx({c}:{t}:{local})")),
+            _ => out.push_str(&after[..end + 2]),
+        }
+        rest = &after[end + 2..];
     }
     out.push_str(rest);
     out
@@ -172,18 +189,23 @@ fn show(frame: &Frame) -> String {
     short_ids(&s)
 }
 
-fn node_effects(n: &mut NodeProcess) -> String {
+/// Frames between nodes not yet delivered: (from, to, frame).
+type Net = VecDeque<(NodeId, NodeId, Frame)>;
+
+/// Print `n`'s effects; frames to other nodes also go into `net`, for the
+/// `deliver` command.
+fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
     let mut s = String::new();
     for e in n.drain_effects() {
         match e {
             NodeEffect::Send { to, frame } => {
                 let _ = writeln!(s, "{} -> {to:?}: {}", n.id(), show(&frame));
+                if let Peer::Node(m) = to {
+                    net.push_back((n.id(), m, frame));
+                }
             }
             NodeEffect::Wake { at_local_ns } => {
                 let _ = writeln!(s, "{} wake @{at_local_ns}", n.id());
-            }
-            NodeEffect::Execute { peer, id, ops } => {
-                let _ = writeln!(s, "{} execute for {peer:?} #{id}: {ops:?}", n.id());
             }
         }
     }
@@ -199,6 +221,7 @@ fn node_transcript(file: &str) {
     let mut nodes: Vec<NodeProcess> = (0..3)
         .map(|i| NodeProcess::new(config.clone(), NodeId(i), 1).expect("member"))
         .collect();
+    let mut net = Net::new();
     transcript(file, |cmd, a| {
         let n = a.opt("n").map_or(0, |v| v.parse().expect("n")) as usize;
         let id = a.opt("id").map_or(1, |v| v.parse().expect("id"));
@@ -208,20 +231,20 @@ fn node_transcript(file: &str) {
             _ => Peer::Conn(1),
         };
         let req = match cmd {
-            "ping" => Request::Ping,
-            "register" => Request::RegisterClient,
-            "clock-sync" => Request::ClockSync,
+            "ping" => Request::Admin(AdminRequest::Ping),
+            "register" => Request::Cm(CmRequest::RegisterClient),
+            "clock-sync" => Request::Clock(ClockRequest::Sync),
             "read" => {
                 let key = key_of(a.get("k"));
-                Request::Read {
+                Request::Txn(TxnRequest::Read {
                     region: map.region_of(&key).id,
                     key,
                     read_ts: Timestamp(a.num("read_ts")),
-                }
+                })
             }
             "scan" => {
                 let start = key_of(a.get("from_key"));
-                Request::Scan {
+                Request::Txn(TxnRequest::Scan {
                     region: map.region_of(&start).id,
                     range: KeyRange {
                         start,
@@ -229,7 +252,7 @@ fn node_transcript(file: &str) {
                     },
                     limit: a.num("limit") as u32,
                     read_ts: Timestamp(a.num("read_ts")),
-                }
+                })
             }
             "lock" | "commit-backup" => {
                 let w = writes(&map, a.get("k"));
@@ -242,15 +265,15 @@ fn node_transcript(file: &str) {
                     writes: w,
                 };
                 if cmd == "lock" {
-                    Request::Lock(record)
+                    Request::Txn(TxnRequest::Lock(record))
                 } else {
-                    Request::CommitBackup {
+                    Request::Txn(TxnRequest::CommitBackup {
                         record,
                         write_ts: Timestamp(a.num("write_ts")),
-                    }
+                    })
                 }
             }
-            "validate" => Request::Validate {
+            "validate" => Request::Txn(TxnRequest::Validate {
                 tx: tx(a.num("tx")),
                 read_ts: Timestamp(a.num("read_ts")),
                 keys: a
@@ -262,30 +285,67 @@ fn node_transcript(file: &str) {
                     })
                     .collect(),
                 ranges: Vec::new(),
-            },
-            "commit-primary" => Request::CommitPrimary {
+            }),
+            "commit-primary" => Request::Txn(TxnRequest::CommitPrimary {
                 tx: tx(a.num("tx")),
                 write_ts: Timestamp(a.num("write_ts")),
-            },
-            "abort" => Request::Abort {
+            }),
+            "abort" => Request::Txn(TxnRequest::Abort {
                 tx: tx(a.num("tx")),
-            },
-            "truncate" => Request::Truncate {
+            }),
+            "truncate" => Request::Txn(TxnRequest::Truncate {
                 txs: vec![tx(a.num("tx"))],
-            },
+            }),
             "tick" => {
                 nodes[n].tick(now);
-                return node_effects(&mut nodes[n]);
+                return node_effects(&mut nodes[n], &mut net);
             }
+            // Deliver every frame between nodes, and those they cause, in
+            // order (a reliable, instant network).
+            "deliver" => {
+                let mut s = String::new();
+                while let Some((from, to, frame)) = net.pop_front() {
+                    let _ = writeln!(s, "deliver {from} -> {to}");
+                    let m = &mut nodes[to.0 as usize];
+                    m.on_message(now, Peer::Node(from), frame);
+                    m.check_invariants();
+                    s.push_str(&node_effects(m, &mut net));
+                }
+                return s;
+            }
+            // A thin client's transaction: ops=get:a,put:b=1,del:c,scan:a-z
+            "execute" => Request::Thin(ThinRequest::Execute {
+                ops: a
+                    .get("ops")
+                    .split(',')
+                    .map(|op| match op.split_once(':') {
+                        Some(("get", k)) => ClientOp::Get(key_of(k)),
+                        Some(("del", k)) => ClientOp::Delete(key_of(k)),
+                        Some(("put", kv)) => {
+                            let (k, v) = kv.split_once('=').expect("put:k=v");
+                            ClientOp::Put(key_of(k), v.as_bytes().to_vec())
+                        }
+                        Some(("scan", r)) => {
+                            let (lo, hi) = r.split_once('-').expect("scan:lo-hi");
+                            ClientOp::Scan {
+                                start: key_of(lo),
+                                end: Some(key_of(hi)),
+                                limit: 10,
+                            }
+                        }
+                        _ => panic!("bad op {op}"),
+                    })
+                    .collect(),
+            }),
             "master-time" => {
                 let frame = Frame::Response {
                     id,
-                    resp: Response::MasterTime {
+                    resp: Response::Clock(ClockResponse::MasterTime {
                         master_ns: a.num("master"),
-                    },
+                    }),
                 };
                 nodes[n].on_message(now, Peer::Node(NodeId(0)), frame);
-                let mut s = node_effects(&mut nodes[n]);
+                let mut s = node_effects(&mut nodes[n], &mut net);
                 let _ = writeln!(s, "clock: {:?}", nodes[n].clock_time(now));
                 return s;
             }
@@ -309,7 +369,7 @@ fn node_transcript(file: &str) {
         };
         nodes[n].on_message(now, from, frame);
         nodes[n].check_invariants();
-        node_effects(&mut nodes[n])
+        node_effects(&mut nodes[n], &mut net)
     });
 }
 
@@ -321,6 +381,11 @@ fn participant_transcript() {
 #[test]
 fn cm_transcript() {
     node_transcript("cm.txt");
+}
+
+#[test]
+fn thin_client_transcript() {
+    node_transcript("thin.txt");
 }
 
 fn client_effects(p: &mut ClientProcess) -> String {
@@ -378,21 +443,23 @@ fn coordinator_transcript() {
                     other => panic!("unknown conflict {other}"),
                 };
                 let resp = match a.get("resp") {
-                    "master-time" => Response::MasterTime {
+                    "master-time" => Response::Clock(ClockResponse::MasterTime {
                         master_ns: a.num("master"),
-                    },
-                    "registered" => Response::Registered {
+                    }),
+                    "registered" => Response::Cm(CmResponse::Registered {
                         coordinator: a.num("coordinator"),
                         config_toml: String::new(),
-                    },
-                    "read" => Response::ReadReply(Ok(a.opt("v").map(|v| Versioned {
+                    }),
+                    "read" => Response::Txn(TxnResponse::Read(Ok(a.opt("v").map(|v| Versioned {
                         version: Timestamp(a.num("version")),
                         value: v.as_bytes().to_vec(),
-                    }))),
-                    "lock-ok" => Response::LockReply(Ok(())),
-                    "lock-conflict" => Response::LockReply(Err(conflict(a.get("conflict")))),
-                    "validate-ok" => Response::ValidateReply(Ok(())),
-                    "ack" => Response::Ack,
+                    })))),
+                    "lock-ok" => Response::Txn(TxnResponse::Lock(Ok(()))),
+                    "lock-conflict" => {
+                        Response::Txn(TxnResponse::Lock(Err(conflict(a.get("conflict")))))
+                    }
+                    "validate-ok" => Response::Txn(TxnResponse::Validate(Ok(()))),
+                    "ack" => Response::Txn(TxnResponse::Ack),
                     other => panic!("unknown response {other}"),
                 };
                 p.on_message(now, from, Frame::Response { id, resp });

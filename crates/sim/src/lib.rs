@@ -53,7 +53,10 @@ use meridian_client::{Client, Core, Io, Session, TxnError, TxnFuture, TxnOptions
 use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::ClientProcess;
 use meridian_process::node::{NodeEffect, NodeProcess, Peer};
-use meridian_wire::{ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId};
+use meridian_wire::{
+    ClockRequest, ClockResponse, ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId,
+    TxnRequest,
+};
 use meridian_workload::bank::{self, BankConfig, BankTxn, RegisterConfig, RegisterTxn, WriteIds};
 use meridian_workload::ops::{run_program, Ending, Program, Step};
 use meridian_workload::rows::{RowsConfig, RowsTxn};
@@ -970,13 +973,13 @@ impl Sim {
                 let p = node.participant_mut();
                 let write_ts = Timestamp(1);
                 if id == r.primary {
-                    let _ = p.handle(&[], &Request::Lock(lock.clone()));
-                    let _ = p.handle(&[], &Request::CommitPrimary { tx, write_ts });
-                    let _ = p.handle(&[tx], &Request::Ping);
+                    let _ = p.handle(&[], &TxnRequest::Lock(lock.clone()));
+                    let _ = p.handle(&[], &TxnRequest::CommitPrimary { tx, write_ts });
+                    p.truncate_piggybacked(&[tx]);
                 } else if r.backups.contains(&id) {
                     let record = lock.clone();
-                    let _ = p.handle(&[], &Request::CommitBackup { record, write_ts });
-                    let _ = p.handle(&[tx], &Request::Ping);
+                    let _ = p.handle(&[], &TxnRequest::CommitBackup { record, write_ts });
+                    p.truncate_piggybacked(&[tx]);
                 }
             }
         }
@@ -1084,10 +1087,10 @@ impl Sim {
         let is_sync = matches!(
             &frame,
             Frame::Request {
-                req: Request::ClockSync,
+                req: Request::Clock(ClockRequest::Sync),
                 ..
             } | Frame::Response {
-                resp: Response::MasterTime { .. },
+                resp: Response::Clock(ClockResponse::MasterTime { .. }),
                 ..
             }
         );
@@ -1301,16 +1304,6 @@ impl Sim {
                     if slot.ticks.insert(at) {
                         let inc = slot.inc;
                         self.schedule(at, Event::NodeTick(n, inc));
-                    }
-                }
-                NodeEffect::Execute { peer, id, .. } => {
-                    // The simulator runs no thin clients; answer clearly.
-                    if let Some(p) = self.nodes[n as usize].process.as_mut() {
-                        p.executed(
-                            peer,
-                            id,
-                            Response::Executed(Err("no thin clients in the simulator".into())),
-                        );
                     }
                 }
             }

@@ -16,6 +16,10 @@
 //! - Requests are pipelined: [`Connection`] tags each request with an id and
 //!   matches responses out of order, so any number of requests can be
 //!   outstanding on one socket (bounded by `max_inflight`).
+//! - Process shells (the client's and the node's) talk to nodes over
+//!   [`run_link`]: a reconnecting link that writes queued frames in
+//!   batches and hands every received batch, and every loss of the
+//!   connection, to its owner (review finding 8: connections reconnect).
 //!
 //! Malformed or oversized frames are a [`TransportError`]: the connection is
 //! closed and the error logged; nothing else is affected.
@@ -113,14 +117,7 @@ impl Outbox {
         tokio::spawn(async move {
             let mut batch: Vec<u8> = Vec::with_capacity(64 << 10);
             while let Some(first) = rx.recv().await {
-                batch.clear();
-                batch.extend_from_slice(&first);
-                while batch.len() < max_batch_bytes {
-                    match rx.try_recv() {
-                        Ok(more) => batch.extend_from_slice(&more),
-                        Err(_) => break,
-                    }
-                }
+                fill_batch(&mut batch, &first, &mut rx, max_batch_bytes);
                 if let Err(e) = w.write_all(&batch).await {
                     tracing::debug!("write failed: {e}");
                     break;
@@ -318,9 +315,116 @@ impl Connection {
     }
 }
 
+/// Coalesce `first` and whatever else is queued on `rx`, up to
+/// `max_batch_bytes`, into `batch` (cleared first): one write for many
+/// frames.
+fn fill_batch(
+    batch: &mut Vec<u8>,
+    first: &[u8],
+    rx: &mut mpsc::Receiver<Vec<u8>>,
+    max_batch_bytes: usize,
+) {
+    batch.clear();
+    batch.extend_from_slice(first);
+    while batch.len() < max_batch_bytes {
+        match rx.try_recv() {
+            Ok(more) => batch.extend_from_slice(&more),
+            Err(_) => break,
+        }
+    }
+}
+
+/// A reconnecting link to one peer, run as a task by a process shell.
+///
+/// Connects to `addr` (retrying with back-off from 1 ms to 1 s), writes
+/// the encoded frames queued on `rx` in batches of up to
+/// `max_batch_bytes`, and calls `on_frames` with every batch of frames
+/// received. Whenever the connection cannot be made or is lost, frames
+/// queued meanwhile are dropped (their RPCs would only time out) and
+/// `on_down` is called, so the owner fails what was outstanding; then the
+/// link reconnects. `on_frames` and `on_down` return `false` once their
+/// owner is gone, and the link ends; it also ends when `rx` closes.
+/// `name` labels log lines.
+pub async fn run_link(
+    name: String,
+    addr: String,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    max_batch_bytes: usize,
+    on_frames: impl Fn(&mut Vec<Frame>) -> bool + Send + Sync + 'static,
+    on_down: impl Fn() -> bool + Send + Sync + 'static,
+) {
+    let on_frames = Arc::new(on_frames);
+    let mut backoff_ms = 1;
+    loop {
+        let stream = match TcpStream::connect(&addr).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("cannot reach {name} at {addr}: {e}");
+                while rx.try_recv().is_ok() {}
+                if !on_down() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(backoff_ms)).await;
+                backoff_ms = (backoff_ms * 2).min(1000);
+                continue;
+            }
+        };
+        backoff_ms = 1;
+        let _ = stream.set_nodelay(true);
+        let (r, mut w) = stream.into_split();
+        let deliver = on_frames.clone();
+        let mut reader = tokio::spawn(async move {
+            let mut reader = FrameReader::new(r);
+            let mut frames = Vec::new();
+            loop {
+                frames.clear();
+                match reader.next_batch(&mut frames).await {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+                if !deliver(&mut frames) {
+                    return Ok(());
+                }
+            }
+        });
+        let mut batch: Vec<u8> = Vec::with_capacity(64 << 10);
+        let outcome: Result<(), TransportError> = loop {
+            tokio::select! {
+                first = rx.recv() => {
+                    let Some(first) = first else {
+                        // The owner is gone.
+                        reader.abort();
+                        return;
+                    };
+                    fill_batch(&mut batch, &first, &mut rx, max_batch_bytes);
+                    if let Err(e) = w.write_all(&batch).await {
+                        break Err(e.into());
+                    }
+                }
+                r = &mut reader => {
+                    break match r {
+                        Ok(Ok(())) => Err(TransportError::Closed(addr.clone())),
+                        Ok(Err(e)) => Err(e),
+                        Err(e) => Err(TransportError::Closed(format!("{addr}: {e}"))),
+                    };
+                }
+            }
+        };
+        reader.abort();
+        if let Err(e) = outcome {
+            tracing::warn!("link to {name} lost: {e}; reconnecting");
+        }
+        if !on_down() {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use meridian_wire::AdminRequest;
 
     /// Review finding 8: a request that times out must not stay in the
     /// pending map forever.
@@ -336,7 +440,7 @@ mod tests {
         });
         let c = Connection::connect(&addr, 16, 4096, 50).await.unwrap();
         for _ in 0..3 {
-            let r = c.call(Vec::new(), Request::Ping).await;
+            let r = c.call(Vec::new(), Request::Admin(AdminRequest::Ping)).await;
             assert!(matches!(r, Err(TransportError::Timeout { .. })), "{r:?}");
         }
         assert_eq!(c.pending_len(), 0, "timed-out requests leaked");

@@ -35,8 +35,8 @@
 
 use meridian_config::{Limits, RegionMap};
 use meridian_wire::{
-    Conflict, Key, KeyRange, LockRecord, NodeId, RegionId, Request, Response, Timestamp, TxId,
-    Value, Versioned, WriteOp,
+    Conflict, Key, KeyRange, LockRecord, NodeId, RegionId, Response, Timestamp, TxId, TxnRequest,
+    TxnResponse, Value, Versioned, WriteOp,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -164,14 +164,14 @@ pub enum GetStep {
     Local(Option<Value>),
     /// Send this request to the node and pass the reply to
     /// [`Transaction::on_read_reply`].
-    Remote(NodeId, Request),
+    Remote(NodeId, TxnRequest),
 }
 
 /// What a scan needs next.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ScanStep {
     /// Send this request and pass the reply to [`Transaction::on_scan_reply`].
-    Send(NodeId, Request),
+    Send(NodeId, TxnRequest),
     /// The scan's rows, in key order (at most `limit`).
     Done(Vec<(Key, Value)>),
 }
@@ -196,7 +196,7 @@ struct ScanState {
 #[derive(Clone, Debug, PartialEq)]
 pub enum CommitStep {
     /// Send each request and pass every reply to [`Transaction::on_reply`].
-    Send(Vec<(NodeId, Request)>),
+    Send(Vec<(NodeId, TxnRequest)>),
     /// Take `write_ts = GET_TS()` (waiting out the uncertainty) and pass it to
     /// [`Transaction::on_write_ts`].
     GetWriteTs,
@@ -337,7 +337,7 @@ impl Transaction {
         let r = self.map.region_of(key);
         Ok(GetStep::Remote(
             r.primary,
-            Request::Read {
+            TxnRequest::Read {
                 region: r.id,
                 key: key.to_vec(),
                 read_ts: self.read_ts,
@@ -357,12 +357,12 @@ impl Transaction {
     ) -> Result<Option<Versioned>, TxnError> {
         self.check_executing()?;
         match resp {
-            Response::ReadReply(Ok(v)) => {
+            Response::Txn(TxnResponse::Read(Ok(v))) => {
                 let region = self.map.region_of(key).id;
                 self.reads.insert(key.to_vec(), region);
                 Ok(v)
             }
-            Response::ReadReply(Err(c)) => Err(self.fail(AbortReason::Read(c))),
+            Response::Txn(TxnResponse::Read(Err(c))) => Err(self.fail(AbortReason::Read(c))),
             other => Err(TxnError::Protocol {
                 node: from,
                 detail: format!("{other:?}"),
@@ -478,7 +478,7 @@ impl Transaction {
                     .count();
                 let want = (st.limit as usize - merged.len()).saturating_add(deletes);
                 let want = want.clamp(1, self.limits.max_scan_rows.max(1) as usize) as u32;
-                let req = Request::Scan {
+                let req = TxnRequest::Scan {
                     region,
                     range: range.clone(),
                     limit: want,
@@ -511,7 +511,7 @@ impl Transaction {
             });
         }
         match resp {
-            Response::ScanReply(Ok((rows, more))) => {
+            Response::Txn(TxnResponse::Scan(Ok((rows, more)))) => {
                 if rows.iter().any(|(k, _)| !range.contains(k))
                     || rows.windows(2).any(|w| w[0].0 >= w[1].0)
                 {
@@ -557,7 +557,7 @@ impl Transaction {
                 }
                 Ok(self.next_scan_step())
             }
-            Response::ScanReply(Err(c)) => Err(self.fail(AbortReason::Read(c))),
+            Response::Txn(TxnResponse::Scan(Err(c))) => Err(self.fail(AbortReason::Read(c))),
             other => Err(TxnError::Protocol {
                 node: from,
                 detail: format!("{other:?}"),
@@ -689,12 +689,12 @@ impl Transaction {
         }
         let regions = self.written_regions();
         let by = self.writes_by(|r| vec![r.primary]);
-        let msgs: Vec<(NodeId, Request)> = by
+        let msgs: Vec<(NodeId, TxnRequest)> = by
             .into_iter()
             .map(|(n, writes)| {
                 (
                     n,
-                    Request::Lock(LockRecord {
+                    TxnRequest::Lock(LockRecord {
                         tx: self.id,
                         read_ts: self.read_ts,
                         regions: regions.clone(),
@@ -761,7 +761,7 @@ impl Transaction {
                 .map(|(n, (keys, ranges))| {
                     (
                         n,
-                        Request::Validate {
+                        TxnRequest::Validate {
                             tx: self.id,
                             read_ts: self.read_ts,
                             keys,
@@ -790,7 +790,7 @@ impl Transaction {
                 .map(|(n, writes)| {
                     (
                         n,
-                        Request::CommitBackup {
+                        TxnRequest::CommitBackup {
                             record: LockRecord {
                                 tx: self.id,
                                 read_ts: self.read_ts,
@@ -817,7 +817,7 @@ impl Transaction {
                 .map(|n| {
                     (
                         *n,
-                        Request::CommitPrimary {
+                        TxnRequest::CommitPrimary {
                             tx: self.id,
                             write_ts,
                         },
@@ -844,7 +844,7 @@ impl Transaction {
             });
         }
         match (self.phase, resp) {
-            (Phase::Locking, Response::LockReply(r)) => {
+            (Phase::Locking, Response::Txn(TxnResponse::Lock(r))) => {
                 if let Err(c) = r {
                     self.failure.get_or_insert(AbortReason::Lock(c));
                 }
@@ -858,7 +858,7 @@ impl Transaction {
                 self.phase = Phase::AwaitWriteTs;
                 Ok(Some(CommitStep::GetWriteTs))
             }
-            (Phase::Validating, Response::ValidateReply(r)) => {
+            (Phase::Validating, Response::Txn(TxnResponse::Validate(r))) => {
                 if let Err(c) = r {
                     self.failure.get_or_insert(AbortReason::Validate(c));
                 }
@@ -871,13 +871,13 @@ impl Transaction {
                 }
                 Ok(Some(self.start_commit_backup()))
             }
-            (Phase::CommittingBackups, Response::Ack) => {
+            (Phase::CommittingBackups, Response::Txn(TxnResponse::Ack)) => {
                 if !self.pending.is_empty() {
                     return Ok(None);
                 }
                 Ok(Some(self.start_commit_primary()))
             }
-            (Phase::CommittingPrimaries, Response::Ack) => {
+            (Phase::CommittingPrimaries, Response::Txn(TxnResponse::Ack)) => {
                 if self.pending.is_empty() {
                     self.phase = Phase::Committed;
                 }
@@ -896,13 +896,13 @@ impl Transaction {
 
     /// ABORT records to send (one-way) after an aborted commit: every primary
     /// a LOCK was sent to.
-    pub fn abort_messages(&self) -> Vec<(NodeId, Request)> {
+    pub fn abort_messages(&self) -> Vec<(NodeId, TxnRequest)> {
         if self.phase != Phase::Aborted {
             return Vec::new();
         }
         self.lock_targets
             .iter()
-            .map(|n| (*n, Request::Abort { tx: self.id }))
+            .map(|n| (*n, TxnRequest::Abort { tx: self.id }))
             .collect()
     }
 
@@ -1000,11 +1000,11 @@ mod tests {
             )
         }
 
-        fn call(&mut self, node: NodeId, req: &Request) -> Response {
+        fn call(&mut self, node: NodeId, req: &TxnRequest) -> Response {
             self.parts
                 .get_mut(&node)
-                .and_then(|p| p.handle(&[], req))
-                .expect("a transaction request")
+                .map(|p| p.handle(&[], req))
+                .expect("a participant")
         }
 
         /// Commit `t`, answering every message from the participants.
@@ -1042,7 +1042,7 @@ mod tests {
         }
 
         /// Drive a scan to completion; returns the rows and the requests sent.
-        fn scan(&mut self, t: &mut Transaction, limit: u32) -> (Vec<Key>, Vec<Request>) {
+        fn scan(&mut self, t: &mut Transaction, limit: u32) -> (Vec<Key>, Vec<TxnRequest>) {
             let mut sent = Vec::new();
             let mut step = t.scan(b"", None, limit).unwrap();
             loop {
@@ -1122,7 +1122,10 @@ mod tests {
         // From the wrong node.
         let other = NodeId(1 - n.0);
         assert!(matches!(
-            t.on_scan_reply(other, Response::ScanReply(Ok((Vec::new(), false)))),
+            t.on_scan_reply(
+                other,
+                Response::Txn(TxnResponse::Scan(Ok((Vec::new(), false))))
+            ),
             Err(TxnError::Protocol { .. })
         ));
     }

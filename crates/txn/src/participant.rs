@@ -26,7 +26,8 @@ use meridian_config::{Configuration, Limits, RegionMap};
 use meridian_storage::log::{LockState, TxLog};
 use meridian_storage::RegionStore;
 use meridian_wire::{
-    Conflict, KeyRange, NodeId, RegionId, Rejection, Request, Response, Timestamp, TxId,
+    Conflict, KeyRange, NodeId, RegionId, Rejection, Response, Timestamp, TxId, TxnRequest,
+    TxnResponse,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -161,8 +162,8 @@ impl Participant {
     }
 
     /// Serve a read straight from storage (no transaction state involved).
-    pub fn read(&self, region: RegionId, key: &[u8], read_ts: Timestamp) -> Response {
-        Response::ReadReply(
+    pub fn read(&self, region: RegionId, key: &[u8], read_ts: Timestamp) -> TxnResponse {
+        TxnResponse::Read(
             self.primary_store(region)
                 .and_then(|s| s.read(key, read_ts)),
         )
@@ -175,75 +176,80 @@ impl Participant {
         range: &KeyRange,
         limit: u32,
         read_ts: Timestamp,
-    ) -> Response {
+    ) -> TxnResponse {
         let limit = limit.min(self.limits.max_scan_rows) as usize;
-        Response::ScanReply(
+        TxnResponse::Scan(
             self.primary_store(region)
                 .and_then(|s| s.scan(range, read_ts, limit, self.limits.max_scan_bytes)),
         )
     }
 
-    /// Handle the transaction-protocol requests; piggybacked `truncate` ids
-    /// are processed first. Returns `None` for requests that are not this
-    /// engine's (ping, clock, registration, execute, status): the runtime
-    /// answers those.
-    pub fn handle(&mut self, truncate: &[TxId], req: &Request) -> Option<Response> {
+    /// Handle a transaction-protocol request; piggybacked `truncate` ids
+    /// are processed first. A malformed request is answered with
+    /// [`Response::Rejected`] before it touches any state.
+    pub fn handle(&mut self, truncate: &[TxId], req: &TxnRequest) -> Response {
         self.stats.requests += 1;
-        if !truncate.is_empty() {
-            self.truncate(truncate);
-        }
-        Some(match req {
-            Request::Read {
+        self.truncate_piggybacked(truncate);
+        let ok = |r: TxnResponse| Response::Txn(r);
+        match req {
+            TxnRequest::Read {
                 region,
                 key,
                 read_ts,
-            } => self.read(*region, key, *read_ts),
-            Request::Scan {
+            } => ok(self.read(*region, key, *read_ts)),
+            TxnRequest::Scan {
                 region,
                 range,
                 limit,
                 read_ts,
-            } => self.scan(*region, range, *limit, *read_ts),
-            Request::Lock(rec) => match self.check_record(rec, true) {
-                Ok(()) => Response::LockReply(self.lock(rec)),
+            } => ok(self.scan(*region, range, *limit, *read_ts)),
+            TxnRequest::Lock(rec) => match self.check_record(rec, true) {
+                Ok(()) => ok(TxnResponse::Lock(self.lock(rec))),
                 Err(r) => Response::Rejected(r),
             },
-            Request::Validate {
+            TxnRequest::Validate {
                 tx,
                 read_ts,
                 keys,
                 ranges,
-            } => Response::ValidateReply(self.validate(*tx, *read_ts, keys, ranges)),
-            Request::CommitBackup { record, write_ts } => {
+            } => ok(TxnResponse::Validate(
+                self.validate(*tx, *read_ts, keys, ranges),
+            )),
+            TxnRequest::CommitBackup { record, write_ts } => {
                 match self
                     .check_record(record, false)
                     .and_then(|()| check_write_ts(record.read_ts, *write_ts))
                 {
                     Ok(()) => {
                         self.commit_backup(record, *write_ts);
-                        Response::Ack
+                        ok(TxnResponse::Ack)
                     }
                     Err(r) => Response::Rejected(r),
                 }
             }
-            Request::CommitPrimary { tx, write_ts } => match self.commit_primary(*tx, *write_ts) {
-                Ok(()) => Response::Ack,
-                Err(r) => Response::Rejected(r),
-            },
-            Request::Abort { tx } => {
+            TxnRequest::CommitPrimary { tx, write_ts } => {
+                match self.commit_primary(*tx, *write_ts) {
+                    Ok(()) => ok(TxnResponse::Ack),
+                    Err(r) => Response::Rejected(r),
+                }
+            }
+            TxnRequest::Abort { tx } => {
                 self.abort(*tx);
-                Response::Ack
+                ok(TxnResponse::Ack)
             }
-            Request::Truncate { txs } => {
+            TxnRequest::Truncate { txs } => {
                 self.truncate(txs);
-                Response::Ack
+                ok(TxnResponse::Ack)
             }
-            Request::Ping
-            | Request::ClockSync
-            | Request::RegisterClient
-            | Request::Execute { .. }
-            | Request::Status => return None,
-        })
+        }
+    }
+
+    /// Process piggybacked TRUNCATE ids that arrived on a frame of another
+    /// protocol.
+    pub fn truncate_piggybacked(&mut self, truncate: &[TxId]) {
+        if !truncate.is_empty() {
+            self.truncate(truncate);
+        }
     }
 
     /// Validate a LOCK (`as_primary`) or COMMIT-BACKUP record before it
@@ -541,7 +547,7 @@ mod tests {
     fn lock_record_with_a_duplicate_key_is_rejected_untouched() {
         let mut p = Participant::new(NodeId(0), &cfg());
         let rec = record(&p, tx(1), 10, &[b"a", b"a"]);
-        let r = p.handle(&[], &Request::Lock(rec)).unwrap();
+        let r = p.handle(&[], &TxnRequest::Lock(rec));
         assert_eq!(
             r,
             Response::Rejected(Rejection::DuplicateKey { key: b"a".to_vec() })
@@ -549,15 +555,13 @@ mod tests {
         assert_eq!(p.log_len(), 0);
         assert_eq!(p.object_count(), 0, "nothing locked");
         // Even if a coordinator now sends COMMIT-PRIMARY, nothing panics.
-        let r = p
-            .handle(
-                &[],
-                &Request::CommitPrimary {
-                    tx: tx(1),
-                    write_ts: Timestamp(20),
-                },
-            )
-            .unwrap();
+        let r = p.handle(
+            &[],
+            &TxnRequest::CommitPrimary {
+                tx: tx(1),
+                write_ts: Timestamp(20),
+            },
+        );
         assert_eq!(r, Response::Rejected(Rejection::NoLockRecord));
         p.check_invariants();
     }
@@ -571,40 +575,40 @@ mod tests {
         // A committed version at 50 on "b"; a transaction that read at 60.
         let w = record(&p, tx(1), 40, &[b"b"]);
         assert_eq!(
-            p.handle(&[], &Request::Lock(w)),
-            Some(Response::LockReply(Ok(())))
+            p.handle(&[], &TxnRequest::Lock(w)),
+            Response::Txn(TxnResponse::Lock(Ok(())))
         );
-        let c = Request::CommitPrimary {
+        let c = TxnRequest::CommitPrimary {
             tx: tx(1),
             write_ts: Timestamp(50),
         };
-        assert_eq!(p.handle(&[], &c), Some(Response::Ack));
+        assert_eq!(p.handle(&[], &c), Response::Txn(TxnResponse::Ack));
         let rec = record(&p, tx(2), 60, &[b"a", b"b"]);
         assert_eq!(
-            p.handle(&[], &Request::Lock(rec)),
-            Some(Response::LockReply(Ok(())))
+            p.handle(&[], &TxnRequest::Lock(rec)),
+            Response::Txn(TxnResponse::Lock(Ok(())))
         );
-        let bad = Request::CommitPrimary {
+        let bad = TxnRequest::CommitPrimary {
             tx: tx(2),
             write_ts: Timestamp(30),
         };
         assert_eq!(
             p.handle(&[], &bad),
-            Some(Response::Rejected(Rejection::WriteTsNotAfterReadTs {
+            Response::Rejected(Rejection::WriteTsNotAfterReadTs {
                 read_ts: Timestamp(60),
                 write_ts: Timestamp(30)
-            }))
+            })
         );
         p.check_invariants();
         // The abort releases both locks; the old version is intact.
         assert_eq!(
-            p.handle(&[], &Request::Abort { tx: tx(2) }),
-            Some(Response::Ack)
+            p.handle(&[], &TxnRequest::Abort { tx: tx(2) }),
+            Response::Txn(TxnResponse::Ack)
         );
         p.check_invariants();
         assert_eq!(
             p.read(p.region_of(b"b"), b"b", Timestamp(70)),
-            Response::ReadReply(Ok(Some(meridian_wire::Versioned {
+            TxnResponse::Read(Ok(Some(meridian_wire::Versioned {
                 version: Timestamp(50),
                 value: b"v".to_vec()
             })))
@@ -617,25 +621,25 @@ mod tests {
         let mut rec = record(&p, tx(1), 10, &[b"a"]);
         rec.writes[0].region = RegionId(p.region_of(b"a").0 + 1);
         assert!(matches!(
-            p.handle(&[], &Request::Lock(rec)),
-            Some(Response::Rejected(Rejection::WrongRegion { .. }))
+            p.handle(&[], &TxnRequest::Lock(rec)),
+            Response::Rejected(Rejection::WrongRegion { .. })
         ));
         let mut rec = record(&p, tx(2), 10, &[b"a"]);
         rec.writes[0].value = Some(vec![0; p.limits.max_value_bytes + 1]);
         assert!(matches!(
-            p.handle(&[], &Request::Lock(rec)),
-            Some(Response::Rejected(Rejection::ValueTooLarge { .. }))
+            p.handle(&[], &TxnRequest::Lock(rec)),
+            Response::Rejected(Rejection::ValueTooLarge { .. })
         ));
         let rec = record(&p, tx(3), 10, &[b"a"]);
         assert!(matches!(
             p.handle(
                 &[],
-                &Request::CommitBackup {
+                &TxnRequest::CommitBackup {
                     record: rec,
                     write_ts: Timestamp(10)
                 }
             ),
-            Some(Response::Rejected(_))
+            Response::Rejected(_)
         ));
         assert_eq!(p.log_len(), 0);
         p.check_invariants();
@@ -648,13 +652,13 @@ mod tests {
     fn a_lock_overtaken_by_its_abort_is_refused() {
         let mut p = Participant::new(NodeId(0), &cfg());
         assert_eq!(
-            p.handle(&[], &Request::Abort { tx: tx(1) }),
-            Some(Response::Ack)
+            p.handle(&[], &TxnRequest::Abort { tx: tx(1) }),
+            Response::Txn(TxnResponse::Ack)
         );
         let rec = record(&p, tx(1), 10, &[b"a"]);
         assert_eq!(
-            p.handle(&[], &Request::Lock(rec)),
-            Some(Response::LockReply(Err(Conflict::Finished)))
+            p.handle(&[], &TxnRequest::Lock(rec)),
+            Response::Txn(TxnResponse::Lock(Err(Conflict::Finished)))
         );
         assert_eq!(p.object_count(), 0);
         assert_eq!(p.log_len(), 0);
@@ -672,21 +676,21 @@ mod tests {
             let mut rec = record(&p, tx(i as u64), 10, &[*k]);
             rec.writes[0].value = Some(vec![7; 100]);
             assert_eq!(
-                p.handle(&[], &Request::Lock(rec)),
-                Some(Response::LockReply(Ok(())))
+                p.handle(&[], &TxnRequest::Lock(rec)),
+                Response::Txn(TxnResponse::Lock(Ok(())))
             );
-            let c = Request::CommitPrimary {
+            let c = TxnRequest::CommitPrimary {
                 tx: tx(i as u64),
                 write_ts: Timestamp(20),
             };
-            assert_eq!(p.handle(&[], &c), Some(Response::Ack));
+            assert_eq!(p.handle(&[], &c), Response::Txn(TxnResponse::Ack));
         }
         let range = KeyRange {
             start: b"a".to_vec(),
             end: Some(b"d".to_vec()),
         };
         match p.scan(p.region_of(b"a"), &range, 100, Timestamp(30)) {
-            Response::ScanReply(Ok((rows, more))) => {
+            TxnResponse::Scan(Ok((rows, more))) => {
                 assert_eq!(rows.len(), 2);
                 assert!(more);
             }

@@ -83,7 +83,7 @@ impl fmt::Display for Timestamp {
 ///
 /// Coordinators are clients (FaRM, RAMP and RIFL all put the coordinator at
 /// the client); a client's machine id is handed out by the CM at registration
-/// ([`Request::RegisterClient`]), so `coordinator` is unique cluster-wide.
+/// ([`CmRequest::RegisterClient`]), so `coordinator` is unique cluster-wide.
 /// The same id will identify the RIFL client lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TxId {
@@ -325,16 +325,31 @@ pub struct NodeStatus {
     pub requests: u64,
 }
 
-/// A request. Each gets exactly one [`Response`] unless sent one-way.
+/// A request, by protocol. Each gets exactly one [`Response`] unless sent
+/// one-way.
+///
+/// Every protocol has its own pair of enums, so a new protocol (recovery,
+/// RAMP, RIFL) adds a variant here and an enum of its own, not arms in a
+/// shared match: an engine that does not serve a protocol answers the whole
+/// variant with [`Rejection::WrongRole`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Request {
-    /// Null RPC (for `meridian bench rpc`).
-    Ping,
-    /// Clock synchronisation request to the clock master (FaRMv2 §4.1
-    /// MASTERTIME()).
-    ClockSync,
-    /// Ask the CM for a coordinator id and the configuration (text).
-    RegisterClient,
+    /// The transaction protocol (FaRM §4, FaRMv2 §4.2): participant duties.
+    Txn(TxnRequest),
+    /// Clock synchronisation with the clock master (FaRMv2 §4.1).
+    Clock(ClockRequest),
+    /// The configuration manager (FaRM §3, §5.2): registration now,
+    /// membership and leases with fault tolerance.
+    Cm(CmRequest),
+    /// Thin clients: a node coordinates a transaction on their behalf.
+    Thin(ThinRequest),
+    /// Operations: liveness and status.
+    Admin(AdminRequest),
+}
+
+/// The transaction protocol's requests (FaRM Table 2; FaRMv2 Algorithm 2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TxnRequest {
     /// Read `key` at `read_ts` from the primary of `region`; served straight
     /// from storage (the TCP analogue of FaRM's one-sided read).
     Read {
@@ -395,25 +410,51 @@ pub enum Request {
         /// Transactions whose records can be dropped (and applied at backups).
         txs: Vec<TxId>,
     },
-    /// Run a one-shot transaction for a thin client (the node coordinates).
-    Execute {
-        /// The operations, run in one transaction.
-        ops: Vec<ClientOp>,
-    },
-    /// Report this node's status.
-    Status,
 }
 
-/// A response to a [`Request`].
+/// The transaction protocol's replies.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Response {
-    /// Reply to `Ping`.
-    Pong,
-    /// Reply to `ClockSync`: the master's clock when it handled the request.
+pub enum TxnResponse {
+    /// Reply to `Read`: `Ok(None)` = absent at `read_ts`.
+    Read(Result<Option<Versioned>, Conflict>),
+    /// Reply to `Scan`: rows in key order, and whether `limit` cut it short.
+    Scan(Result<(Vec<(Key, Versioned)>, bool), Conflict>),
+    /// LOCK-REPLY (FaRM Table 2): did all locks succeed.
+    Lock(Result<(), Conflict>),
+    /// Reply to `Validate`.
+    Validate(Result<(), Conflict>),
+    /// Acknowledgement of a log record (COMMIT-BACKUP, COMMIT-PRIMARY,
+    /// ABORT, TRUNCATE).
+    Ack,
+}
+
+/// Clock synchronisation (FaRMv2 §4.1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClockRequest {
+    /// MASTERTIME(): the clock master's current time.
+    Sync,
+}
+
+/// Replies of the clock protocol.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClockResponse {
+    /// The master's clock when it handled the request, ns.
     MasterTime {
         /// Master time, ns.
         master_ns: u64,
     },
+}
+
+/// Requests to the configuration manager.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CmRequest {
+    /// Ask for a coordinator id and the configuration (text).
+    RegisterClient,
+}
+
+/// Replies of the configuration manager.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CmResponse {
     /// Reply to `RegisterClient`.
     Registered {
         /// The coordinator id for this client's transaction ids.
@@ -421,24 +462,152 @@ pub enum Response {
         /// The configuration, as TOML text.
         config_toml: String,
     },
-    /// Reply to `Read`: `Ok(None)` = absent at `read_ts`.
-    ReadReply(Result<Option<Versioned>, Conflict>),
-    /// Reply to `Scan`: rows in key order, and whether `limit` cut it short.
-    ScanReply(Result<(Vec<(Key, Versioned)>, bool), Conflict>),
-    /// LOCK-REPLY (FaRM Table 2): did all locks succeed.
-    LockReply(Result<(), Conflict>),
-    /// Reply to `Validate`.
-    ValidateReply(Result<(), Conflict>),
-    /// Acknowledgement of a log record (COMMIT-BACKUP, COMMIT-PRIMARY, …).
-    Ack,
-    /// Reply to `Execute`: per-op results, or why the transaction failed.
-    Executed(Result<Vec<ClientOpResult>, String>),
+}
+
+/// Requests of thin clients, which let a node coordinate for them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ThinRequest {
+    /// Run the operations as one transaction (retrying aborts) and commit.
+    Execute {
+        /// The operations, run in order in one transaction.
+        ops: Vec<ClientOp>,
+    },
+}
+
+/// Replies to thin clients.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ThinResponse {
+    /// Reply to `Execute`.
+    Executed(Result<Executed, ExecuteError>),
+}
+
+/// A committed thin-client transaction: per-operation results and its
+/// timestamps.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Executed {
+    /// One result per operation, in order.
+    pub results: Vec<ClientOpResult>,
+    /// The transaction's id.
+    pub tx: TxId,
+    /// Its snapshot time.
+    pub read_ts: Timestamp,
+    /// Its commit time (equal to `read_ts` if it wrote nothing).
+    pub write_ts: Timestamp,
+    /// Attempts it took (aborts retried by the node).
+    pub attempts: u32,
+}
+
+/// Why a thin-client transaction did not commit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExecuteError {
+    /// The node already runs `limits.max_concurrent_executes` of them;
+    /// nothing was done. Retry later.
+    Busy {
+        /// The bound.
+        max: usize,
+    },
+    /// Every attempt aborted (`limits.retry_attempts`); nothing took effect.
+    Aborted {
+        /// Attempts made.
+        attempts: u32,
+        /// Why the last one aborted.
+        reason: String,
+    },
+    /// The commit decision was made but not every primary acknowledged it:
+    /// the transaction may or may not have taken effect (Jepsen's `:info`).
+    Indeterminate {
+        /// Its id, to look it up once recovery resolves it.
+        tx: TxId,
+    },
+    /// A bad request (a key or value over its limit, …); nothing took effect.
+    Invalid(String),
+    /// The node's coordinator could not run it (clock not synchronised,
+    /// unreachable nodes, …); nothing took effect.
+    Unavailable(String),
+}
+
+impl fmt::Display for ExecuteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExecuteError::Busy { max } => write!(
+                f,
+                "the node is running {max} thin-client transactions already; retry later"
+            ),
+            ExecuteError::Aborted { attempts, reason } => {
+                write!(f, "aborted {attempts} times; last: {reason}")
+            }
+            ExecuteError::Indeterminate { tx } => write!(
+                f,
+                "outcome of {tx} unknown: the commit was decided but not acknowledged"
+            ),
+            ExecuteError::Invalid(s) => write!(f, "invalid request: {s}"),
+            ExecuteError::Unavailable(s) => write!(f, "unavailable: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for ExecuteError {}
+
+/// Operational requests.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AdminRequest {
+    /// Null RPC (for `meridian bench rpc`).
+    Ping,
+    /// Report this node's status.
+    Status,
+}
+
+/// Operational replies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum AdminResponse {
+    /// Reply to `Ping`.
+    Pong,
     /// Reply to `Status`.
     Status(NodeStatus),
+}
+
+/// A response to a [`Request`]: the protocol's own reply, or a refusal
+/// common to all protocols.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// Transaction protocol.
+    Txn(TxnResponse),
+    /// Clock protocol.
+    Clock(ClockResponse),
+    /// Configuration manager.
+    Cm(CmResponse),
+    /// Thin clients.
+    Thin(ThinResponse),
+    /// Operations.
+    Admin(AdminResponse),
     /// The request was malformed or misdirected and changed nothing.
     Rejected(Rejection),
-    /// The request was refused (message for humans).
+    /// The node could not serve a well-formed request (message for humans);
+    /// nothing changed.
     Error(String),
+}
+
+macro_rules! protocol_from {
+    ($($inner:ident => $outer:ident :: $variant:ident),* $(,)?) => {$(
+        impl From<$inner> for $outer {
+            fn from(m: $inner) -> $outer {
+                $outer::$variant(m)
+            }
+        }
+    )*};
+}
+
+protocol_from! {
+    TxnRequest => Request::Txn,
+    ClockRequest => Request::Clock,
+    CmRequest => Request::Cm,
+    ThinRequest => Request::Thin,
+    AdminRequest => Request::Admin,
+    TxnResponse => Response::Txn,
+    ClockResponse => Response::Clock,
+    CmResponse => Response::Cm,
+    ThinResponse => Response::Thin,
+    AdminResponse => Response::Admin,
 }
 
 /// A frame on a connection.
@@ -563,7 +732,7 @@ mod tests {
         let a = Frame::Request {
             id: 5,
             truncate: vec![tx()],
-            req: Request::Lock(LockRecord {
+            req: Request::Txn(TxnRequest::Lock(LockRecord {
                 tx: tx(),
                 read_ts: Timestamp(10),
                 regions: vec![RegionId(3)],
@@ -572,11 +741,11 @@ mod tests {
                     key: b"k".to_vec(),
                     value: None,
                 }],
-            }),
+            })),
         };
         let b = Frame::Response {
             id: 5,
-            resp: Response::LockReply(Err(Conflict::Locked)),
+            resp: Response::Txn(TxnResponse::Lock(Err(Conflict::Locked))),
         };
         let mut buf = Vec::new();
         encode_frame(&a, &mut buf).unwrap();
