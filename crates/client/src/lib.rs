@@ -39,6 +39,7 @@ use meridian_config::Configuration;
 use meridian_process::client::{CallResult, ClientProcess, ClientStats, TxnHandle};
 use meridian_process::{CallId, Effect};
 use meridian_transport::{Connection, TransportError};
+pub use meridian_wire::{ClientOp, ClientOpResult, ExecuteError, Executed};
 use meridian_wire::{
     CmRequest, CmResponse, Frame, Key, NodeId, Request, Response, Timestamp, TxId, Value,
 };
@@ -68,6 +69,21 @@ pub enum ClientError {
     /// The clock did not synchronise in time.
     #[error("clock did not synchronise with the clock master within {0} ms")]
     ClockTimeout(u64),
+}
+
+/// Why [`Client::execute`] did not return a committed result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ThinError {
+    /// The node answered: aborted every attempt, busy, invalid, … (see
+    /// [`ExecuteError`]; only `Indeterminate` leaves the outcome open).
+    #[error(transparent)]
+    Node(#[from] ExecuteError),
+    /// No answer came: the node may or may not have committed it.
+    #[error("no answer, outcome unknown: {0}")]
+    NoReply(String),
+    /// Something else went wrong before the request was sent.
+    #[error(transparent)]
+    Client(#[from] TxnError),
 }
 
 /// What the core needs from its environment: a local clock, a way to send
@@ -378,6 +394,23 @@ impl Client {
         {
             CallResult::Pong => Ok(()),
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// Ask node `node` to run `ops` as one transaction and commit it (the
+    /// thin-client path: the node coordinates). Sent once, never retried.
+    ///
+    /// Errors: [`ThinError::Node`] with the node's typed refusal,
+    /// [`ThinError::NoReply`] if no answer came in time (outcome unknown).
+    pub async fn execute(&self, node: NodeId, ops: Vec<ClientOp>) -> Result<Executed, ThinError> {
+        match self
+            .core()
+            .call(move |p, now, c| p.execute(now, c, node, ops))
+            .await
+        {
+            CallResult::Executed(r) => Ok(r?),
+            CallResult::ExecuteLost(why) => Err(ThinError::NoReply(why)),
+            other => Err(ThinError::Client(unexpected(other))),
         }
     }
 

@@ -89,6 +89,14 @@ pub enum CallResult {
     Closed,
     /// `register`: the CM assigned this coordinator id.
     Registered(u64),
+    /// `execute`: the node's answer. A reply that never came is
+    /// [`CallResult::ExecuteLost`] instead.
+    Executed(Result<meridian_wire::Executed, meridian_wire::ExecuteError>),
+    /// `execute`: no answer in time (or the connection was
+    /// lost). The node may or may not have committed it (Jepsen's `:info`);
+    /// Execute is not retried, since running it twice is not idempotent
+    /// (exactly-once retries arrive with RIFL).
+    ExecuteLost(String),
     /// The call failed; [`TxnError::Aborted`] is the normal, retryable case.
     Failed(TxnError),
 }
@@ -155,6 +163,7 @@ enum Purpose {
     },
     Ping(CallId),
     Register(CallId),
+    Execute(CallId),
 }
 
 #[derive(Debug)]
@@ -295,6 +304,20 @@ impl ClientProcess {
     /// RPCs awaiting a reply.
     pub fn outstanding_rpcs(&self) -> usize {
         self.rpcs.len()
+    }
+
+    /// True when nothing but clock synchronisation is in progress: no open
+    /// or finishing transaction, no queued TRUNCATE, no other RPC
+    /// outstanding. (A node's embedded coordinator is quiet once its
+    /// thin clients' transactions are fully truncated.)
+    pub fn is_quiet(&self) -> bool {
+        self.txns.is_empty()
+            && self.finishing.is_empty()
+            && self.queued_truncations() == 0
+            && self
+                .rpcs
+                .values()
+                .all(|r| matches!(r.purpose, Purpose::ClockSync { .. }))
     }
 
     /// TRUNCATEs queued and not yet sent.
@@ -465,6 +488,32 @@ impl ClientProcess {
             node,
             Request::Admin(AdminRequest::Ping),
             Purpose::Ping(call),
+        );
+        self.arm(now);
+    }
+
+    /// Ask node `node` to run `ops` as one transaction for us (the thin
+    /// client's path: the node's embedded coordinator runs it and retries
+    /// its aborts). Replies [`CallResult::Executed`], or
+    /// [`CallResult::ExecuteLost`] if no answer comes within
+    /// `rpc_timeout_ms × rpc_attempts`: Execute is sent once, never retried.
+    pub fn execute(
+        &mut self,
+        now: u64,
+        call: CallId,
+        node: NodeId,
+        ops: Vec<meridian_wire::ClientOp>,
+    ) {
+        // The node runs a whole transaction, retries included: allow it the
+        // budget of `rpc_attempts` round trips.
+        let timeout_ns =
+            self.limits.rpc_timeout_ms * 1_000_000 * u64::from(self.limits.rpc_attempts.max(1));
+        self.send_rpc_within(
+            now,
+            node,
+            meridian_wire::ThinRequest::Execute { ops }.into(),
+            Purpose::Execute(call),
+            timeout_ns,
         );
         self.arm(now);
     }
@@ -703,11 +752,22 @@ impl ClientProcess {
     }
 
     fn send_rpc(&mut self, now: u64, to: NodeId, req: impl Into<Request>, purpose: Purpose) {
-        let req = req.into();
+        let timeout_ns = self.limits.rpc_timeout_ms * 1_000_000;
+        self.send_rpc_within(now, to, req.into(), purpose, timeout_ns)
+    }
+
+    fn send_rpc_within(
+        &mut self,
+        now: u64,
+        to: NodeId,
+        req: Request,
+        purpose: Purpose,
+        timeout_ns: u64,
+    ) {
         let id = self.next_rpc;
         self.next_rpc += 1;
         let truncate = self.truncates.remove(&to).unwrap_or_default();
-        let deadline_ns = now + self.limits.rpc_timeout_ms * 1_000_000;
+        let deadline_ns = now + timeout_ns;
         self.effects.push(Effect::Send {
             to,
             frame: Frame::Request {
@@ -856,6 +916,7 @@ impl ClientProcess {
             }
             Purpose::ClockSync { .. } => self.sync_inflight = false,
             Purpose::Ping(call) => self.reply(call, CallResult::Failed(err)),
+            Purpose::Execute(call) => self.reply(call, CallResult::ExecuteLost(err.to_string())),
             Purpose::Register(call) => {
                 if !self.retry(now, rpc) {
                     self.reply(call, CallResult::Failed(err));
@@ -1003,6 +1064,18 @@ impl ClientProcess {
                 }
             }
             Purpose::Ping(call) => self.reply(call, CallResult::Pong),
+            Purpose::Execute(call) => match resp {
+                Response::Thin(meridian_wire::ThinResponse::Executed(r)) => {
+                    self.reply(call, CallResult::Executed(r))
+                }
+                other => self.reply(
+                    call,
+                    CallResult::Failed(TxnError::Protocol {
+                        node: from,
+                        detail: format!("Execute answered with {other:?}"),
+                    }),
+                ),
+            },
             Purpose::Register(call) => match resp {
                 Response::Cm(CmResponse::Registered { coordinator, .. })
                     if self.next_local == 0 =>
@@ -1165,7 +1238,8 @@ impl ClientProcess {
                 | Purpose::Truncate
                 | Purpose::ClockSync { .. }
                 | Purpose::Ping(_)
-                | Purpose::Register(_) => {}
+                | Purpose::Register(_)
+                | Purpose::Execute(_) => {}
             }
         }
         assert!(self.txns.len() <= self.limits.max_open_txns);

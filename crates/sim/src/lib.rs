@@ -50,6 +50,7 @@
 
 use meridian_checker::{History, Outcome, TxnRecord};
 use meridian_client::{Client, Core, Io, Session, TxnError, TxnFuture, TxnOptions};
+use meridian_client::{ClientOp, ExecuteError, ThinError};
 use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::ClientProcess;
 use meridian_process::node::{NodeEffect, NodeProcess, Peer};
@@ -58,7 +59,7 @@ use meridian_wire::{
     TxnRequest,
 };
 use meridian_workload::bank::{self, BankConfig, BankTxn, RegisterConfig, RegisterTxn, WriteIds};
-use meridian_workload::ops::{run_program, Ending, Program, Step};
+use meridian_workload::ops::{run_program, Ending, Program, Replay, Step};
 use meridian_workload::rows::{RowsConfig, RowsTxn};
 use meridian_workload::tatp::{self, TatpConfig};
 use meridian_workload::ycsb::{self, YcsbConfig, YcsbWorkload};
@@ -230,6 +231,10 @@ pub struct SimConfig {
     pub faults: Faults,
     /// The run ends at this simulated time even if clients are stuck, ns.
     pub time_limit_ns: u64,
+    /// Percent of register and rows transactions sent as a thin client's
+    /// `Execute` to a random node, whose embedded coordinator runs them
+    /// (scripts that pause are always run by the client).
+    pub thin_percent: u32,
 }
 
 impl SimConfig {
@@ -255,6 +260,7 @@ impl SimConfig {
             rpc_timeout_ms: 20,
             faults: Faults::none(),
             time_limit_ns: 3_000_000_000,
+            thin_percent: 20,
         }
     }
 
@@ -355,6 +361,9 @@ pub struct SimReport {
     pub end_ns: u64,
     /// Mean uncertainty of the timestamps taken, ns (live clients).
     pub mean_uncertainty_ns: u64,
+    /// Thin-client transactions (`Execute`) committed by the nodes'
+    /// embedded coordinators (included in `committed`).
+    pub thin_committed: u64,
 }
 
 /// A simulated clock: `local = offset + true × (1 + drift_ppb / 1e9)`.
@@ -522,6 +531,8 @@ struct ClientLog {
     /// TATP and YCSB transactions committed (they are not recorded in the
     /// history).
     unrecorded_committed: u64,
+    /// Thin-client transactions committed (recorded in the history).
+    thin_committed: u64,
 }
 
 impl ClientLog {
@@ -540,6 +551,8 @@ impl ClientLog {
 struct TaskCtx {
     c: u32,
     inc: u32,
+    nodes: u32,
+    thin_percent: u32,
     client: Client,
     log: Arc<Mutex<ClientLog>>,
     world: Arc<Mutex<World>>,
@@ -607,7 +620,19 @@ async fn client_main(cx: TaskCtx) {
         if lock(&cx.log).done >= cx.txns {
             break;
         }
-        let program = lock(&cx.gen).draw();
+        let (program, thin) = {
+            let mut g = lock(&cx.gen);
+            let p = g.draw();
+            let thin = g.rng.gen_range(0..100) < cx.thin_percent;
+            (p, thin)
+        };
+        if let (true, WorkTxn::Register(script) | WorkTxn::Rows(script)) = (thin, &program) {
+            if let Some(ops) = script.client_ops() {
+                thin_txn(&cx, process, program.clone(), ops).await;
+                lock(&cx.log).done += 1;
+                continue;
+            }
+        }
         let audit = matches!(&program, WorkTxn::Bank(b) if b.is_audit());
         loop {
             lock(&cx.log).next_invoke_ns = true_now(&cx.world);
@@ -684,6 +709,71 @@ async fn client_main(cx: TaskCtx) {
         }
     }
     client.close().await;
+}
+
+/// A script sent as a thin client's `Execute` to a random node, whose
+/// embedded coordinator (inside the production `NodeProcess`) runs and
+/// commits it. The history record is made by replaying the script over the
+/// node's results with the same `run_program` as the client path. Until
+/// the reply comes, the attempt is recorded with its writes only: if the
+/// client crashes or the reply is lost, the outcome is unknown.
+async fn thin_txn(cx: &TaskCtx, process: u64, mut program: WorkTxn, ops: Vec<ClientOp>) {
+    let node = NodeId(lock(&cx.gen).rng.gen_range(0..cx.nodes));
+    let invoke = true_now(&cx.world);
+    let pending = unknown_record(process, invoke, &program).await;
+    lock(&cx.log).current = Some((pending, program.clone()));
+    let r = cx.client.execute(node, ops).await;
+    let now = true_now(&cx.world);
+    let mut l = lock(&cx.log);
+    match r {
+        Ok(done) => {
+            drop(l);
+            oracle(&cx.log, cx.master, invoke, now, done.read_ts.0);
+            let mut rec = TxnRecord {
+                read_ts: Some(done.read_ts.0),
+                ..TxnRecord::invoked(process, invoke)
+            };
+            let mut replay = Replay::new(done.results);
+            let replayed = run_program(&mut replay, &mut program, &mut rec).await;
+            let mut l = lock(&cx.log);
+            if let Err(e) = replayed {
+                l.failures
+                    .push(format!("client {}: thin results do not fit: {e}", cx.c));
+            }
+            if let Err(e) = program.on_commit() {
+                l.failures.push(format!("client {}: {e}", cx.c));
+            }
+            l.current = Some((rec, program));
+            l.thin_committed += 1;
+            let wrote = done.write_ts != done.read_ts;
+            l.finish_current(Outcome::Committed, now, wrote.then_some(done.write_ts.0));
+        }
+        // Nothing took effect.
+        Err(ThinError::Node(
+            ExecuteError::Aborted { .. }
+            | ExecuteError::Busy { .. }
+            | ExecuteError::Invalid(_)
+            | ExecuteError::Unavailable(_),
+        )) => l.finish_current(Outcome::Aborted, now, None),
+        Err(
+            ThinError::Node(ExecuteError::Indeterminate { .. })
+            | ThinError::NoReply(_)
+            | ThinError::Client(_),
+        ) => l.finish_current(Outcome::Unknown, now, None),
+    }
+}
+
+/// The record of an attempt whose outcome is not known yet: its writes and
+/// deletes (they may take effect), no reads.
+async fn unknown_record(process: u64, invoke: u64, program: &WorkTxn) -> TxnRecord {
+    let mut rec = TxnRecord::invoked(process, invoke);
+    let mut p = program.clone();
+    let mut blind = meridian_workload::ops::Blind;
+    // `Blind` never fails: every read is absent, every scan empty.
+    let _ = run_program(&mut blind, &mut p, &mut rec).await;
+    rec.reads.clear();
+    rec.scans.clear();
+    rec
 }
 
 /// One TATP or YCSB transaction, drawn from the client's generator.
@@ -1078,12 +1168,25 @@ impl Sim {
             self.dropped += 1;
             return;
         }
-        let copies =
-            if f.duplicate_permille > 0 && self.rng.gen_range(0..1000) < f.duplicate_permille {
-                2
-            } else {
-                1
-            };
+        // A thin client's Execute is never duplicated: TCP delivers a frame
+        // once, and duplicates stand for re-sent requests, which the client
+        // never does for Execute (running it twice is not idempotent until
+        // RIFL's exactly-once RPCs land).
+        let execute = matches!(
+            &frame,
+            Frame::Request {
+                req: Request::Thin(_),
+                ..
+            }
+        );
+        let copies = if !execute
+            && f.duplicate_permille > 0
+            && self.rng.gen_range(0..1000) < f.duplicate_permille
+        {
+            2
+        } else {
+            1
+        };
         let is_sync = matches!(
             &frame,
             Frame::Request {
@@ -1143,7 +1246,15 @@ impl Sim {
                     p.check_invariants();
                 }
             }
-            if self.clients.iter().all(|c| c.finished) {
+            // Done when every client finished and every node's embedded
+            // coordinator has truncated its thin clients' transactions.
+            if self.clients.iter().all(|c| c.finished)
+                && self
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.process.as_ref())
+                    .all(|p| p.gateway().is_quiet())
+            {
                 break;
             }
         }
@@ -1376,6 +1487,8 @@ impl Sim {
         let cx = TaskCtx {
             c,
             inc: slot.inc,
+            nodes: self.cfg.nodes,
+            thin_percent: self.cfg.thin_percent,
             client,
             log: slot.log.clone(),
             world: self.world.clone(),
@@ -1478,9 +1591,11 @@ impl Sim {
         if !timed_out && !self.cfg.faults.is_lossy() {
             self.check_clean_end();
         }
-        let mut unrecorded_committed = 0;
+        let (mut unrecorded_committed, mut thin_committed) = (0, 0);
         for slot in &self.clients {
-            unrecorded_committed += lock(&slot.log).unrecorded_committed;
+            let l = lock(&slot.log);
+            unrecorded_committed += l.unrecorded_committed;
+            thin_committed += l.thin_committed;
         }
         let count = |o: Outcome| history.txns.iter().filter(|t| t.outcome == o).count() as u64;
         let (committed, aborted, unknown) = (
@@ -1503,6 +1618,7 @@ impl Sim {
             timed_out,
             end_ns: now,
             mean_uncertainty_ns: (self.uncertainty.0 / self.uncertainty.1.max(1) as u128) as u64,
+            thin_committed,
         }
     }
 

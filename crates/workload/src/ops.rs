@@ -125,6 +125,116 @@ impl Script {
     }
 }
 
+impl Script {
+    /// The steps as a thin client's operations (`Execute`), or `None` if
+    /// the script pauses or aborts (a node runs the operations without
+    /// waiting, and always commits).
+    pub fn client_ops(&self) -> Option<Vec<meridian_client::ClientOp>> {
+        use meridian_client::ClientOp;
+        let mut ops = Vec::with_capacity(self.steps.len());
+        for s in &self.steps[self.at.min(self.steps.len())..] {
+            ops.push(match s {
+                Step::Get(k) => ClientOp::Get(k.clone()),
+                Step::Put(k, v) => ClientOp::Put(k.clone(), v.clone()),
+                Step::Delete(k, _) => ClientOp::Delete(k.clone()),
+                Step::Scan { start, end, limit } => ClientOp::Scan {
+                    start: start.clone(),
+                    end: Some(end.clone()),
+                    limit: (*limit).min(u32::MAX as usize) as u32,
+                },
+                Step::Commit => break,
+                Step::Pause(_) | Step::Abort => return None,
+            });
+        }
+        Some(ops)
+    }
+}
+
+/// The results of a thin client's committed `Execute`, replayed as a
+/// transaction: each operation returns the next result. Running the same
+/// program over it with [`run_program`] records the history exactly as
+/// for a transaction the client coordinated itself.
+#[derive(Debug)]
+pub struct Replay {
+    results: std::collections::VecDeque<meridian_client::ClientOpResult>,
+}
+
+impl Replay {
+    /// Replay `results` (one per operation, in order).
+    pub fn new(results: Vec<meridian_client::ClientOpResult>) -> Self {
+        Replay {
+            results: results.into(),
+        }
+    }
+
+    fn next(&mut self, want: &str) -> Result<meridian_client::ClientOpResult, String> {
+        self.results
+            .pop_front()
+            .ok_or_else(|| format!("no result left for a {want}"))
+    }
+}
+
+impl TxnOps for Replay {
+    type Error = String;
+    async fn get(&mut self, _key: &[u8]) -> Result<Option<Value>, String> {
+        match self.next("get")? {
+            meridian_client::ClientOpResult::Value(v) => Ok(v),
+            other => Err(format!("a get answered with {other:?}")),
+        }
+    }
+    async fn put(&mut self, _key: Key, _value: Value) -> Result<(), String> {
+        match self.next("put")? {
+            meridian_client::ClientOpResult::Done => Ok(()),
+            other => Err(format!("a put answered with {other:?}")),
+        }
+    }
+    async fn delete(&mut self, _key: Key) -> Result<(), String> {
+        match self.next("delete")? {
+            meridian_client::ClientOpResult::Done => Ok(()),
+            other => Err(format!("a delete answered with {other:?}")),
+        }
+    }
+    async fn scan(
+        &mut self,
+        _start: &[u8],
+        _end: &[u8],
+        _limit: usize,
+    ) -> Result<Vec<(Key, Value)>, String> {
+        match self.next("scan")? {
+            meridian_client::ClientOpResult::Rows(rows) => Ok(rows),
+            other => Err(format!("a scan answered with {other:?}")),
+        }
+    }
+}
+
+/// A transaction that serves nothing: every read is absent, every scan
+/// empty, every write accepted. Running a program over it with
+/// [`run_program`] yields the writes and deletes it would make, for the
+/// record of an attempt whose outcome is unknown.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Blind;
+
+impl TxnOps for Blind {
+    type Error = std::convert::Infallible;
+    async fn get(&mut self, _key: &[u8]) -> Result<Option<Value>, Self::Error> {
+        Ok(None)
+    }
+    async fn put(&mut self, _key: Key, _value: Value) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    async fn delete(&mut self, _key: Key) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    async fn scan(
+        &mut self,
+        _start: &[u8],
+        _end: &[u8],
+        _limit: usize,
+    ) -> Result<Vec<(Key, Value)>, Self::Error> {
+        Ok(Vec::new())
+    }
+}
+
 impl Program for Script {
     fn next(&mut self, _last: Option<Option<Value>>) -> Step {
         let s = self.steps.get(self.at).cloned().unwrap_or(Step::Commit);
