@@ -25,8 +25,10 @@
 //!   coordinator): open transactions, the commit driver with its timeouts,
 //!   retries and abort sending, the truncation queue, and clock sync with
 //!   the clock master.
-//! - [`node::NodeProcess`]: a node: the participant, the clock master or
-//!   clock sync, the CM's coordinator ids, GC.
+//! - [`node::NodeProcess`]: a node: the participant, the clock master, the
+//!   CM's coordinator ids, GC, and an embedded [`client::ClientProcess`]
+//!   that coordinates thin clients' transactions and keeps the node's
+//!   clock synchronised.
 //!
 //! **Invariants** (`check_invariants` on each process): every outstanding
 //! RPC belongs to a live purpose; queues are within their bounds (all in
