@@ -28,7 +28,7 @@ pub type Key = Vec<u8>;
 pub type Value = Vec<u8>;
 
 /// Largest frame the codec accepts, in bytes (64 MiB). Bigger than any legal
-/// message: keys and values are bounded far below this by [`Limits`]-style
+/// message: keys and values are bounded far below this by `Limits`-style
 /// configuration (see `meridian-config`).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
 
