@@ -184,7 +184,7 @@ pub fn request(addr: &str, req: Request) -> Result<Response, std::io::Error> {
     meridian_wire::encode_frame(
         &meridian_wire::Frame::Request {
             id: 1,
-            truncate: Vec::new(),
+            truncate: Default::default(),
             req,
         },
         &mut buf,

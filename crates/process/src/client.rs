@@ -214,6 +214,13 @@ pub struct ClientProcess {
     next_flush_ns: u64,
     armed_ns: Option<u64>,
     closing: Option<CallId>,
+    /// The lowest `local` of a transaction whose records may remain at
+    /// some node (outcome unknown, ABORT or TRUNCATE given up): the low
+    /// bound never passes it until recovery resolves it.
+    unresolved_low: Option<u64>,
+    /// The low bound last computed ([`ClientProcess::truncate_low`]),
+    /// piggybacked with truncations.
+    low: u64,
     effects: Vec<Effect<CallResult>>,
     stats: ClientStats,
 }
@@ -247,6 +254,8 @@ impl ClientProcess {
             next_flush_ns: 0,
             armed_ns: None,
             closing: None,
+            unresolved_low: None,
+            low: 0,
             effects: Vec::new(),
             stats: ClientStats::default(),
         }
@@ -318,6 +327,28 @@ impl ClientProcess {
                 .rpcs
                 .values()
                 .all(|r| matches!(r.purpose, Purpose::ClockSync { .. }))
+    }
+
+    /// FaRM Table 1's low bound on non-truncated transaction ids: every
+    /// transaction of this coordinator with a smaller `TxId::local` is
+    /// finished, and its ABORT or TRUNCATE was acknowledged by every node
+    /// it concerned. It stops below any transaction whose records may
+    /// remain (unknown outcome, ABORT or TRUNCATE given up), for recovery
+    /// to resolve. Monotone. O(open work); recomputed at each truncation
+    /// flush and sent with truncations.
+    pub fn truncate_low(&self) -> u64 {
+        let mut low = self.next_local;
+        let mut see = |tx: &TxId| low = low.min(tx.local);
+        self.txns.values().for_each(|t| see(&t.id));
+        self.finishing.keys().for_each(&mut see);
+        self.truncates.values().flatten().for_each(&mut see);
+        for r in self.rpcs.values() {
+            r.truncate.iter().for_each(&mut see);
+            if let Purpose::Abort(tx) | Purpose::PostCommit(tx) = &r.purpose {
+                see(tx);
+            }
+        }
+        low.min(self.unresolved_low.unwrap_or(u64::MAX))
     }
 
     /// TRUNCATEs queued and not yet sent.
@@ -768,11 +799,20 @@ impl ClientProcess {
         self.next_rpc += 1;
         let truncate = self.truncates.remove(&to).unwrap_or_default();
         let deadline_ns = now + timeout_ns;
+        // The low bound rides with truncations (FaRM Table 1).
+        let low = (self.low > 0 && (!truncate.is_empty() || purpose == Purpose::Truncate))
+            .then_some(meridian_wire::TruncateLow {
+                coordinator: self.coordinator,
+                local: self.low,
+            });
         self.effects.push(Effect::Send {
             to,
             frame: Frame::Request {
                 id,
-                truncate: truncate.clone(),
+                truncate: meridian_wire::Truncation {
+                    txs: truncate.clone(),
+                    low,
+                },
                 req: req.clone(),
             },
         });
@@ -800,7 +840,14 @@ impl ClientProcess {
     /// forget it together with every ack RPC still outstanding for it
     /// (found by swarm seed 3515: a rejected ack left its siblings behind).
     /// Its records wait for recovery (FaRM §5.3).
+    /// `tx`'s records may remain at some node: hold the low bound below it.
+    fn unresolved(&mut self, tx: TxId) {
+        let l = self.unresolved_low.get_or_insert(tx.local);
+        *l = (*l).min(tx.local);
+    }
+
     fn drop_finishing(&mut self, tx: TxId) {
+        self.unresolved(tx);
         self.finishing.remove(&tx);
         let ids: Vec<u64> = self
             .rpcs
@@ -834,6 +881,7 @@ impl ClientProcess {
     }
 
     fn flush_truncates(&mut self, now: u64) {
+        self.low = self.truncate_low();
         let pending: Vec<(NodeId, Vec<TxId>)> = std::mem::take(&mut self.truncates)
             .into_iter()
             .filter(|(_, v)| !v.is_empty())
@@ -885,6 +933,7 @@ impl ClientProcess {
                         thread: 0,
                         local: 0,
                     });
+                    self.unresolved(tx);
                     self.answer(
                         txn,
                         CallResult::Failed(TxnError::Indeterminate {
@@ -901,8 +950,10 @@ impl ClientProcess {
                     self.drop_finishing(tx);
                 }
             }
-            Purpose::Abort(_) => {
-                self.retry(now, rpc);
+            Purpose::Abort(tx) => {
+                if !self.retry(now, rpc) {
+                    self.unresolved(tx);
+                }
             }
             Purpose::Truncate => {
                 // The ids were re-queued above and ride on the retry. Give up
@@ -911,6 +962,9 @@ impl ClientProcess {
                 if !self.retry(now, rpc) {
                     if let Some(q) = self.truncates.remove(&to) {
                         self.stats.truncations_dropped += q.len() as u64;
+                        for tx in &q {
+                            self.unresolved(*tx);
+                        }
                     }
                 }
             }
@@ -938,6 +992,7 @@ impl ClientProcess {
         };
         if !engine.abandon() {
             self.stats.indeterminate += 1;
+            self.unresolved(tx);
             return self.answer(
                 txn,
                 CallResult::Failed(TxnError::Indeterminate {
@@ -1271,7 +1326,7 @@ mod tests {
                 Effect::Send {
                     to,
                     frame: Frame::Request { id, truncate, req },
-                } => Some((*to, *id, req.clone(), truncate.clone())),
+                } => Some((*to, *id, req.clone(), truncate.txs.clone())),
                 _ => None,
             })
             .collect()
@@ -1333,6 +1388,86 @@ mod tests {
             .iter()
             .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::Lock(_)))));
         locks
+    }
+
+    /// FaRM Table 1's low bound: it passes a transaction only once every
+    /// node acknowledged its TRUNCATE, and it rides with truncations.
+    #[test]
+    fn the_low_bound_passes_a_transaction_only_after_its_truncations_are_acknowledged() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        let locks = locking(&mut p);
+        assert_eq!(p.truncate_low(), 0, "transaction 0 is open");
+        answer(
+            &mut p,
+            200_400,
+            &locks,
+            Response::Txn(TxnResponse::Lock(Ok(()))),
+        );
+        p.tick(600_000);
+        let backups = sent(&p.drain_effects());
+        let primaries = sent(&answer(
+            &mut p,
+            600_100,
+            &backups,
+            Response::Txn(TxnResponse::Ack),
+        ));
+        answer(&mut p, 600_200, &primaries, Response::Txn(TxnResponse::Ack));
+        assert_eq!(p.truncate_low(), 0, "committed but not yet truncated");
+        p.close(600_300, 3);
+        let flushed: Vec<_> = p
+            .drain_effects()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Send {
+                    to,
+                    frame: Frame::Request { id, truncate, .. },
+                } => Some((to, id, truncate)),
+                _ => None,
+            })
+            .collect();
+        assert!(!flushed.is_empty());
+        assert_eq!(p.truncate_low(), 0, "truncations in flight");
+        for (to, id, _) in &flushed {
+            p.on_message(
+                600_400,
+                *to,
+                Frame::Response {
+                    id: *id,
+                    resp: Response::Txn(TxnResponse::Ack),
+                },
+            );
+        }
+        assert_eq!(p.truncate_low(), 1, "every truncation acknowledged");
+        p.check_invariants();
+    }
+
+    /// A transaction whose outcome is unknown holds the low bound below it:
+    /// its records may remain until recovery resolves it.
+    #[test]
+    fn the_low_bound_stops_at_a_transaction_with_an_unknown_outcome() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        let locks = locking(&mut p);
+        answer(
+            &mut p,
+            200_400,
+            &locks,
+            Response::Txn(TxnResponse::Lock(Ok(()))),
+        );
+        p.tick(600_000);
+        let _backups_lost = p.drain_effects();
+        // COMMIT-BACKUP is never acknowledged: after `rpc_attempts` tries
+        // the commit is reported unknown.
+        let mut now = 600_000;
+        for _ in 0..=p.limits.rpc_attempts {
+            now += 2_000_000;
+            p.tick(now);
+        }
+        let e = p.drain_effects();
+        assert!(replies(&e)
+            .iter()
+            .any(|(_, r)| matches!(r, CallResult::Failed(TxnError::Indeterminate { .. }))));
+        p.begin(now, 9, 0, TxnOptions::default());
+        assert_eq!(p.truncate_low(), 0, "held below the unknown transaction");
     }
 
     /// Review finding 2: a LOCK that times out must not leave the other

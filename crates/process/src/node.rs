@@ -571,7 +571,7 @@ mod tests {
             Peer::Conn(1),
             Frame::Request {
                 id: 1,
-                truncate: Vec::new(),
+                truncate: Default::default(),
                 req: Request::Cm(CmRequest::RegisterClient),
             },
         );
@@ -619,7 +619,7 @@ mod tests {
                 Peer::Conn(7),
                 Frame::Request {
                     id: 9,
-                    truncate: Vec::new(),
+                    truncate: Default::default(),
                     req,
                 },
             );

@@ -25,8 +25,8 @@ use meridian_time::{ClockSync, SyncSample};
 use meridian_txn::TxnOptions;
 use meridian_wire::{
     AdminRequest, ClientOp, ClockRequest, ClockResponse, CmRequest, CmResponse, ConfigId, Conflict,
-    Frame, KeyRange, LockRecord, NodeId, Request, Response, ThinRequest, Timestamp, TxId,
-    TxnRequest, TxnResponse, Versioned, WriteOp,
+    Frame, KeyRange, LockRecord, NodeId, Request, Response, ThinRequest, Timestamp, Truncation,
+    TxId, TxnRequest, TxnResponse, Versioned, WriteOp,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write;
@@ -180,10 +180,20 @@ fn short_ids(s: &str) -> String {
     out
 }
 
+fn show_truncation(t: &Truncation) -> String {
+    let mut s = format!(" truncate={:?}", t.txs);
+    if let Some(low) = t.low {
+        s.push_str(&format!(" low={}", low.local));
+    }
+    s
+}
+
 fn show(frame: &Frame) -> String {
     let s = match frame {
-        Frame::Request { id, truncate, req } => format!("req #{id} {req:?} truncate={truncate:?}"),
-        Frame::OneWay { truncate, req } => format!("oneway {req:?} truncate={truncate:?}"),
+        Frame::Request { id, truncate, req } => {
+            format!("req #{id} {req:?}{}", show_truncation(truncate))
+        }
+        Frame::OneWay { truncate, req } => format!("oneway {req:?}{}", show_truncation(truncate)),
         Frame::Response { id, resp } => format!("resp #{id} {resp:?}"),
     };
     short_ids(&s)
@@ -357,13 +367,13 @@ fn node_transcript(file: &str) {
         };
         let frame = if cmd == "truncate" && a.opt("oneway").is_some() {
             Frame::OneWay {
-                truncate: Vec::new(),
+                truncate: Default::default(),
                 req,
             }
         } else {
             Frame::Request {
                 id,
-                truncate: Vec::new(),
+                truncate: Default::default(),
                 req,
             }
         };

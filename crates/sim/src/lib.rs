@@ -1065,11 +1065,11 @@ impl Sim {
                 if id == r.primary {
                     let _ = p.handle(&[], &TxnRequest::Lock(lock.clone()));
                     let _ = p.handle(&[], &TxnRequest::CommitPrimary { tx, write_ts });
-                    p.truncate_piggybacked(&[tx]);
+                    p.truncate_piggybacked(&meridian_wire::Truncation::of(vec![tx]));
                 } else if r.backups.contains(&id) {
                     let record = lock.clone();
                     let _ = p.handle(&[], &TxnRequest::CommitBackup { record, write_ts });
-                    p.truncate_piggybacked(&[tx]);
+                    p.truncate_piggybacked(&meridian_wire::Truncation::of(vec![tx]));
                 }
             }
         }

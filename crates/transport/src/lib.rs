@@ -24,7 +24,9 @@
 //! Malformed or oversized frames are a [`TransportError`]: the connection is
 //! closed and the error logged; nothing else is affected.
 
-use meridian_wire::{decode_frame, encode_frame, Frame, Request, Response, TxId, WireError};
+use meridian_wire::{
+    decode_frame, encode_frame, Frame, Request, Response, Truncation, TxId, WireError,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -242,7 +244,14 @@ impl Connection {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let mut buf = Vec::with_capacity(64);
-        encode_frame(&Frame::Request { id, truncate, req }, &mut buf)?;
+        encode_frame(
+            &Frame::Request {
+                id,
+                truncate: Truncation::of(truncate),
+                req,
+            },
+            &mut buf,
+        )?;
         match self.pending.lock() {
             Ok(mut m) => m.insert(id, tx),
             Err(p) => p.into_inner().insert(id, tx),
@@ -310,7 +319,13 @@ impl Connection {
         req: Request,
     ) -> Result<(), TransportError> {
         let mut buf = Vec::with_capacity(64);
-        encode_frame(&Frame::OneWay { truncate, req }, &mut buf)?;
+        encode_frame(
+            &Frame::OneWay {
+                truncate: Truncation::of(truncate),
+                req,
+            },
+            &mut buf,
+        )?;
         self.outbox.send(buf).await
     }
 }

@@ -70,6 +70,11 @@ pub struct Participant {
     /// COMMIT-BACKUP for one of them must not re-lock or re-log.
     finished: std::collections::BTreeSet<TxId>,
     finished_order: std::collections::VecDeque<TxId>,
+    /// Each coordinator's low bound on non-truncated ids (FaRM Table 1),
+    /// the highest received; at most `limits.max_finished_ids` coordinators
+    /// (the lowest coordinator ids are forgotten first; forgetting only
+    /// loses the early refusal of stale records).
+    low_bounds: BTreeMap<u64, u64>,
     stats: ParticipantStats,
 }
 
@@ -100,6 +105,7 @@ impl Participant {
             log: TxLog::default(),
             finished: std::collections::BTreeSet::new(),
             finished_order: std::collections::VecDeque::new(),
+            low_bounds: BTreeMap::new(),
             stats: ParticipantStats::default(),
         }
     }
@@ -189,7 +195,9 @@ impl Participant {
     /// [`Response::Rejected`] before it touches any state.
     pub fn handle(&mut self, truncate: &[TxId], req: &TxnRequest) -> Response {
         self.stats.requests += 1;
-        self.truncate_piggybacked(truncate);
+        if !truncate.is_empty() {
+            self.truncate(truncate);
+        }
         let ok = |r: TxnResponse| Response::Txn(r);
         match req {
             TxnRequest::Read {
@@ -244,12 +252,46 @@ impl Participant {
         }
     }
 
-    /// Process piggybacked TRUNCATE ids that arrived on a frame of another
-    /// protocol.
-    pub fn truncate_piggybacked(&mut self, truncate: &[TxId]) {
-        if !truncate.is_empty() {
-            self.truncate(truncate);
+    /// Process a piggybacked TRUNCATE record: its ids, then its low bound.
+    pub fn truncate_piggybacked(&mut self, t: &meridian_wire::Truncation) {
+        if !t.txs.is_empty() {
+            self.truncate(&t.txs);
         }
+        if let Some(low) = t.low {
+            if low.local <= self.low_bound(low.coordinator) {
+                return;
+            }
+            self.low_bounds.insert(low.coordinator, low.local);
+            while self.low_bounds.len() > self.limits.max_finished_ids {
+                self.low_bounds.pop_first();
+            }
+            // Records below the bound can only be stale duplicates (a LOCK
+            // re-delivered after its ABORT once the finished set forgot
+            // it): the coordinator has finished those transactions, so
+            // release them.
+            let stale: Vec<TxId> = self
+                .log
+                .primary
+                .keys()
+                .filter(|tx| tx.coordinator == low.coordinator && tx.local < low.local)
+                .copied()
+                .collect();
+            for tx in stale {
+                self.abort(tx);
+                self.truncate(&[tx]);
+            }
+        }
+    }
+
+    /// The low bound received from `coordinator` (0 if none).
+    pub fn low_bound(&self, coordinator: u64) -> u64 {
+        self.low_bounds.get(&coordinator).copied().unwrap_or(0)
+    }
+
+    /// True if `tx` is finished here: aborted or truncated recently, or
+    /// below its coordinator's low bound.
+    fn is_finished(&self, tx: TxId) -> bool {
+        self.finished.contains(&tx) || tx.local < self.low_bound(tx.coordinator)
     }
 
     /// Validate a LOCK (`as_primary`) or COMMIT-BACKUP record before it
@@ -322,7 +364,7 @@ impl Participant {
         if self.log.primary.contains_key(&rec.tx) {
             return Ok(()); // duplicate delivery
         }
-        if self.finished.contains(&rec.tx) {
+        if self.is_finished(rec.tx) {
             // Aborted (the coordinator gave up and its ABORT overtook this
             // LOCK) or already truncated: never lock for it again.
             return Err(Conflict::Finished);
@@ -383,7 +425,7 @@ impl Participant {
     }
 
     fn commit_backup(&mut self, record: &meridian_wire::LockRecord, write_ts: Timestamp) {
-        if self.finished.contains(&record.tx) {
+        if self.is_finished(record.tx) {
             return; // a duplicate after TRUNCATE: already applied
         }
         if self.log.backup.len() >= self.limits.max_log_records {
@@ -502,6 +544,15 @@ impl Participant {
         );
         assert!(self.finished.len() == self.finished_order.len());
         assert!(self.finished_order.len() <= self.limits.max_finished_ids);
+        assert!(self.low_bounds.len() <= self.limits.max_finished_ids);
+        // No LOCK record below its coordinator's low bound: the coordinator
+        // has finished those transactions.
+        for tx in self.log.primary.keys() {
+            assert!(
+                tx.local >= self.low_bound(tx.coordinator),
+                "{tx} has a LOCK record below its coordinator's low bound"
+            );
+        }
     }
 }
 
@@ -662,6 +713,44 @@ mod tests {
         );
         assert_eq!(p.object_count(), 0);
         assert_eq!(p.log_len(), 0);
+        p.check_invariants();
+    }
+
+    /// FaRM Table 1's low bound: a stale LOCK below it is refused, and a
+    /// record below it (a duplicate LOCK that re-locked after its ABORT was
+    /// forgotten) is released when the bound arrives.
+    #[test]
+    fn a_low_bound_refuses_and_releases_stale_records() {
+        let mut c = cfg();
+        c.limits.max_finished_ids = 1;
+        let mut p = Participant::new(NodeId(0), &c);
+        let lock = |p: &mut Participant, l: u64| {
+            let rec = record(p, tx(l), 10, &[b"a"]);
+            p.handle(&[], &TxnRequest::Lock(rec))
+        };
+        // tx 1 aborted; tx 2 finished pushes it out of the finished set; a
+        // duplicate LOCK of tx 1 then locks again.
+        assert_eq!(lock(&mut p, 1), Response::Txn(TxnResponse::Lock(Ok(()))));
+        p.handle(&[], &TxnRequest::Abort { tx: tx(1) });
+        p.handle(&[], &TxnRequest::Abort { tx: tx(2) });
+        assert_eq!(lock(&mut p, 1), Response::Txn(TxnResponse::Lock(Ok(()))));
+        assert_eq!(p.log_len(), 1);
+        // The coordinator says everything below 3 is finished.
+        p.truncate_piggybacked(&meridian_wire::Truncation {
+            txs: Vec::new(),
+            low: Some(meridian_wire::TruncateLow {
+                coordinator: tx(0).coordinator,
+                local: 3,
+            }),
+        });
+        assert_eq!(p.low_bound(tx(0).coordinator), 3);
+        assert_eq!(p.log_len(), 0, "the stale record is released");
+        p.check_invariants();
+        assert_eq!(
+            lock(&mut p, 1),
+            Response::Txn(TxnResponse::Lock(Err(Conflict::Finished)))
+        );
+        assert_eq!(lock(&mut p, 3), Response::Txn(TxnResponse::Lock(Ok(()))));
         p.check_invariants();
     }
 

@@ -610,11 +610,46 @@ protocol_from! {
     AdminResponse => Response::Admin,
 }
 
-/// A frame on a connection.
-///
-/// `truncate` carries piggybacked TRUNCATE records (FaRM §4 step 5): the
-/// coordinator attaches the ids of transactions it has finished to whatever
-/// it next sends to that node.
+/// FaRM Table 1's TRUNCATE record, piggybacked on a frame (FaRM §4 step 5):
+/// the coordinator attaches the ids of transactions it has finished to
+/// whatever it next sends to that node, with its low bound on
+/// non-truncated transaction ids.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Truncation {
+    /// Transactions whose records can be dropped (and applied at backups).
+    pub txs: Vec<TxId>,
+    /// The sending coordinator's low bound, if it sent one.
+    pub low: Option<TruncateLow>,
+}
+
+impl Truncation {
+    /// The ids `txs`, without a low bound.
+    pub fn of(txs: Vec<TxId>) -> Self {
+        Truncation { txs, low: None }
+    }
+
+    /// True if it carries nothing.
+    pub fn is_empty(&self) -> bool {
+        self.txs.is_empty() && self.low.is_none()
+    }
+}
+
+/// A coordinator's low bound on non-truncated transaction ids (FaRM
+/// Table 1): every transaction of `coordinator` with `TxId::local <
+/// local` is finished and truncated everywhere (its ABORT or TRUNCATE was
+/// acknowledged), so no record of it is needed any more and a late LOCK
+/// or COMMIT-BACKUP for it is stale. Recovery (FaRM §5.3) uses it to tell
+/// which transactions may still need resolving. Monotone per coordinator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TruncateLow {
+    /// The coordinator (`TxId::coordinator`).
+    pub coordinator: u64,
+    /// Every `TxId::local` below this is truncated.
+    pub local: u64,
+}
+
+/// A frame on a connection. Requests carry piggybacked TRUNCATE records
+/// ([`Truncation`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Frame {
     /// A request expecting a response with the same `id`.
@@ -622,14 +657,14 @@ pub enum Frame {
         /// Per-connection request id.
         id: u64,
         /// Piggybacked truncations.
-        truncate: Vec<TxId>,
+        truncate: Truncation,
         /// The request.
         req: Request,
     },
     /// A one-way request: no response is sent.
     OneWay {
         /// Piggybacked truncations.
-        truncate: Vec<TxId>,
+        truncate: Truncation,
         /// The request.
         req: Request,
     },
@@ -731,7 +766,13 @@ mod tests {
     fn frames_round_trip_back_to_back() {
         let a = Frame::Request {
             id: 5,
-            truncate: vec![tx()],
+            truncate: Truncation {
+                txs: vec![tx()],
+                low: Some(TruncateLow {
+                    coordinator: 7,
+                    local: 90,
+                }),
+            },
             req: Request::Txn(TxnRequest::Lock(LockRecord {
                 tx: tx(),
                 read_ts: Timestamp(10),
