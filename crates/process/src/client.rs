@@ -1395,16 +1395,8 @@ mod tests {
     #[test]
     fn the_low_bound_passes_a_transaction_only_after_its_truncations_are_acknowledged() {
         let mut p = ClientProcess::new(&config(), 7, 1);
-        let locks = locking(&mut p);
-        assert_eq!(p.truncate_low(), 0, "transaction 0 is open");
-        answer(
-            &mut p,
-            200_400,
-            &locks,
-            Response::Txn(TxnResponse::Lock(Ok(()))),
-        );
-        p.tick(600_000);
-        let backups = sent(&p.drain_effects());
+        let backups = committing_backups(&mut p);
+        assert_eq!(p.truncate_low(), 0, "transaction 0 is not finished");
         let primaries = sent(&answer(
             &mut p,
             600_100,
@@ -1446,15 +1438,7 @@ mod tests {
     #[test]
     fn the_low_bound_stops_at_a_transaction_with_an_unknown_outcome() {
         let mut p = ClientProcess::new(&config(), 7, 1);
-        let locks = locking(&mut p);
-        answer(
-            &mut p,
-            200_400,
-            &locks,
-            Response::Txn(TxnResponse::Lock(Ok(()))),
-        );
-        p.tick(600_000);
-        let _backups_lost = p.drain_effects();
+        let _backups_lost = committing_backups(&mut p);
         // COMMIT-BACKUP is never acknowledged: after `rpc_attempts` tries
         // the commit is reported unknown.
         let mut now = 600_000;
@@ -1468,6 +1452,19 @@ mod tests {
             .any(|(_, r)| matches!(r, CallResult::Failed(TxnError::Indeterminate { .. }))));
         p.begin(now, 9, 0, TxnOptions::default());
         assert_eq!(p.truncate_low(), 0, "held below the unknown transaction");
+    }
+
+    /// [`locking`], every LOCK acknowledged: returns the COMMIT-BACKUP
+    /// requests.
+    fn committing_backups(p: &mut ClientProcess) -> Vec<(NodeId, u64, Request, Vec<TxId>)> {
+        let locks = locking(p);
+        answer(p, 200_400, &locks, Response::Txn(TxnResponse::Lock(Ok(()))));
+        p.tick(600_000);
+        let backups = sent(&p.drain_effects());
+        assert!(backups
+            .iter()
+            .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::CommitBackup { .. }))));
+        backups
     }
 
     /// Review finding 2: a LOCK that times out must not leave the other
@@ -1505,18 +1502,7 @@ mod tests {
     #[test]
     fn truncations_survive_a_lost_frame_and_are_flushed_on_close() {
         let mut p = ClientProcess::new(&config(), 7, 1);
-        let locks = locking(&mut p);
-        answer(
-            &mut p,
-            200_400,
-            &locks,
-            Response::Txn(TxnResponse::Lock(Ok(()))),
-        );
-        p.tick(600_000);
-        let backups = sent(&p.drain_effects());
-        assert!(backups
-            .iter()
-            .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::CommitBackup { .. }))));
+        let backups = committing_backups(&mut p);
         let primaries = sent(&answer(
             &mut p,
             600_100,
