@@ -478,22 +478,13 @@ pub async fn bank(
         }
     };
     let mut history = History::default();
-    history.push(TxnRecord {
-        process: u64::MAX,
-        invoke_ns: start_load,
-        complete_ns: mono_ns(),
-        reads: Vec::new(),
-        writes: cfg
-            .population()
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?)))
-            .collect(),
-        deletes: Vec::new(),
-        scans: Vec::new(),
-        outcome: Outcome::Committed,
-        read_ts: Some(load_info.read_ts.0),
-        write_ts: Some(load_info.write_ts.0),
-    });
+    history.push(bank::load_record(
+        &cfg.population(),
+        start_load,
+        mono_ns(),
+        load_info.read_ts.0,
+        load_info.write_ts.0,
+    ));
     let shared = Arc::new(std::sync::Mutex::new((
         History::default(),
         0u64,

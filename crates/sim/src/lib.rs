@@ -1021,21 +1021,7 @@ impl Sim {
             return;
         }
         let recorded = matches!(self.cfg.workload, SimWorkload::Bank(_));
-        self.initial = recorded.then(|| TxnRecord {
-            process: u64::MAX,
-            invoke_ns: 0,
-            complete_ns: 0,
-            reads: Vec::new(),
-            writes: rows
-                .iter()
-                .filter_map(|(k, v)| Some((k.clone(), bank::write_id(v)?)))
-                .collect(),
-            deletes: Vec::new(),
-            scans: Vec::new(),
-            outcome: Outcome::Committed,
-            read_ts: Some(0),
-            write_ts: Some(1),
-        });
+        self.initial = recorded.then(|| bank::load_record(&rows, 0, 0, 0, 1));
         let map = RegionMap::new(&self.config);
         for (i, (k, v)) in rows.into_iter().enumerate() {
             let tx = TxId {

@@ -94,48 +94,35 @@ fn swarm_seeds_pass_the_checker() {
     assert!(unknown > 0, "some commits must end with an unknown outcome");
 }
 
-/// TATP runs unchanged through the client API in the simulator: fault-free
-/// seeds finish clean; swarm seeds keep every invariant and finish when no
-/// process crashes.
-#[test]
-fn tatp_runs_in_the_simulator_with_and_without_faults() {
-    let mut committed = 0;
+/// `make`'s runs, fault-free (must finish and commit) and with the swarm's
+/// faults (must keep every invariant, and finish when nothing crashes).
+fn unrecorded_runs(make: fn(u64) -> SimConfig) {
     for seed in seeds(20) {
-        let r = run_and_check(SimConfig::tatp(seed)).unwrap_or_else(|e| panic!("{e}"));
+        let r = run_and_check(make(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(!r.timed_out, "seed {seed}: a fault-free run must finish");
-        committed += r.committed;
+        assert!(r.committed > 0, "seed {seed}: nothing committed");
         let cfg = SimConfig {
             faults: Faults::swarm(seed),
-            ..SimConfig::tatp(seed)
+            ..make(seed)
         };
         let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
         if !r.faults.node_crashes && !r.faults.client_crashes {
             assert!(!r.timed_out, "seed {seed} ({}): stuck", r.faults.describe());
         }
     }
-    assert!(committed > 0);
+}
+
+/// TATP runs unchanged through the client API in the simulator.
+#[test]
+fn tatp_runs_in_the_simulator_with_and_without_faults() {
+    unrecorded_runs(SimConfig::tatp);
 }
 
 /// YCSB (workload A) runs unchanged through the client API in the
 /// simulator, like TATP.
 #[test]
 fn ycsb_runs_in_the_simulator_with_and_without_faults() {
-    let mut committed = 0;
-    for seed in seeds(20) {
-        let r = run_and_check(SimConfig::ycsb(seed)).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!r.timed_out, "seed {seed}: a fault-free run must finish");
-        assert!(r.committed > 0, "seed {seed}: nothing committed");
-        committed += r.committed;
-        let cfg = SimConfig {
-            faults: Faults::swarm(seed),
-            ..SimConfig::ycsb(seed)
-        };
-        let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
-        if !r.faults.node_crashes && !r.faults.client_crashes {
-            assert!(!r.timed_out, "seed {seed} ({}): stuck", r.faults.describe());
-        }
-    }
-    assert!(committed > 0);
+    unrecorded_runs(SimConfig::ycsb);
 }
 
 /// Seeds that once failed, kept as regressions.

@@ -35,6 +35,29 @@ pub fn register_key(i: u32) -> Key {
     k
 }
 
+/// The history record of a bulk load of `rows` (one committed writer of
+/// every row that carries a write id), from `invoke_ns` to `complete_ns`,
+/// at `read_ts` / `write_ts`.
+pub fn load_record(
+    rows: &[(Key, Value)],
+    invoke_ns: u64,
+    complete_ns: u64,
+    read_ts: u64,
+    write_ts: u64,
+) -> meridian_checker::TxnRecord {
+    meridian_checker::TxnRecord {
+        complete_ns,
+        writes: rows
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), write_id(v)?)))
+            .collect(),
+        outcome: meridian_checker::Outcome::Committed,
+        read_ts: Some(read_ts),
+        write_ts: Some(write_ts),
+        ..meridian_checker::TxnRecord::invoked(u64::MAX, invoke_ns)
+    }
+}
+
 /// The write id at the front of a checked workload's value.
 pub fn write_id(value: &[u8]) -> Option<u64> {
     value
