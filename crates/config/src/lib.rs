@@ -5,26 +5,38 @@
 //! domains, and the configuration manager. The CM also assigns regions to
 //! replicas: one primary and `f` backups, on distinct failure domains.
 //!
-//! In this foundation the configuration is static, read from a TOML file
-//! ([`Configuration::from_toml`]). The region map is computed from it
+//! The configuration a cluster starts from is read from TOML
+//! ([`Configuration::from_toml`]); its region map is computed
 //! deterministically ([`Configuration::regions`]): the key space is
 //! range-partitioned on the first key byte into `region_count` contiguous
 //! ranges, and region `r` gets primary `members[r mod n]` and the next `f`
-//! members in failure-domain-distinct order as backups. Reconfiguration
-//! (a later issue) will replace the computed map with one the CM stores; the
-//! types ([`RegionInfo`], [`ConfigId`]) already carry what that needs.
+//! members in failure-domain-distinct order as backups. `nodes` is the
+//! address book; `members` (S) may be a subset of it.
+//!
+//! Reconfiguration (FaRM §5.2) computes the next configuration as a pure
+//! function of the current one, so every machine that computes it agrees:
+//! [`Configuration::remap`] (after a failure: survivors, new CM, failed
+//! primaries replaced by their first surviving backup, missing replicas
+//! refilled on the least-loaded members in unused failure domains,
+//! LastPrimaryChange / LastReplicaChange of FaRM §5.3 step 3 updated),
+//! [`Configuration::with_joined`] (a node joins) and
+//! [`Configuration::rebalance_step`] (one paced move onto a lightly loaded
+//! member). The result stores its placement explicitly
+//! ([`Configuration::placement`]) and is what the CM writes to the
+//! coordination service with compare-and-swap on the identifier.
 //!
 //! Every bound of the system lives in [`Limits`], so that "bound every queue,
 //! retry and version chain" has one place to look.
 //!
-//! Invariants ([`Configuration::check_invariants`]): node ids unique; the
-//! clock master / CM is a member; replicas of a region are distinct nodes in
-//! distinct failure domains when enough domains exist; regions tile the key
-//! space exactly, in order.
+//! Invariants ([`Configuration::check_invariants`]): node ids unique;
+//! members are known nodes; the clock master / CM is a member; a stored
+//! placement tiles the key space exactly, in order, with 1..=f+1 distinct
+//! member replicas per region and no change recorded in a future
+//! configuration.
 
 use meridian_wire::{ConfigId, Key, NodeId, RegionId};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 /// Every limit of the system, in one place. Units are in the names.
@@ -163,6 +175,19 @@ pub struct RegionInfo {
     pub primary: NodeId,
     /// The `f` backups.
     pub backups: Vec<NodeId>,
+    /// FaRM §5.3 step 3 LastPrimaryChange\[r\]: the last configuration in
+    /// which the primary of this region changed (the first configuration
+    /// counts as a change).
+    #[serde(default = "first_config")]
+    pub last_primary_change: ConfigId,
+    /// FaRM §5.3 step 3 LastReplicaChange\[r\]: the last configuration in
+    /// which any replica of this region changed.
+    #[serde(default = "first_config")]
+    pub last_replica_change: ConfigId,
+}
+
+fn first_config() -> ConfigId {
+    ConfigId(1)
 }
 
 impl RegionInfo {
@@ -188,8 +213,18 @@ pub struct Configuration {
     /// Number of regions (key-space ranges split on the first byte).
     #[serde(default = "twelve")]
     pub region_count: u32,
-    /// Members S with their failure domains F.
+    /// Every machine the cluster knows, with address and failure domain F
+    /// (the address book). The members S are [`Configuration::members`].
     pub nodes: Vec<NodeConfig>,
+    /// The members S, by id, ascending. Empty means every node in `nodes`
+    /// (a fresh cluster); reconfiguration always writes them out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<u32>,
+    /// The region placement the CM stored (FaRM §3, §5.2 step 4). Empty
+    /// means the initial placement computed from the members
+    /// ([`Configuration::regions`]); reconfiguration always writes it out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placement: Vec<RegionInfo>,
     /// Clock settings.
     #[serde(default)]
     pub clock: ClockConfig,
@@ -292,6 +327,8 @@ impl Configuration {
                     data_dir: Some(dir.join(format!("node{i}"))),
                 })
                 .collect(),
+            members: Vec::new(),
+            placement: Vec::new(),
             clock: ClockConfig::default(),
             limits: Limits::default(),
         }
@@ -326,14 +363,24 @@ impl Configuration {
         if ids.len() != self.nodes.len() {
             return bad("duplicate node ids".into());
         }
-        if !ids.contains(&self.cm) {
+        let members = self.members();
+        for m in &members {
+            if !ids.contains(&m.0) {
+                return bad(format!("member {m} is not in the node list"));
+            }
+        }
+        if self.members.windows(2).any(|w| w[0] >= w[1]) {
+            return bad("members must be ascending and distinct".into());
+        }
+        if !self.is_member(NodeId(self.cm)) {
             return bad(format!("cm {} is not a member", self.cm));
         }
-        if self.replication == 0 || self.replication > self.nodes.len() {
+        if self.placement.is_empty() && (self.replication == 0 || self.replication > members.len())
+        {
             return bad(format!(
                 "replication {} needs between 1 and {} nodes",
                 self.replication,
-                self.nodes.len()
+                members.len()
             ));
         }
         if self.region_count == 0 || self.region_count > 256 {
@@ -361,27 +408,64 @@ impl Configuration {
                 ));
             }
         }
+        if !self.placement.is_empty() {
+            self.validate_placement()?;
+        }
         Ok(())
     }
 
-    /// The region map: `region_count` ranges of the first key byte, placed
-    /// round-robin with backups on the following members, skipping members
+    /// A stored placement: `region_count` regions tiling the key space in
+    /// order, each with 1..=`replication` distinct member replicas.
+    fn validate_placement(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.placement.len() != self.region_count as usize {
+            return bad(format!(
+                "placement has {} regions, region_count is {}",
+                self.placement.len(),
+                self.region_count
+            ));
+        }
+        let n = self.region_count as usize;
+        for (i, r) in self.placement.iter().enumerate() {
+            let (start, end) = region_bounds(i, n);
+            if r.id != RegionId(i as u32) || r.start != start || r.end != end {
+                return bad(format!("region {} does not tile the key space", r.id));
+            }
+            let all: Vec<NodeId> = std::iter::once(r.primary)
+                .chain(r.backups.iter().copied())
+                .collect();
+            let distinct: BTreeSet<NodeId> = all.iter().copied().collect();
+            if distinct.len() != all.len() || all.len() > self.replication.max(1) {
+                return bad(format!("region {} has replicas {:?}", r.id, all));
+            }
+            if let Some(m) = all.iter().find(|m| !self.is_member(**m)) {
+                return bad(format!("region {} is placed on non-member {m}", r.id));
+            }
+            if r.last_primary_change > self.id() || r.last_replica_change > self.id() {
+                return bad(format!("region {} changed in a future configuration", r.id));
+            }
+        }
+        Ok(())
+    }
+
+    /// The region map. A stored placement ([`Configuration::placement`])
+    /// is returned as it is; otherwise the initial placement is computed:
+    /// `region_count` ranges of the first key byte, placed round-robin over
+    /// the members with backups on the following members, skipping members
     /// whose failure domain is already used when possible.
     pub fn regions(&self) -> Vec<RegionInfo> {
+        if !self.placement.is_empty() {
+            return self.placement.clone();
+        }
         let n = self.region_count as usize;
-        let members: Vec<&NodeConfig> = self.nodes.iter().collect();
+        let members: Vec<&NodeConfig> = self
+            .nodes
+            .iter()
+            .filter(|m| self.is_member(NodeId(m.id)))
+            .collect();
         (0..n)
             .map(|r| {
-                let start = if r == 0 {
-                    Vec::new()
-                } else {
-                    vec![(r * 256 / n) as u8]
-                };
-                let end = if r + 1 == n {
-                    None
-                } else {
-                    Some(vec![((r + 1) * 256 / n) as u8])
-                };
+                let (start, end) = region_bounds(r, n);
                 let mut replicas: Vec<&NodeConfig> = Vec::new();
                 let mut domains: BTreeSet<&str> = BTreeSet::new();
                 for pass in 0..2 {
@@ -406,9 +490,224 @@ impl Configuration {
                     end,
                     primary: NodeId(replicas[0].id),
                     backups: replicas[1..].iter().map(|m| NodeId(m.id)).collect(),
+                    last_primary_change: self.id(),
+                    last_replica_change: self.id(),
                 }
             })
             .collect()
+    }
+
+    /// The members S, ascending.
+    pub fn members(&self) -> Vec<NodeId> {
+        if self.members.is_empty() {
+            let mut v: Vec<NodeId> = self.nodes.iter().map(|n| NodeId(n.id)).collect();
+            v.sort();
+            v
+        } else {
+            self.members.iter().map(|&m| NodeId(m)).collect()
+        }
+    }
+
+    /// True if `id` is a member of this configuration (precise membership,
+    /// FaRM §5.2: requests from non-members are refused).
+    pub fn is_member(&self, id: NodeId) -> bool {
+        if self.members.is_empty() {
+            self.nodes.iter().any(|n| n.id == id.0)
+        } else {
+            self.members.binary_search(&id.0).is_ok()
+        }
+    }
+
+    /// The failure domain of node `id` (its own id if it has none, so that
+    /// nodes without domains count as distinct).
+    pub fn failure_domain(&self, id: NodeId) -> String {
+        match self.node(id) {
+            Ok(n) if !n.failure_domain.is_empty() => n.failure_domain.clone(),
+            _ => format!("node-{}", id.0),
+        }
+    }
+
+    /// Replicas each member holds in the placement (primary or backup).
+    pub fn replica_load(&self) -> BTreeMap<NodeId, usize> {
+        let mut load: BTreeMap<NodeId, usize> =
+            self.members().into_iter().map(|m| (m, 0)).collect();
+        for r in self.regions() {
+            for n in std::iter::once(r.primary).chain(r.backups.iter().copied()) {
+                *load.entry(n).or_default() += 1;
+            }
+        }
+        load
+    }
+
+    /// The next configuration after a failure (FaRM §5.2 steps 3–4): members
+    /// `alive` (the machines that answered the probe), CM `new_cm`, and
+    /// every region remapped. A failed primary is replaced by promoting its
+    /// first surviving backup (LastPrimaryChange = the new id); failed
+    /// replicas are replaced by the least-loaded members in failure domains
+    /// the region does not use yet (ties by id), when there are any
+    /// (LastReplicaChange = the new id). Deterministic: every machine that
+    /// computes it gets the same answer.
+    ///
+    /// Errors: [`ConfigError::Invalid`] if `new_cm` is not in `alive`, a
+    /// member of `alive` is unknown, or a region lost every replica (FaRM:
+    /// "it signals an error"; the data is gone in memory mode).
+    pub fn remap(
+        &self,
+        alive: &BTreeSet<NodeId>,
+        new_cm: NodeId,
+    ) -> Result<Configuration, ConfigError> {
+        if !alive.contains(&new_cm) {
+            return Err(ConfigError::Invalid(format!(
+                "new CM {new_cm} is not among the surviving members"
+            )));
+        }
+        for m in alive {
+            self.node(*m)?;
+        }
+        let next = ConfigId(self.config_id + 1);
+        let mut out = self.clone();
+        out.config_id = next.0;
+        out.cm = new_cm.0;
+        out.members = alive.iter().map(|m| m.0).collect();
+        let mut placement = self.regions();
+        // Drop failed replicas, promote backups.
+        for r in &mut placement {
+            let before: Vec<NodeId> = std::iter::once(r.primary)
+                .chain(r.backups.iter().copied())
+                .collect();
+            let kept: Vec<NodeId> = before
+                .iter()
+                .copied()
+                .filter(|n| alive.contains(n))
+                .collect();
+            let Some(&first) = kept.first() else {
+                return Err(ConfigError::Invalid(format!(
+                    "region {} lost every replica ({:?})",
+                    r.id, before
+                )));
+            };
+            if first != r.primary {
+                r.last_primary_change = next;
+            }
+            if kept.len() != before.len() {
+                r.last_replica_change = next;
+            }
+            r.primary = first;
+            r.backups = kept[1..].to_vec();
+        }
+        out.placement = placement;
+        out.refill(next);
+        Ok(out)
+    }
+
+    /// Bring every region back to `replication` replicas where members
+    /// allow, least-loaded first, preferring unused failure domains.
+    fn refill(&mut self, next: ConfigId) {
+        let mut load = self.replica_load();
+        let members = self.members();
+        for i in 0..self.placement.len() {
+            while 1 + self.placement[i].backups.len() < self.replication {
+                let r = &self.placement[i];
+                let holders: Vec<NodeId> = std::iter::once(r.primary)
+                    .chain(r.backups.iter().copied())
+                    .collect();
+                let domains: BTreeSet<String> =
+                    holders.iter().map(|n| self.failure_domain(*n)).collect();
+                let pick = members
+                    .iter()
+                    .filter(|m| !holders.contains(m))
+                    .min_by_key(|m| {
+                        (
+                            domains.contains(&self.failure_domain(**m)),
+                            load.get(m).copied().unwrap_or(0),
+                            **m,
+                        )
+                    })
+                    .copied();
+                let Some(m) = pick else { break };
+                *load.entry(m).or_default() += 1;
+                let r = &mut self.placement[i];
+                r.backups.push(m);
+                r.last_replica_change = next;
+            }
+        }
+    }
+
+    /// The next configuration with `node` joined (FaRM §5.2: joins are
+    /// reconfigurations started by the CM). The node is added to the address
+    /// book if new and to the members; regions that are short of replicas
+    /// get it as a backup. Moving regions onto it is
+    /// [`Configuration::rebalance_step`].
+    ///
+    /// Errors: [`ConfigError::Invalid`] if the id is known with a different
+    /// address, or already a member.
+    pub fn with_joined(&self, node: NodeConfig) -> Result<Configuration, ConfigError> {
+        let id = NodeId(node.id);
+        if self.is_member(id) {
+            return Err(ConfigError::Invalid(format!("{id} is already a member")));
+        }
+        let mut out = self.clone();
+        out.placement = self.regions();
+        out.members = self.members().iter().map(|m| m.0).collect();
+        match out.nodes.iter().find(|n| n.id == node.id) {
+            Some(known) if known.addr != node.addr => {
+                return Err(ConfigError::Invalid(format!(
+                    "{id} is known at {}, not {}",
+                    known.addr, node.addr
+                )))
+            }
+            Some(_) => {}
+            None => out.nodes.push(node),
+        }
+        out.members.push(id.0);
+        out.members.sort_unstable();
+        out.config_id += 1;
+        let next = out.id();
+        out.refill(next);
+        Ok(out)
+    }
+
+    /// One paced rebalancing move (FaRM §5.4 moves data in the background):
+    /// a backup replica moves from the most-loaded member to the
+    /// least-loaded one when their loads differ by two or more and the
+    /// receiver's failure domain is not yet used by the region. `None` when
+    /// balanced. The caller (the CM) installs each step as a configuration
+    /// change and waits for data recovery before the next.
+    pub fn rebalance_step(&self) -> Option<Configuration> {
+        let load = self.replica_load();
+        let (&light, &low) = load.iter().min_by_key(|(n, l)| (**l, **n))?;
+        let mut heavy: Vec<(NodeId, usize)> = load.iter().map(|(n, l)| (*n, *l)).collect();
+        heavy.sort_by_key(|(n, l)| (std::cmp::Reverse(*l), *n));
+        let placement = self.regions();
+        for (from, high) in heavy {
+            if high < low + 2 {
+                return None;
+            }
+            for (i, r) in placement.iter().enumerate() {
+                if r.primary == light || r.backups.contains(&light) {
+                    continue;
+                }
+                let Some(slot) = r.backups.iter().position(|b| *b == from) else {
+                    continue;
+                };
+                let others: BTreeSet<String> = std::iter::once(r.primary)
+                    .chain(r.backups.iter().copied())
+                    .filter(|n| *n != from)
+                    .map(|n| self.failure_domain(n))
+                    .collect();
+                if others.contains(&self.failure_domain(light)) {
+                    continue;
+                }
+                let mut out = self.clone();
+                out.config_id += 1;
+                out.members = self.members().iter().map(|m| m.0).collect();
+                out.placement = placement.clone();
+                out.placement[i].backups[slot] = light;
+                out.placement[i].last_replica_change = out.id();
+                return Some(out);
+            }
+        }
+        None
     }
 
     /// Panics (in release builds too) if the configuration breaks an invariant.
@@ -416,33 +715,21 @@ impl Configuration {
         if let Err(e) = self.validate() {
             panic!("configuration invariant: {e}");
         }
-        let regions = self.regions();
-        let mut prev_end: Option<Key> = Some(Vec::new());
-        for r in &regions {
-            assert_eq!(
-                Some(r.start.clone()),
-                prev_end,
-                "regions must tile the key space"
-            );
-            prev_end = r.end.clone();
-            let mut all = vec![r.primary];
-            all.extend(&r.backups);
-            let distinct: BTreeSet<_> = all.iter().collect();
-            assert_eq!(
-                distinct.len(),
-                all.len(),
-                "replicas of {} not distinct",
-                r.id
-            );
-            assert_eq!(
-                all.len(),
-                self.replication,
-                "region {} has wrong replica count",
-                r.id
-            );
-        }
-        assert!(prev_end.is_none(), "last region must be unbounded");
     }
+}
+
+fn region_bounds(r: usize, n: usize) -> (Key, Option<Key>) {
+    let start = if r == 0 {
+        Vec::new()
+    } else {
+        vec![(r * 256 / n) as u8]
+    };
+    let end = if r + 1 == n {
+        None
+    } else {
+        Some(vec![((r + 1) * 256 / n) as u8])
+    };
+    (start, end)
 }
 
 /// Fast key → region lookup over a configuration's region map.
@@ -556,5 +843,136 @@ max_key_bytes = 100
             c.node(NodeId(9)),
             Err(ConfigError::UnknownNode(9))
         ));
+    }
+
+    fn five() -> Configuration {
+        Configuration::local(5, 7000, 3, 12, std::path::Path::new("/tmp/x"))
+    }
+
+    fn alive(ids: &[u32]) -> BTreeSet<NodeId> {
+        ids.iter().map(|&i| NodeId(i)).collect()
+    }
+
+    #[test]
+    fn remap_promotes_a_backup_and_refills_in_distinct_domains() {
+        let c = five();
+        let before = c.regions();
+        let next = c.remap(&alive(&[0, 2, 3, 4]), NodeId(0)).unwrap();
+        next.check_invariants();
+        assert_eq!(next.id(), ConfigId(2));
+        assert_eq!(
+            next.members(),
+            alive(&[0, 2, 3, 4]).into_iter().collect::<Vec<_>>()
+        );
+        let load = next.replica_load();
+        for (b, a) in before.iter().zip(next.regions()) {
+            let had_1 = b.primary == NodeId(1) || b.backups.contains(&NodeId(1));
+            assert_eq!(1 + a.backups.len(), 3, "{a:?}");
+            assert!(a.primary != NodeId(1) && !a.backups.contains(&NodeId(1)));
+            if b.primary == NodeId(1) {
+                assert_eq!(a.primary, b.backups[0], "the first backup is promoted");
+                assert_eq!(a.last_primary_change, ConfigId(2));
+            } else {
+                assert_eq!(a.primary, b.primary, "surviving primaries stay");
+                assert_eq!(a.last_primary_change, ConfigId(1));
+            }
+            let expect = if had_1 { ConfigId(2) } else { ConfigId(1) };
+            assert_eq!(a.last_replica_change, expect);
+            let domains: BTreeSet<String> = std::iter::once(a.primary)
+                .chain(a.backups.iter().copied())
+                .map(|n| next.failure_domain(n))
+                .collect();
+            assert_eq!(domains.len(), 3, "distinct failure domains: {a:?}");
+        }
+        // 36 replicas over 4 members: balanced to 9 each.
+        assert!(load.values().all(|&l| l == 9), "{load:?}");
+        // The stored placement survives a TOML round trip.
+        let back = Configuration::from_toml(&next.to_toml().unwrap()).unwrap();
+        assert_eq!(back, next);
+    }
+
+    #[test]
+    fn remap_with_too_few_members_degrades_and_a_lost_region_is_an_error() {
+        let c = Configuration::local(3, 7000, 3, 12, std::path::Path::new("/tmp/x"));
+        let next = c.remap(&alive(&[0, 2]), NodeId(2)).unwrap();
+        next.check_invariants();
+        assert_eq!(next.cm(), NodeId(2));
+        assert!(next.regions().iter().all(|r| r.backups.len() == 1));
+        let last = next.remap(&alive(&[2]), NodeId(2)).unwrap();
+        assert!(last.regions().iter().all(|r| r.primary == NodeId(2)));
+        let e = last.remap(&alive(&[5]), NodeId(5)).unwrap_err();
+        assert!(e.to_string().contains("unknown node 5"), "{e}");
+        let mut c1 = Configuration::local(3, 7000, 1, 3, std::path::Path::new("/tmp/x"));
+        c1.cm = 0;
+        let e = c1.remap(&alive(&[0, 1]), NodeId(0)).unwrap_err();
+        assert!(e.to_string().contains("lost every replica"), "{e}");
+        let e = c.remap(&alive(&[0, 1]), NodeId(2)).unwrap_err();
+        assert!(e.to_string().contains("not among the surviving"), "{e}");
+    }
+
+    #[test]
+    fn a_joined_node_gets_replicas_by_paced_rebalancing() {
+        let c = Configuration::local(3, 7000, 3, 12, std::path::Path::new("/tmp/x"));
+        let degraded = c.remap(&alive(&[0, 1]), NodeId(0)).unwrap();
+        let joined = degraded
+            .with_joined(NodeConfig {
+                id: 7,
+                addr: "127.0.0.1:7007".into(),
+                failure_domain: "fd7".into(),
+                data_dir: None,
+            })
+            .unwrap();
+        joined.check_invariants();
+        // Short regions get the new node at once.
+        assert!(joined.regions().iter().all(|r| r.backups.len() == 2));
+        assert!(joined
+            .regions()
+            .iter()
+            .all(|r| r.backups.contains(&NodeId(7))));
+        assert!(joined
+            .with_joined(NodeConfig {
+                id: 7,
+                addr: "127.0.0.1:7007".into(),
+                failure_domain: String::new(),
+                data_dir: None,
+            })
+            .is_err());
+        // A fourth node in a full cluster: one move per step until balanced.
+        let mut cur = c
+            .with_joined(NodeConfig {
+                id: 3,
+                addr: "127.0.0.1:7003".into(),
+                failure_domain: "fd3".into(),
+                data_dir: None,
+            })
+            .unwrap();
+        assert_eq!(cur.replica_load()[&NodeId(3)], 0);
+        let mut steps = 0;
+        while let Some(next) = cur.rebalance_step() {
+            next.check_invariants();
+            assert_eq!(next.config_id, cur.config_id + 1);
+            let moved = cur
+                .regions()
+                .iter()
+                .zip(next.regions())
+                .filter(|(a, b)| **a != *b)
+                .count();
+            assert_eq!(moved, 1, "one region per step");
+            cur = next;
+            steps += 1;
+            assert!(steps < 100);
+        }
+        let load = cur.replica_load();
+        assert!(load.values().all(|&l| (8..=10).contains(&l)), "{load:?}");
+        assert!(steps >= 8, "{steps}");
+    }
+
+    #[test]
+    fn a_placement_on_a_non_member_does_not_parse() {
+        let c = five();
+        let mut next = c.remap(&alive(&[0, 2, 3, 4]), NodeId(0)).unwrap();
+        next.placement[0].backups[0] = NodeId(1);
+        let e = Configuration::from_toml(&next.to_toml().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("non-member"), "{e}");
     }
 }
