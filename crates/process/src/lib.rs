@@ -36,6 +36,7 @@
 //! call at a time.
 
 pub mod client;
+pub mod lease;
 pub mod node;
 
 use meridian_wire::{Frame, NodeId};

@@ -345,6 +345,54 @@ pub enum Request {
     Thin(ThinRequest),
     /// Operations: liveness and status.
     Admin(AdminRequest),
+    /// Leases between the CM and every node and client (FaRM §5.1), sent
+    /// one-way on a channel of their own.
+    Lease(LeaseMessage),
+}
+
+/// Who holds a lease at the CM: a member node, or a client (a
+/// coordinator, by its coordinator id). FaRM §5.1 leases are between the CM
+/// and machines; Meridian's clients are coordinators, so they hold leases
+/// too and their failure is detected the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LeaseHolder {
+    /// A member node.
+    Node(NodeId),
+    /// A client, by coordinator id.
+    Client(u64),
+}
+
+/// FaRM §5.1's 3-way lease handshake. A holder sends `Request` every 1/5 of
+/// the lease; the CM's `Grant` grants the holder a lease and asks for one;
+/// the holder's `GrantAck` grants the CM its lease at the holder. All three
+/// are one-way frames: a lost one is covered by the next renewal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaseMessage {
+    /// Holder → CM: please grant me a lease.
+    Request {
+        /// The holder's configuration.
+        config: ConfigId,
+        /// Who asks.
+        holder: LeaseHolder,
+        /// The holder's sequence number for this request.
+        seq: u64,
+    },
+    /// CM → holder: a lease grant, and the CM's request for a lease.
+    Grant {
+        /// The CM's configuration.
+        config: ConfigId,
+        /// The request granted.
+        seq: u64,
+    },
+    /// Holder → CM: the holder grants the CM a lease.
+    GrantAck {
+        /// The holder's configuration.
+        config: ConfigId,
+        /// Who grants.
+        holder: LeaseHolder,
+        /// The grant being acknowledged.
+        seq: u64,
+    },
 }
 
 /// The transaction protocol's requests (FaRM Table 2; FaRMv2 Algorithm 2).

@@ -1,0 +1,573 @@
+//! # Leases: failure detection between the CM and every node and client (FaRM §5.1)
+//!
+//! **Problem.** The CM must learn quickly that a node or a client has
+//! failed, a node must learn that the CM has failed, and — for safety — a
+//! machine that has been removed from the configuration must stop serving
+//! before its replacement starts, even when it is alive on the wrong side of
+//! a partition.
+//!
+//! **Algorithm** (FaRM §5.1). Every holder (a member node other than the
+//! CM, or a client) keeps a lease at the CM, and the CM keeps a lease at
+//! every member. A holder sends `Request` every `lease / 5`; the CM's
+//! `Grant` grants the holder its lease and asks for one; the holder's
+//! `GrantAck` grants the CM its lease. Expiry of any lease triggers
+//! recovery: the CM suspects a holder whose requests stopped for a lease
+//! period ([`LeaseManager::suspects`]); a node suspects the CM when no grant
+//! came for a lease period ([`LeaseClient::cm_suspected`]).
+//!
+//! **Drift.** Local clocks run within `drift_ppm` of true time. Each side
+//! measures its own lease conservatively:
+//! - a holder's lease starts at its *send* time of the granted request and
+//!   lasts `lease × (1 − ε)` of its local time, so it ends no later in true
+//!   time than `lease` after the request left;
+//! - the CM's bound on when a holder's lease has surely ended is the
+//!   *send* time of its last grant plus `lease × (1 + ε)` of the CM's time
+//!   ([`LeaseManager::surely_expired_at`]); a new CM waits for it before
+//!   committing a configuration that removes the holder (FaRM §5.2 step 7);
+//! - the CM's lease at a member starts at the send time of the grant the
+//!   member acknowledged and lasts `lease × (1 − ε)`.
+//!
+//! **Serving rule.** A non-CM node serves only while it holds its lease
+//! ([`LeaseClient::holds`]); the CM serves and grants only while it holds
+//! leases at a majority of the members, itself included
+//! ([`LeaseManager::holds_majority`]). A machine cut off with a minority
+//! therefore stops serving within one lease, which is what lets the
+//! majority take over its regions after waiting one lease.
+//!
+//! **Bootstrap and reconfiguration.** A new CM's NEW-CONFIG is its lease
+//! request to every member and their NEW-CONFIG-ACK is their grant
+//! ([`LeaseManager::granted_by`]); the first configuration is formed the
+//! same way, so there is no lease without a configuration.
+//!
+//! **Invariants** (`check_invariants`): bounded outstanding requests and
+//! grants (`MAX_OUTSTANDING`); a holder's lease never ends after its
+//! request's send time plus one lease.
+//!
+//! The lease engine is pure: the shell runs it on a thread of its own
+//! (FaRM §5.1's dedicated lease manager) so that load cannot starve it.
+
+use meridian_wire::{ConfigId, LeaseHolder, LeaseMessage, NodeId};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Outstanding lease requests (holder) or grants (CM) remembered per
+/// holder; older ones are forgotten and their replies ignored.
+pub const MAX_OUTSTANDING: usize = 8;
+
+/// Lease timing: the lease and the drift bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseParams {
+    /// The lease, ns.
+    pub lease_ns: u64,
+    /// Clock drift bound, ppm (FaRMv2 §4.1's ε).
+    pub drift_ppm: u64,
+}
+
+impl LeaseParams {
+    /// From a lease in ms and the clock's drift bound.
+    pub fn new(lease_ms: u64, drift_ppm: u64) -> Self {
+        LeaseParams {
+            lease_ns: lease_ms.saturating_mul(1_000_000),
+            drift_ppm: drift_ppm.min(999_999),
+        }
+    }
+
+    /// Renewal period: one fifth of the lease (FaRM §5.1).
+    pub fn renew_ns(&self) -> u64 {
+        (self.lease_ns / 5).max(1)
+    }
+
+    /// How long a lease lasts for its holder, measured from its request's
+    /// send time on the holder's clock: `lease × (1 − ε)`, rounded down.
+    pub fn held_ns(&self) -> u64 {
+        (self.lease_ns as u128 * (1_000_000 - self.drift_ppm) as u128 / 1_000_000) as u64
+    }
+
+    /// How long the granter waits, from the grant's send time on its own
+    /// clock, before the lease has surely ended at the holder:
+    /// `lease × (1 + ε)`, rounded up.
+    pub fn surely_over_ns(&self) -> u64 {
+        (self.lease_ns as u128 * (1_000_000 + self.drift_ppm) as u128).div_ceil(1_000_000) as u64
+    }
+}
+
+/// The holder's side: a node other than the CM, or a client.
+#[derive(Clone, Debug)]
+pub struct LeaseClient {
+    params: LeaseParams,
+    me: LeaseHolder,
+    config: ConfigId,
+    cm: NodeId,
+    next_seq: u64,
+    next_renew_ns: u64,
+    /// Requests sent: (seq, local send time).
+    sent: VecDeque<(u64, u64)>,
+    /// My lease at the CM ends at this local time (0: none).
+    lease_until_ns: u64,
+    /// The CM's lease at me ends here: later, the CM is suspected.
+    cm_until_ns: u64,
+    grants: u64,
+}
+
+impl LeaseClient {
+    /// A holder `me` of configuration `config` whose CM is `cm`, starting
+    /// at `now`. It holds no lease yet; the CM is given one lease period to
+    /// answer before it is suspected.
+    pub fn new(
+        params: LeaseParams,
+        me: LeaseHolder,
+        config: ConfigId,
+        cm: NodeId,
+        now: u64,
+    ) -> Self {
+        LeaseClient {
+            params,
+            me,
+            config,
+            cm,
+            next_seq: 1,
+            next_renew_ns: now,
+            sent: VecDeque::new(),
+            lease_until_ns: 0,
+            cm_until_ns: now.saturating_add(params.lease_ns),
+            grants: 0,
+        }
+    }
+
+    /// The CM this holder renews with.
+    pub fn cm(&self) -> NodeId {
+        self.cm
+    }
+
+    /// Grants received so far.
+    pub fn grants(&self) -> u64 {
+        self.grants
+    }
+
+    /// A NEW-CONFIG from `cm` for `config` arrived (FaRM §5.2 step 5: it is
+    /// a lease request from the new CM); `granted` says whether the CM
+    /// changed, in which case the old lease is void and the new CM gets a
+    /// lease period to grant one. Returns nothing to send: the
+    /// NEW-CONFIG-ACK is the grant.
+    pub fn reset(&mut self, now: u64, config: ConfigId, cm: NodeId) {
+        if cm != self.cm {
+            self.lease_until_ns = 0;
+            self.sent.clear();
+            self.next_renew_ns = now;
+        }
+        self.cm = cm;
+        self.config = config;
+        self.cm_until_ns = self
+            .cm_until_ns
+            .max(now.saturating_add(self.params.lease_ns));
+    }
+
+    /// Send a renewal if one is due; returns the message for the CM.
+    pub fn tick(&mut self, now: u64) -> Option<LeaseMessage> {
+        if now < self.next_renew_ns {
+            return None;
+        }
+        self.next_renew_ns = now.saturating_add(self.params.renew_ns());
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if self.sent.len() == MAX_OUTSTANDING {
+            self.sent.pop_front();
+        }
+        self.sent.push_back((seq, now));
+        Some(LeaseMessage::Request {
+            config: self.config,
+            holder: self.me,
+            seq,
+        })
+    }
+
+    /// A message from `from`; returns the GrantAck to send back, if any.
+    /// Grants from a node that is not this holder's CM, for another
+    /// configuration, or for a forgotten request are ignored.
+    pub fn on_message(
+        &mut self,
+        now: u64,
+        from: NodeId,
+        msg: &LeaseMessage,
+    ) -> Option<LeaseMessage> {
+        let LeaseMessage::Grant { config, seq } = *msg else {
+            return None;
+        };
+        if from != self.cm || config != self.config {
+            return None;
+        }
+        let sent_ns = self.sent.iter().find(|(s, _)| *s == seq)?.1;
+        self.lease_until_ns = self
+            .lease_until_ns
+            .max(sent_ns.saturating_add(self.params.held_ns()));
+        self.cm_until_ns = self
+            .cm_until_ns
+            .max(now.saturating_add(self.params.lease_ns));
+        self.grants += 1;
+        Some(LeaseMessage::GrantAck {
+            config,
+            holder: self.me,
+            seq,
+        })
+    }
+
+    /// True while this holder's lease at the CM is valid: it may serve.
+    pub fn holds(&self, now: u64) -> bool {
+        now < self.lease_until_ns
+    }
+
+    /// True once the CM's lease at this holder has expired (FaRM §5.2 step
+    /// 1: the holder suspects the CM).
+    pub fn cm_suspected(&self, now: u64) -> bool {
+        now >= self.cm_until_ns
+    }
+
+    /// The next local time at which something here changes.
+    pub fn next_wake_ns(&self) -> u64 {
+        let mut t = self.next_renew_ns.min(self.cm_until_ns);
+        if self.lease_until_ns > 0 {
+            t = t.min(self.lease_until_ns);
+        }
+        t
+    }
+
+    /// Panics if an invariant is broken (release builds too).
+    pub fn check_invariants(&self) {
+        assert!(
+            self.sent.len() <= MAX_OUTSTANDING,
+            "lease requests unbounded"
+        );
+        if let Some(&(_, newest)) = self.sent.back() {
+            assert!(
+                self.lease_until_ns <= newest.saturating_add(self.params.held_ns()),
+                "a lease outlives its newest request"
+            );
+        }
+    }
+}
+
+/// What the CM knows about one holder.
+#[derive(Clone, Debug, Default)]
+struct Held {
+    /// Local time of the holder's last request (for suspicion).
+    last_request_ns: u64,
+    /// Local send time of the CM's last grant (the holder's lease surely
+    /// ends `surely_over_ns` after it).
+    last_grant_ns: Option<u64>,
+    /// Grants sent, (seq, local send time).
+    grants: VecDeque<(u64, u64)>,
+    /// The CM's lease at this holder ends here (members only).
+    cm_lease_until_ns: u64,
+}
+
+/// The CM's side: the holders' leases and the CM's leases at the members.
+#[derive(Clone, Debug)]
+pub struct LeaseManager {
+    params: LeaseParams,
+    config: ConfigId,
+    cm: NodeId,
+    members: BTreeSet<NodeId>,
+    held: BTreeMap<LeaseHolder, Held>,
+}
+
+impl LeaseManager {
+    /// The CM `cm` of configuration `config` with `members`, starting at
+    /// `now`: every member is given one lease period before it is suspected.
+    /// The CM holds no lease at any member until
+    /// [`LeaseManager::granted_by`] or a `GrantAck`.
+    pub fn new(
+        params: LeaseParams,
+        config: ConfigId,
+        cm: NodeId,
+        members: &[NodeId],
+        now: u64,
+    ) -> Self {
+        let mut m = LeaseManager {
+            params,
+            config,
+            cm,
+            members: members.iter().copied().collect(),
+            held: BTreeMap::new(),
+        };
+        for &n in members {
+            if n != cm {
+                m.add(LeaseHolder::Node(n), now);
+            }
+        }
+        m
+    }
+
+    /// Start tracking `holder` (a registering client, a joining node) as
+    /// if it had just asked.
+    pub fn add(&mut self, holder: LeaseHolder, now: u64) {
+        self.held.entry(holder).or_insert(Held {
+            last_request_ns: now,
+            ..Held::default()
+        });
+    }
+
+    /// Stop tracking `holder` (removed from the configuration, or a client
+    /// whose failure is being handled).
+    pub fn remove(&mut self, holder: LeaseHolder) {
+        self.held.remove(&holder);
+    }
+
+    /// Move to configuration `config` with `members` (a configuration the
+    /// CM itself installed). Removed members stop being tracked; new ones
+    /// are added.
+    pub fn set_config(&mut self, now: u64, config: ConfigId, members: &[NodeId]) {
+        self.config = config;
+        self.members = members.iter().copied().collect();
+        let gone: Vec<LeaseHolder> = self
+            .held
+            .keys()
+            .filter(|h| matches!(h, LeaseHolder::Node(n) if !self.members.contains(n)))
+            .copied()
+            .collect();
+        for h in gone {
+            self.held.remove(&h);
+        }
+        for &n in members {
+            if n != self.cm {
+                self.add(LeaseHolder::Node(n), now);
+            }
+        }
+    }
+
+    /// Member `node` acknowledged a lease request the CM sent at `sent_ns`
+    /// outside the handshake (its NEW-CONFIG-ACK to a NEW-CONFIG sent then).
+    pub fn granted_by(&mut self, node: NodeId, sent_ns: u64) {
+        if let Some(h) = self.held.get_mut(&LeaseHolder::Node(node)) {
+            h.cm_lease_until_ns = h
+                .cm_lease_until_ns
+                .max(sent_ns.saturating_add(self.params.held_ns()));
+        }
+    }
+
+    /// A lease message from a holder; returns the Grant to send back, if
+    /// any. Requests from unknown holders, for another configuration, or
+    /// while the CM does not hold a majority are not granted.
+    pub fn on_message(&mut self, now: u64, msg: &LeaseMessage) -> Option<LeaseMessage> {
+        match *msg {
+            LeaseMessage::Request {
+                config,
+                holder,
+                seq,
+            } => {
+                if config != self.config && matches!(holder, LeaseHolder::Node(_)) {
+                    return None;
+                }
+                let majority = self.holds_majority(now);
+                let h = self.held.get_mut(&holder)?;
+                h.last_request_ns = h.last_request_ns.max(now);
+                if !majority {
+                    return None;
+                }
+                h.last_grant_ns = Some(now);
+                if h.grants.len() == MAX_OUTSTANDING {
+                    h.grants.pop_front();
+                }
+                h.grants.push_back((seq, now));
+                Some(LeaseMessage::Grant {
+                    config: self.config,
+                    seq,
+                })
+            }
+            LeaseMessage::GrantAck {
+                config,
+                holder,
+                seq,
+            } => {
+                if config != self.config {
+                    return None;
+                }
+                let held_ns = self.params.held_ns();
+                let h = self.held.get_mut(&holder)?;
+                let sent = h.grants.iter().find(|(s, _)| *s == seq)?.1;
+                h.cm_lease_until_ns = h.cm_lease_until_ns.max(sent.saturating_add(held_ns));
+                None
+            }
+            LeaseMessage::Grant { .. } => None,
+        }
+    }
+
+    /// Holders whose lease has expired at the CM (no request for a lease
+    /// period), in order: FaRM §5.2 step 1's suspects.
+    pub fn suspects(&self, now: u64) -> Vec<LeaseHolder> {
+        self.held
+            .iter()
+            .filter(|(_, h)| now >= h.last_request_ns.saturating_add(self.params.lease_ns))
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// The CM-local time after which `holder`'s lease has surely ended
+    /// (it was never granted one: now).
+    pub fn surely_expired_at(&self, holder: LeaseHolder, now: u64) -> u64 {
+        match self.held.get(&holder).and_then(|h| h.last_grant_ns) {
+            Some(t) => t.saturating_add(self.params.surely_over_ns()),
+            None => now,
+        }
+    }
+
+    /// True while the CM holds leases at a majority of the members,
+    /// counting itself: only then may it serve and grant.
+    pub fn holds_majority(&self, now: u64) -> bool {
+        let held = self
+            .members
+            .iter()
+            .filter(|&&m| {
+                m == self.cm
+                    || self
+                        .held
+                        .get(&LeaseHolder::Node(m))
+                        .is_some_and(|h| now < h.cm_lease_until_ns)
+            })
+            .count();
+        held * 2 > self.members.len()
+    }
+
+    /// The next local time at which a suspicion can start.
+    pub fn next_wake_ns(&self) -> Option<u64> {
+        self.held
+            .values()
+            .map(|h| h.last_request_ns.saturating_add(self.params.lease_ns))
+            .min()
+    }
+
+    /// Panics if an invariant is broken (release builds too).
+    pub fn check_invariants(&self) {
+        for (k, h) in &self.held {
+            assert!(
+                h.grants.len() <= MAX_OUTSTANDING,
+                "grants to {k:?} unbounded"
+            );
+            if let LeaseHolder::Node(n) = k {
+                assert!(self.members.contains(n), "lease kept for non-member {n}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn params() -> LeaseParams {
+        LeaseParams::new(10, 1000)
+    }
+
+    #[test]
+    fn the_three_way_handshake_gives_both_sides_a_lease() {
+        let p = params();
+        let members = [NodeId(0), NodeId(1), NodeId(2)];
+        let mut cm = LeaseManager::new(p, ConfigId(1), NodeId(0), &members, 0);
+        // The CM holds no lease yet, so it cannot grant: formation goes
+        // through NEW-CONFIG, whose acks are grants.
+        assert!(!cm.holds_majority(0));
+        cm.granted_by(NodeId(1), 0);
+        assert!(cm.holds_majority(MS));
+        let mut n1 = LeaseClient::new(p, LeaseHolder::Node(NodeId(1)), ConfigId(1), NodeId(0), 0);
+        let req = n1.tick(MS).unwrap();
+        assert!(n1.tick(MS + 1).is_none(), "renewal waits lease/5");
+        assert!(!n1.holds(MS));
+        let grant = cm.on_message(MS + 100, &req).unwrap();
+        let ack = n1.on_message(MS + 200, NodeId(0), &grant).unwrap();
+        assert!(n1.holds(MS + 200));
+        // The holder's lease runs from its send time, shortened by the drift.
+        assert_eq!(p.held_ns(), 9_990_000);
+        assert!(n1.holds(MS + p.held_ns() - 1));
+        assert!(!n1.holds(MS + p.held_ns()));
+        assert_eq!(cm.on_message(MS + 300, &ack), None);
+        // The CM's bound on the holder's lease runs from the grant's send.
+        assert_eq!(
+            cm.surely_expired_at(LeaseHolder::Node(NodeId(1)), 0),
+            MS + 100 + 10_010_000
+        );
+        // A grant from a non-CM or for another configuration is ignored.
+        assert!(n1.on_message(MS, NodeId(2), &grant).is_none());
+        let other = LeaseMessage::Grant {
+            config: ConfigId(9),
+            seq: 1,
+        };
+        assert!(n1.on_message(MS, NodeId(0), &other).is_none());
+        n1.check_invariants();
+        cm.check_invariants();
+    }
+
+    #[test]
+    fn silence_is_suspected_after_one_lease_and_a_minority_cm_stops_granting() {
+        let p = params();
+        let members = [NodeId(0), NodeId(1), NodeId(2)];
+        let mut cm = LeaseManager::new(p, ConfigId(1), NodeId(0), &members, 0);
+        cm.granted_by(NodeId(1), 0);
+        cm.granted_by(NodeId(2), 0);
+        let mut n1 = LeaseClient::new(p, LeaseHolder::Node(NodeId(1)), ConfigId(1), NodeId(0), 0);
+        // Node 1 renews every 2 ms; node 2 is silent.
+        let mut t = 0;
+        while t < 30 * MS {
+            if let Some(req) = n1.tick(t) {
+                if let Some(g) = cm.on_message(t, &req) {
+                    if let Some(ack) = n1.on_message(t, NodeId(0), &g) {
+                        cm.on_message(t, &ack);
+                    }
+                }
+            }
+            if t < 10 * MS {
+                assert!(cm.suspects(t).is_empty(), "{t}");
+            }
+            t += MS / 2;
+        }
+        assert_eq!(cm.suspects(t), vec![LeaseHolder::Node(NodeId(2))]);
+        assert!(!n1.cm_suspected(t));
+        assert!(cm.holds_majority(t), "1 and the CM are 2 of 3");
+        // Node 1 goes silent too: the CM loses its majority and stops
+        // granting, and node 1 would suspect it.
+        let late = t + 20 * MS;
+        assert!(!cm.holds_majority(late));
+        let req = LeaseMessage::Request {
+            config: ConfigId(1),
+            holder: LeaseHolder::Node(NodeId(1)),
+            seq: 1_000,
+        };
+        assert!(cm.on_message(late, &req).is_none());
+        assert!(n1.cm_suspected(late));
+        assert!(!n1.holds(late));
+    }
+
+    #[test]
+    fn reconfiguration_moves_leases_to_the_new_cm() {
+        let p = params();
+        let mut n1 = LeaseClient::new(p, LeaseHolder::Node(NodeId(1)), ConfigId(1), NodeId(0), 0);
+        let req = n1.tick(0).unwrap();
+        let mut cm0 = LeaseManager::new(p, ConfigId(1), NodeId(0), &[NodeId(0), NodeId(1)], 0);
+        cm0.granted_by(NodeId(1), 0);
+        let g = cm0.on_message(0, &req).unwrap();
+        n1.on_message(0, NodeId(0), &g);
+        assert!(n1.holds(MS));
+        // NEW-CONFIG from CM 2: the old lease is void, renewals go to 2.
+        n1.reset(2 * MS, ConfigId(2), NodeId(2));
+        assert!(!n1.holds(2 * MS));
+        assert_eq!(n1.cm(), NodeId(2));
+        let req = n1.tick(2 * MS).unwrap();
+        assert!(matches!(
+            req,
+            LeaseMessage::Request {
+                config: ConfigId(2),
+                ..
+            }
+        ));
+        // A stale grant from the old CM does not count.
+        assert!(n1.on_message(2 * MS, NodeId(0), &g).is_none());
+        let mut cm2 = LeaseManager::new(p, ConfigId(2), NodeId(2), &[NodeId(1), NodeId(2)], 2 * MS);
+        cm2.granted_by(NodeId(1), 2 * MS);
+        let g2 = cm2.on_message(2 * MS, &req).unwrap();
+        assert!(n1.on_message(2 * MS, NodeId(2), &g2).is_some());
+        assert!(n1.holds(3 * MS));
+        // The new configuration drops removed members' leases.
+        cm2.set_config(3 * MS, ConfigId(3), &[NodeId(2)]);
+        assert!(cm2.suspects(100 * MS).is_empty());
+        cm2.check_invariants();
+    }
+}
