@@ -38,6 +38,7 @@
 pub mod client;
 pub mod lease;
 pub mod node;
+pub mod reconfig;
 
 use meridian_wire::{Frame, NodeId};
 

@@ -281,7 +281,7 @@ impl NodeProcess {
             }
             Request::Cm(CmRequest::RegisterClient) => self.register_client(),
             Request::Admin(AdminRequest::Ping) => AdminResponse::Pong.into(),
-            Request::Lease(_) => self.wrong_role("a lease manager"),
+            Request::Lease(_) | Request::Reconfig(_) => return,
             Request::Admin(AdminRequest::Status) => self.status(now),
             Request::Thin(ThinRequest::Execute { ops }) => match id {
                 Some(id) => return self.start_execute(now, from, id, ops),

@@ -348,6 +348,78 @@ pub enum Request {
     /// Leases between the CM and every node and client (FaRM §5.1), sent
     /// one-way on a channel of their own.
     Lease(LeaseMessage),
+    /// Reconfiguration between members (FaRM §5.2, FaRMv2 §4.3), sent
+    /// one-way; each side retransmits until it hears back.
+    Reconfig(ReconfigMessage),
+}
+
+/// FaRM §5.2's reconfiguration messages, with FaRMv2 §4.3's clock
+/// fast-forward values folded in. All one-way; `from` is the sender.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReconfigMessage {
+    /// Step 1: a member that suspects the CM asks a backup CM to start.
+    SuspectCm {
+        /// The suspecting member's configuration.
+        config: ConfigId,
+        /// The suspecting member.
+        from: NodeId,
+    },
+    /// Step 2: the would-be CM checks who is alive.
+    Probe {
+        /// The prober's configuration.
+        config: ConfigId,
+        /// The prober.
+        from: NodeId,
+        /// The probe round.
+        seq: u64,
+    },
+    /// Step 2: the answer to a probe.
+    ProbeReply {
+        /// The replier's configuration.
+        config: ConfigId,
+        /// The replier.
+        from: NodeId,
+        /// The probe round answered.
+        seq: u64,
+    },
+    /// Step 5: the new configuration, as TOML text (the `config` crate's
+    /// format), from its CM. Also the new CM's lease request.
+    NewConfig {
+        /// The new configuration's id.
+        config: ConfigId,
+        /// Its CM.
+        from: NodeId,
+        /// The configuration.
+        config_toml: String,
+    },
+    /// Step 6: a member applied the new configuration; it grants the CM a
+    /// lease and reports the upper bound of its clock, ns (FaRMv2 §4.3 FF).
+    NewConfigAck {
+        /// The configuration applied.
+        config: ConfigId,
+        /// The member.
+        from: NodeId,
+        /// Upper bound of the member's global-time interval, ns (0 if it
+        /// has none).
+        clock_upper_ns: u64,
+    },
+    /// Step 7: the configuration is committed; clocks advance to at least
+    /// `clock_ff_ns` (FaRMv2 §4.3).
+    NewConfigCommit {
+        /// The configuration.
+        config: ConfigId,
+        /// The CM.
+        from: NodeId,
+        /// Global time is at least this from now on, ns.
+        clock_ff_ns: u64,
+    },
+    /// A member acknowledges NEW-CONFIG-COMMIT.
+    NewConfigCommitAck {
+        /// The configuration.
+        config: ConfigId,
+        /// The member.
+        from: NodeId,
+    },
 }
 
 /// Who holds a lease at the CM: a member node, or a client (a

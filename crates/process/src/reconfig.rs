@@ -1,0 +1,1000 @@
+//! # Reconfiguration: suspect, probe, CAS, remap, NEW-CONFIG, apply, commit (FaRM §5.2, FaRMv2 §4.3)
+//!
+//! **Problem.** When a member fails, the survivors must agree on a new
+//! configuration — members, CM, region placement — such that exactly one
+//! configuration follows each one, a minority cut off by a partition can
+//! never make one, and no machine removed from the configuration still
+//! serves once the new one lets regions move.
+//!
+//! **Algorithm.** One [`Reconfig`] engine per node, driven by its node
+//! process:
+//! 1. *Suspect.* The CM suspects the members whose lease expired
+//!    ([`Reconfig::suspect_members`]). A member that suspects the CM
+//!    ([`Reconfig::suspect_cm`]) starts at once if it is the first backup
+//!    CM (the CM's successor among the members, in id order); otherwise it
+//!    sends `SuspectCm` to that backup and waits `rank × probe_timeout`
+//!    before trying itself, so a CM failure does not start many attempts.
+//! 2. *Probe.* The would-be CM probes every member but the suspects and
+//!    waits up to `probe_timeout` for replies. It goes on only if the
+//!    replies and itself are a majority of the current members. A member
+//!    answering a probe from someone other than its CM stops renewing its
+//!    lease with the old CM (so the old CM loses its majority within one
+//!    lease; see `lease`).
+//! 3. *CAS.* It asks the coordination service to replace configuration
+//!    `c` by `c + 1` ([`ReconfigOutput::Cas`]): only one machine can win.
+//! 4. *Remap.* `c + 1` is [`Configuration::remap`] of `c` with the probed
+//!    members and itself as CM: failed primaries are replaced by a backup,
+//!    missing replicas refilled.
+//! 5. *NEW-CONFIG* to every member of `c + 1`, resent until acknowledged.
+//! 6. *Apply.* A member with a lower configuration applies it
+//!    ([`ReconfigOutput::Applied`]): from then on it refuses messages of
+//!    older configurations and blocks requests; it acknowledges with
+//!    NEW-CONFIG-ACK (a lease grant to the new CM) carrying the upper bound
+//!    of its clock.
+//! 7. *Commit.* Once every member acknowledged and the removed members'
+//!    leases have surely expired, the CM sends NEW-CONFIG-COMMIT with the
+//!    fast-forward time FF, the maximum of the reported upper bounds
+//!    (FaRMv2 §4.3), and every member unblocks and starts transaction
+//!    recovery ([`ReconfigOutput::Committed`]).
+//!
+//! **The lease wait** (step 7). If the CM is unchanged, it waits until the
+//! last grant it sent to each removed member has surely run out
+//! ([`crate::lease::LeaseManager::surely_expired_at`]). A new CM does not
+//! know the old CM's grants; it knows that every probed member stopped
+//! renewing the old CM when it answered the probe, so the old CM lost its
+//! majority — and stopped serving and granting — within one lease of the
+//! probe's end, and any lease it granted before ended within one more. It
+//! waits one lease (`surely_over`) after the probe if the old CM is the
+//! only machine removed, two otherwise.
+//!
+//! **Invariants** (`check_invariants`): the configuration id only grows; a
+//! proposal is exactly one above the configuration it replaces; the
+//! committed configuration contains this node unless it was removed.
+
+use crate::lease::LeaseParams;
+use meridian_config::Configuration;
+use meridian_wire::{ConfigId, NodeId, ReconfigMessage};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Reconfiguration timing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReconfigParams {
+    /// The lease timing (waits are derived from it).
+    pub lease: LeaseParams,
+    /// How long a prober waits for replies, and the spacing between backup
+    /// CMs' attempts, ns.
+    pub probe_timeout_ns: u64,
+    /// How often unanswered NEW-CONFIG / NEW-CONFIG-COMMIT are resent, ns.
+    pub resend_ns: u64,
+    /// Backup CMs: the CM's successors that may start a reconfiguration
+    /// before anyone else (FaRM §5.2 step 1's "small number").
+    pub backup_cms: usize,
+}
+
+/// What the engine asks of its node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReconfigOutput {
+    /// Send `msg` to member `to` (one-way).
+    Send {
+        /// Destination.
+        to: NodeId,
+        /// The message.
+        msg: ReconfigMessage,
+    },
+    /// Ask the coordination service to replace configuration `expected`
+    /// by `proposed`; the answer comes back through [`Reconfig::on_cas`].
+    Cas {
+        /// The configuration being replaced.
+        expected: ConfigId,
+        /// Its successor.
+        proposed: Box<Configuration>,
+    },
+    /// Step 6: apply this configuration (block requests, refuse older
+    /// configurations). `cm_changed` says whether clocks must be disabled
+    /// (FaRMv2 §4.3).
+    Applied {
+        /// The configuration.
+        config: Box<Configuration>,
+        /// True if its CM differs from the previous one.
+        cm_changed: bool,
+    },
+    /// This node is not a member of the configuration it was sent: it must
+    /// stop serving (a restart joins as a new incarnation).
+    Removed {
+        /// The configuration that removed it.
+        config: ConfigId,
+    },
+    /// Step 7: the applied configuration is committed; unblock, set the
+    /// clock to at least `clock_ff_ns`, start transaction recovery.
+    Committed {
+        /// The configuration.
+        config: ConfigId,
+        /// Fast-forward time, ns.
+        clock_ff_ns: u64,
+    },
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    /// Serving (or blocked waiting for NEW-CONFIG-COMMIT if `applied`).
+    Member,
+    /// Waiting for the first backup CM before trying (step 1).
+    Deferred { until_ns: u64 },
+    /// Step 2.
+    Probing {
+        seq: u64,
+        suspects: BTreeSet<NodeId>,
+        replied: BTreeSet<NodeId>,
+        deadline_ns: u64,
+    },
+    /// Step 3.
+    Casing {
+        proposed: Box<Configuration>,
+        probe_end_ns: u64,
+    },
+    /// Steps 5–7 at the new CM.
+    Proposing {
+        proposed: Box<Configuration>,
+        acks: BTreeMap<NodeId, u64>,
+        commit_after_ns: u64,
+        next_resend_ns: u64,
+    },
+    /// After step 7 at the CM: resend NEW-CONFIG-COMMIT until acknowledged.
+    Committing {
+        config: ConfigId,
+        clock_ff_ns: u64,
+        acked: BTreeSet<NodeId>,
+        next_resend_ns: u64,
+    },
+}
+
+/// One node's reconfiguration engine (see the module essay).
+#[derive(Clone, Debug)]
+pub struct Reconfig {
+    me: NodeId,
+    params: ReconfigParams,
+    /// The configuration this node runs: committed, or applied and waiting
+    /// for its commit (`pending_commit`).
+    config: Configuration,
+    pending_commit: bool,
+    removed: bool,
+    state: State,
+    next_probe_seq: u64,
+    out: Vec<ReconfigOutput>,
+}
+
+impl Reconfig {
+    /// Node `me` running committed configuration `config`.
+    pub fn new(me: NodeId, params: ReconfigParams, config: Configuration) -> Self {
+        Reconfig {
+            me,
+            params,
+            config,
+            pending_commit: false,
+            removed: false,
+            state: State::Member,
+            next_probe_seq: 1,
+            out: Vec::new(),
+        }
+    }
+
+    /// The configuration this node runs.
+    pub fn config(&self) -> &Configuration {
+        &self.config
+    }
+
+    /// True between applying a configuration and its commit (requests are
+    /// blocked), or while this node leads a reconfiguration.
+    pub fn reconfiguring(&self) -> bool {
+        self.pending_commit
+            || !matches!(
+                self.state,
+                State::Member | State::Committing { .. } | State::Deferred { .. }
+            )
+    }
+
+    /// True once a configuration removed this node.
+    pub fn removed(&self) -> bool {
+        self.removed
+    }
+
+    /// Take the outputs produced so far, in order.
+    pub fn drain(&mut self) -> Vec<ReconfigOutput> {
+        std::mem::take(&mut self.out)
+    }
+
+    fn send(&mut self, to: NodeId, msg: ReconfigMessage) {
+        if to != self.me {
+            self.out.push(ReconfigOutput::Send { to, msg });
+        }
+    }
+
+    fn idle(&self) -> bool {
+        matches!(self.state, State::Member | State::Deferred { .. })
+    }
+
+    /// Step 1 at the CM: members whose lease expired.
+    pub fn suspect_members(&mut self, now: u64, suspects: &[NodeId]) {
+        if self.removed || !self.idle() || suspects.is_empty() {
+            return;
+        }
+        let suspects: BTreeSet<NodeId> = suspects
+            .iter()
+            .copied()
+            .filter(|n| self.config.is_member(*n) && *n != self.me)
+            .collect();
+        if !suspects.is_empty() {
+            self.start_probe(now, suspects);
+        }
+    }
+
+    /// Step 1 at a member: the CM's lease expired.
+    pub fn suspect_cm(&mut self, now: u64) {
+        if self.removed || !matches!(self.state, State::Member) {
+            return;
+        }
+        let cm = self.config.cm();
+        if cm == self.me {
+            return;
+        }
+        let ring: Vec<NodeId> = {
+            let members = self.config.members();
+            let at = members.iter().position(|m| *m == cm).unwrap_or(0);
+            (1..members.len())
+                .map(|k| members[(at + k) % members.len()])
+                .collect()
+        };
+        let rank = ring
+            .iter()
+            .take(self.params.backup_cms.max(1))
+            .position(|m| *m == self.me)
+            .unwrap_or(self.params.backup_cms.max(1));
+        if rank == 0 {
+            self.start_probe(now, [cm].into_iter().collect());
+        } else {
+            let config = self.config.id();
+            let me = self.me;
+            self.send(ring[0], ReconfigMessage::SuspectCm { config, from: me });
+            self.state = State::Deferred {
+                until_ns: now.saturating_add(self.params.probe_timeout_ns * 2 * rank as u64),
+            };
+        }
+    }
+
+    fn start_probe(&mut self, now: u64, suspects: BTreeSet<NodeId>) {
+        let seq = self.next_probe_seq;
+        self.next_probe_seq += 1;
+        let config = self.config.id();
+        let me = self.me;
+        for m in self.config.members() {
+            if !suspects.contains(&m) {
+                self.send(
+                    m,
+                    ReconfigMessage::Probe {
+                        config,
+                        from: me,
+                        seq,
+                    },
+                );
+            }
+        }
+        self.state = State::Probing {
+            seq,
+            suspects,
+            replied: BTreeSet::new(),
+            deadline_ns: now.saturating_add(self.params.probe_timeout_ns),
+        };
+        self.maybe_end_probe(now);
+    }
+
+    fn maybe_end_probe(&mut self, now: u64) {
+        let State::Probing {
+            suspects,
+            replied,
+            deadline_ns,
+            ..
+        } = &self.state
+        else {
+            return;
+        };
+        let members = self.config.members();
+        let asked = members
+            .iter()
+            .filter(|m| !suspects.contains(m) && **m != self.me)
+            .count();
+        if replied.len() < asked && now < *deadline_ns {
+            return;
+        }
+        let mut alive = replied.clone();
+        alive.insert(self.me);
+        if alive.len() * 2 <= members.len() {
+            // A minority cannot reconfigure (FaRM §5.2 step 2); try again
+            // after a lease, if still suspected.
+            self.state = State::Deferred {
+                until_ns: now.saturating_add(self.params.lease.lease_ns),
+            };
+            return;
+        }
+        match self.config.remap(&alive, self.me) {
+            Ok(next) => {
+                let proposed = Box::new(next);
+                self.out.push(ReconfigOutput::Cas {
+                    expected: self.config.id(),
+                    proposed: proposed.clone(),
+                });
+                self.state = State::Casing {
+                    proposed,
+                    probe_end_ns: now,
+                };
+            }
+            Err(_) => {
+                // A region lost every replica: nothing this node can do
+                // but keep its configuration (FaRM: "signals an error").
+                self.state = State::Deferred {
+                    until_ns: now.saturating_add(self.params.lease.lease_ns),
+                };
+            }
+        }
+    }
+
+    /// Step 3's answer: `Ok` if the coordination service installed the
+    /// proposal, `Err(current)` with its current configuration otherwise.
+    /// `surely_expired_at(node)` is the lease manager's bound for each
+    /// removed member when this node was already the CM.
+    pub fn on_cas(
+        &mut self,
+        now: u64,
+        result: Result<(), Configuration>,
+        surely_expired_at: impl Fn(NodeId) -> u64,
+    ) {
+        let State::Casing {
+            proposed,
+            probe_end_ns,
+            ..
+        } = std::mem::replace(&mut self.state, State::Member)
+        else {
+            return;
+        };
+        if let Err(current) = result {
+            // Someone else won; its NEW-CONFIG will come. If this node is
+            // behind, it learns the configuration from it.
+            let _ = current;
+            return;
+        }
+        let old_cm = self.config.cm();
+        let removed: Vec<NodeId> = self
+            .config
+            .members()
+            .into_iter()
+            .filter(|m| !proposed.is_member(*m))
+            .collect();
+        let over = self.params.lease.surely_over_ns();
+        let commit_after_ns = if old_cm == self.me {
+            removed
+                .iter()
+                .map(|n| surely_expired_at(*n))
+                .max()
+                .unwrap_or(now)
+        } else if removed == [old_cm] {
+            probe_end_ns.saturating_add(over)
+        } else {
+            probe_end_ns.saturating_add(2 * over)
+        };
+        let mut acks = BTreeMap::new();
+        acks.insert(self.me, 0);
+        self.state = State::Proposing {
+            proposed: proposed.clone(),
+            acks,
+            commit_after_ns,
+            next_resend_ns: now,
+        };
+        self.apply(*proposed);
+        self.resend(now);
+    }
+
+    fn apply(&mut self, config: Configuration) {
+        let cm_changed = config.cm() != self.config.cm();
+        self.config = config.clone();
+        self.pending_commit = true;
+        self.out.push(ReconfigOutput::Applied {
+            config: Box::new(config),
+            cm_changed,
+        });
+    }
+
+    fn resend(&mut self, now: u64) {
+        match &mut self.state {
+            State::Proposing {
+                proposed,
+                acks,
+                next_resend_ns,
+                ..
+            } if now >= *next_resend_ns => {
+                *next_resend_ns = now.saturating_add(self.params.resend_ns);
+                let Ok(config_toml) = proposed.to_toml() else {
+                    return;
+                };
+                let config = proposed.id();
+                let to: Vec<NodeId> = proposed
+                    .members()
+                    .into_iter()
+                    .filter(|m| !acks.contains_key(m))
+                    .collect();
+                let me = self.me;
+                for m in to {
+                    self.send(
+                        m,
+                        ReconfigMessage::NewConfig {
+                            config,
+                            from: me,
+                            config_toml: config_toml.clone(),
+                        },
+                    );
+                }
+            }
+            State::Committing {
+                config,
+                clock_ff_ns,
+                acked,
+                next_resend_ns,
+            } if now >= *next_resend_ns => {
+                *next_resend_ns = now.saturating_add(self.params.resend_ns);
+                let (config, ff) = (*config, *clock_ff_ns);
+                let to: Vec<NodeId> = self
+                    .config
+                    .members()
+                    .into_iter()
+                    .filter(|m| !acked.contains(m))
+                    .collect();
+                let me = self.me;
+                for m in to {
+                    self.send(
+                        m,
+                        ReconfigMessage::NewConfigCommit {
+                            config,
+                            from: me,
+                            clock_ff_ns: ff,
+                        },
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A reconfiguration message from member `from`. `clock_upper_ns` is
+    /// the upper bound of this node's clock interval now (0 if none).
+    /// Returns `true` if this node answered a probe from a node other than
+    /// its CM (its lease client must stop renewing with the old CM).
+    pub fn on_message(&mut self, now: u64, msg: ReconfigMessage, clock_upper_ns: u64) -> bool {
+        if self.removed {
+            return false;
+        }
+        let mine = self.config.id();
+        let me = self.me;
+        match msg {
+            ReconfigMessage::SuspectCm { config, .. } => {
+                if config == mine && matches!(self.state, State::Member | State::Deferred { .. }) {
+                    let cm = self.config.cm();
+                    self.start_probe(now, [cm].into_iter().collect());
+                }
+            }
+            ReconfigMessage::Probe { config, from, seq } => {
+                if config == mine {
+                    self.send(
+                        from,
+                        ReconfigMessage::ProbeReply {
+                            config,
+                            from: me,
+                            seq,
+                        },
+                    );
+                    return from != self.config.cm();
+                }
+            }
+            ReconfigMessage::ProbeReply { config, from, seq } => {
+                if let State::Probing {
+                    seq: s, replied, ..
+                } = &mut self.state
+                {
+                    if *s == seq && config == mine {
+                        replied.insert(from);
+                    }
+                }
+                self.maybe_end_probe(now);
+            }
+            ReconfigMessage::NewConfig {
+                config,
+                from,
+                config_toml,
+            } => {
+                if config < mine {
+                    return false;
+                }
+                if config == mine {
+                    if self.pending_commit && self.config.cm() == from {
+                        self.send(
+                            from,
+                            ReconfigMessage::NewConfigAck {
+                                config,
+                                from: me,
+                                clock_upper_ns,
+                            },
+                        );
+                    }
+                    return false;
+                }
+                let Ok(next) = Configuration::from_toml(&config_toml) else {
+                    return false;
+                };
+                if next.id() != config || next.cm() != from {
+                    return false;
+                }
+                if !next.is_member(me) {
+                    self.removed = true;
+                    self.state = State::Member;
+                    self.out.push(ReconfigOutput::Removed { config });
+                    return false;
+                }
+                // A newer configuration supersedes whatever this node was
+                // attempting.
+                self.state = State::Member;
+                self.apply(next);
+                self.send(
+                    from,
+                    ReconfigMessage::NewConfigAck {
+                        config,
+                        from: me,
+                        clock_upper_ns,
+                    },
+                );
+            }
+            ReconfigMessage::NewConfigAck {
+                config,
+                from,
+                clock_upper_ns,
+            } => {
+                if let State::Proposing { proposed, acks, .. } = &mut self.state {
+                    if proposed.id() == config && proposed.is_member(from) {
+                        acks.insert(from, clock_upper_ns);
+                    }
+                }
+                self.maybe_commit(now, clock_upper_ns);
+            }
+            ReconfigMessage::NewConfigCommit {
+                config,
+                from,
+                clock_ff_ns,
+            } => {
+                if config == mine && from == self.config.cm() {
+                    if self.pending_commit {
+                        self.pending_commit = false;
+                        self.out.push(ReconfigOutput::Committed {
+                            config,
+                            clock_ff_ns,
+                        });
+                    }
+                    self.send(
+                        from,
+                        ReconfigMessage::NewConfigCommitAck { config, from: me },
+                    );
+                }
+            }
+            ReconfigMessage::NewConfigCommitAck { config, from } => {
+                if let State::Committing {
+                    config: c, acked, ..
+                } = &mut self.state
+                {
+                    if *c == config {
+                        acked.insert(from);
+                        if self.config.members().iter().all(|m| acked.contains(m)) {
+                            self.state = State::Member;
+                        }
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// NEW-CONFIG-ACK from `from` was also a lease grant: the node process
+    /// tells its lease manager. Returns the members that have acknowledged
+    /// the current proposal (for that purpose), empty otherwise.
+    pub fn acked(&self) -> Vec<NodeId> {
+        match &self.state {
+            State::Proposing { acks, .. } => acks.keys().copied().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn maybe_commit(&mut self, now: u64, own_upper_ns: u64) {
+        let State::Proposing {
+            proposed,
+            acks,
+            commit_after_ns,
+            ..
+        } = &self.state
+        else {
+            return;
+        };
+        if now < *commit_after_ns || proposed.members().iter().any(|m| !acks.contains_key(m)) {
+            return;
+        }
+        let config = proposed.id();
+        let clock_ff_ns = acks.values().copied().max().unwrap_or(0).max(own_upper_ns);
+        let mut acked = BTreeSet::new();
+        acked.insert(self.me);
+        self.pending_commit = false;
+        self.state = State::Committing {
+            config,
+            clock_ff_ns,
+            acked,
+            next_resend_ns: now,
+        };
+        self.out.push(ReconfigOutput::Committed {
+            config,
+            clock_ff_ns,
+        });
+        self.resend(now);
+    }
+
+    /// Timers: probe deadlines, deferred attempts, resends, the commit
+    /// wait. `clock_upper_ns` as in [`Reconfig::on_message`].
+    pub fn tick(&mut self, now: u64, clock_upper_ns: u64) {
+        match &self.state {
+            State::Deferred { until_ns } if now >= *until_ns => {
+                self.state = State::Member;
+                // Still suspected? The node process calls suspect_* again.
+            }
+            State::Probing { .. } => self.maybe_end_probe(now),
+            State::Proposing { .. } => {
+                self.maybe_commit(now, clock_upper_ns);
+                self.resend(now);
+            }
+            State::Committing { .. } => self.resend(now),
+            _ => {}
+        }
+    }
+
+    /// A proposal this node leads could not finish because `unacked`
+    /// members never acknowledged it (their leases expired at the new CM):
+    /// start over from the proposal, which the service already holds.
+    pub fn abandon_unacked(&mut self, now: u64, suspects: &[NodeId]) {
+        let State::Proposing { acks, proposed, .. } = &self.state else {
+            return;
+        };
+        let stuck: BTreeSet<NodeId> = suspects
+            .iter()
+            .copied()
+            .filter(|n| proposed.is_member(*n) && !acks.contains_key(n))
+            .collect();
+        if stuck.is_empty() {
+            return;
+        }
+        self.state = State::Member;
+        self.start_probe(now, stuck);
+    }
+
+    /// The next local time at which a timer here fires.
+    pub fn next_wake_ns(&self) -> Option<u64> {
+        match &self.state {
+            State::Member => None,
+            State::Deferred { until_ns } => Some(*until_ns),
+            State::Probing { deadline_ns, .. } => Some(*deadline_ns),
+            State::Casing { .. } => None,
+            State::Proposing {
+                commit_after_ns,
+                next_resend_ns,
+                ..
+            } => Some((*commit_after_ns).min(*next_resend_ns)),
+            State::Committing { next_resend_ns, .. } => Some(*next_resend_ns),
+        }
+    }
+
+    /// Panics if an invariant is broken (release builds too).
+    pub fn check_invariants(&self) {
+        if let State::Casing { proposed, .. } | State::Proposing { proposed, .. } = &self.state {
+            assert!(
+                proposed.id() >= self.config.id(),
+                "a proposal below the configuration"
+            );
+        }
+        if !self.removed {
+            assert!(
+                self.config.is_member(self.me),
+                "running a configuration without me"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A few engines on a FIFO network with crashes and a partition, and
+    /// a compare-and-swap register as the coordination service.
+    struct Net {
+        nodes: BTreeMap<NodeId, Reconfig>,
+        dead: BTreeSet<NodeId>,
+        /// Nodes cut off from the rest (both directions).
+        cut: BTreeSet<NodeId>,
+        store: Configuration,
+        queue: Vec<(NodeId, NodeId, ReconfigMessage)>,
+        cas_results: Vec<(NodeId, Result<(), Configuration>)>,
+        log: Vec<String>,
+        now: u64,
+        /// The lease manager's answer for removed members at the CM.
+        expiry_ns: u64,
+    }
+
+    fn params() -> ReconfigParams {
+        ReconfigParams {
+            lease: LeaseParams::new(10, 1000),
+            probe_timeout_ns: 2 * MS,
+            resend_ns: MS,
+            backup_cms: 2,
+        }
+    }
+
+    impl Net {
+        fn new(n: u32) -> Net {
+            let config = Configuration::local(n, 7000, 3, 12, std::path::Path::new("/tmp/r"));
+            Net {
+                nodes: config
+                    .members()
+                    .into_iter()
+                    .map(|m| (m, Reconfig::new(m, params(), config.clone())))
+                    .collect(),
+                dead: BTreeSet::new(),
+                cut: BTreeSet::new(),
+                store: config,
+                queue: Vec::new(),
+                cas_results: Vec::new(),
+                log: Vec::new(),
+                now: 0,
+                expiry_ns: 0,
+            }
+        }
+
+        fn reachable(&self, a: NodeId, b: NodeId) -> bool {
+            !self.dead.contains(&a)
+                && !self.dead.contains(&b)
+                && self.cut.contains(&a) == self.cut.contains(&b)
+        }
+
+        fn collect(&mut self, id: NodeId) {
+            let outs = self.nodes.get_mut(&id).unwrap().drain();
+            for o in outs {
+                match o {
+                    ReconfigOutput::Send { to, msg } => self.queue.push((id, to, msg)),
+                    ReconfigOutput::Cas { expected, proposed } => {
+                        // The service is reachable only from the majority
+                        // side (a Raft group on nodes 0..3 in these tests).
+                        let r = if self.cut.contains(&id) {
+                            continue;
+                        } else if self.store.id() == expected {
+                            self.store = (*proposed).clone();
+                            self.log.push(format!("{id} cas {} ok", proposed.id().0));
+                            Ok(())
+                        } else {
+                            self.log.push(format!("{id} cas {} lost", proposed.id().0));
+                            Err(self.store.clone())
+                        };
+                        self.cas_results.push((id, r));
+                    }
+                    ReconfigOutput::Applied { config, cm_changed } => self.log.push(format!(
+                        "{id} applied {} cm {} changed {cm_changed}",
+                        config.id().0,
+                        config.cm()
+                    )),
+                    ReconfigOutput::Removed { config } => {
+                        self.log.push(format!("{id} removed by {}", config.0))
+                    }
+                    ReconfigOutput::Committed {
+                        config,
+                        clock_ff_ns,
+                    } => self.log.push(format!(
+                        "{id} committed {} at {}ms ff {clock_ff_ns}",
+                        config.0,
+                        self.now / MS
+                    )),
+                }
+            }
+        }
+
+        fn step(&mut self) {
+            self.now += MS / 4;
+            let now = self.now;
+            let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+            for id in &ids {
+                if !self.dead.contains(id) {
+                    self.nodes.get_mut(id).unwrap().tick(now, now / 1000);
+                    self.collect(*id);
+                }
+            }
+            for (id, r) in std::mem::take(&mut self.cas_results) {
+                let exp = self.expiry_ns;
+                self.nodes.get_mut(&id).unwrap().on_cas(now, r, |_| exp);
+                self.collect(id);
+            }
+            for (from, to, msg) in std::mem::take(&mut self.queue) {
+                if self.reachable(from, to) {
+                    self.nodes
+                        .get_mut(&to)
+                        .unwrap()
+                        .on_message(now, msg, now / 1000 + to.0 as u64);
+                    self.collect(to);
+                }
+            }
+        }
+
+        fn run_ms(&mut self, ms: u64) {
+            for _ in 0..ms * 4 {
+                self.step();
+            }
+        }
+
+        fn committed(&self, id: u32) -> (u64, u32, bool) {
+            let r = &self.nodes[&NodeId(id)];
+            (r.config().id().0, r.config().cm().0, r.reconfiguring())
+        }
+    }
+
+    #[test]
+    fn the_cm_removes_a_failed_member_after_its_lease_surely_expired() {
+        let mut net = Net::new(5);
+        net.dead.insert(NodeId(3));
+        net.expiry_ns = 20 * MS;
+        net.nodes
+            .get_mut(&NodeId(0))
+            .unwrap()
+            .suspect_members(MS, &[NodeId(3)]);
+        net.collect(NodeId(0));
+        net.run_ms(40);
+        for id in [0, 1, 2, 4] {
+            assert_eq!(net.committed(id), (2, 0, false), "{:?}", net.log);
+        }
+        assert!(!net.store.is_member(NodeId(3)));
+        let commit = net
+            .log
+            .iter()
+            .find(|l| l.starts_with("n0 committed"))
+            .unwrap();
+        assert_eq!(commit, "n0 committed 2 at 20ms ff 20000", "{:?}", net.log);
+        // Members commit only after the CM did, and nobody disabled clocks.
+        assert!(net.log.iter().all(|l| !l.contains("changed true")));
+    }
+
+    #[test]
+    fn a_backup_cm_replaces_a_failed_cm_and_fast_forwards_the_clock() {
+        let mut net = Net::new(5);
+        net.dead.insert(NodeId(0));
+        // Node 3 suspects first: it is not the first backup (node 1), so
+        // it asks node 1 and waits.
+        net.nodes.get_mut(&NodeId(3)).unwrap().suspect_cm(MS);
+        net.collect(NodeId(3));
+        net.run_ms(40);
+        for id in [1, 2, 3, 4] {
+            assert_eq!(net.committed(id), (2, 1, false), "{:?}", net.log);
+        }
+        assert_eq!(net.store.cm(), NodeId(1));
+        // Only the CM was removed: one lease (10 ms + drift) after the probe.
+        let commit = net
+            .log
+            .iter()
+            .find(|l| l.starts_with("n1 committed"))
+            .unwrap();
+        assert!(commit.starts_with("n1 committed 2 at 11ms"), "{commit}");
+        // FF is the largest upper bound: the acks' (sent at ~1 ms) and the
+        // new CM's own at commit time.
+        let ff: u64 = commit.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(ff >= 11_000, "{commit}");
+        assert!(
+            net.log
+                .iter()
+                .any(|l| l == "n2 applied 2 cm n1 changed true"),
+            "{:?}",
+            net.log
+        );
+    }
+
+    #[test]
+    fn the_cm_and_another_member_failing_costs_two_lease_waits() {
+        let mut net = Net::new(5);
+        net.dead.insert(NodeId(0));
+        net.dead.insert(NodeId(2));
+        net.nodes.get_mut(&NodeId(1)).unwrap().suspect_cm(MS);
+        net.collect(NodeId(1));
+        net.run_ms(40);
+        let commit = net
+            .log
+            .iter()
+            .find(|l| l.starts_with("n1 committed"))
+            .unwrap();
+        // The probe waits its 2 ms timeout for node 2, then 2 × 10.01 ms.
+        assert!(
+            commit.starts_with("n1 committed 2 at 23ms"),
+            "{commit} {:?}",
+            net.log
+        );
+        assert_eq!(net.store.members(), vec![NodeId(1), NodeId(3), NodeId(4)]);
+    }
+
+    #[test]
+    fn a_minority_cannot_reconfigure_and_the_majority_removes_it() {
+        let mut net = Net::new(5);
+        net.cut = [NodeId(3), NodeId(4)].into_iter().collect();
+        // The minority side suspects the CM; its backup CM (1) is out of
+        // reach, so after waiting node 3 probes and finds only node 4.
+        net.nodes.get_mut(&NodeId(3)).unwrap().suspect_cm(MS);
+        net.nodes.get_mut(&NodeId(4)).unwrap().suspect_cm(MS);
+        net.collect(NodeId(3));
+        net.collect(NodeId(4));
+        net.run_ms(15);
+        assert!(net.log.iter().all(|l| !l.contains("cas")), "{:?}", net.log);
+        assert_eq!(net.store.id(), ConfigId(1));
+        // The CM suspects both and reconfigures without them.
+        net.expiry_ns = 0;
+        net.nodes
+            .get_mut(&NodeId(0))
+            .unwrap()
+            .suspect_members(net.now, &[NodeId(3), NodeId(4)]);
+        net.collect(NodeId(0));
+        net.run_ms(20);
+        assert_eq!(net.store.members(), vec![NodeId(0), NodeId(1), NodeId(2)]);
+        assert_eq!(net.committed(2), (2, 0, false));
+        assert_eq!(
+            net.committed(3),
+            (1, 0, false),
+            "the minority keeps the old one"
+        );
+        // Healed: the minority hears NEW-CONFIG? No: it is not a member, so
+        // the CM never sends it one; a removed node rejoins as a new
+        // incarnation. A stray NEW-CONFIG would tell it it was removed.
+        net.cut.clear();
+        let toml = net.store.to_toml().unwrap();
+        net.nodes.get_mut(&NodeId(3)).unwrap().on_message(
+            net.now,
+            ReconfigMessage::NewConfig {
+                config: ConfigId(2),
+                from: NodeId(0),
+                config_toml: toml,
+            },
+            0,
+        );
+        net.collect(NodeId(3));
+        assert!(net.nodes[&NodeId(3)].removed());
+        assert_eq!(net.log.last().unwrap(), "n3 removed by 2");
+    }
+
+    #[test]
+    fn concurrent_attempts_have_one_winner() {
+        let mut net = Net::new(5);
+        net.dead.insert(NodeId(0));
+        // Both backups start at once (as if each suspected on its own).
+        net.nodes
+            .get_mut(&NodeId(1))
+            .unwrap()
+            .start_probe(MS, [NodeId(0)].into_iter().collect());
+        net.nodes
+            .get_mut(&NodeId(2))
+            .unwrap()
+            .start_probe(MS, [NodeId(0)].into_iter().collect());
+        net.collect(NodeId(1));
+        net.collect(NodeId(2));
+        net.run_ms(40);
+        let oks = net.log.iter().filter(|l| l.ends_with("ok")).count();
+        let lost = net.log.iter().filter(|l| l.ends_with("lost")).count();
+        assert_eq!((oks, lost), (1, 1), "{:?}", net.log);
+        let cm = net.store.cm().0;
+        for id in [1, 2, 3, 4] {
+            assert_eq!(net.committed(id), (2, cm, false), "{:?}", net.log);
+        }
+        for r in net.nodes.values() {
+            r.check_invariants();
+        }
+    }
+}
