@@ -16,6 +16,7 @@
 
 pub mod coordinator;
 pub mod participant;
+pub mod recovery;
 
 pub use coordinator::{
     AbortReason, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions,

@@ -32,6 +32,14 @@ use meridian_wire::{
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// How a transaction finished at this participant (FaRM §5.3 step 6 tells
+/// "aborted" from "truncated" apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Finish {
+    Aborted,
+    Truncated,
+}
+
 /// FaRMv2 §4.2: a transaction's `write_ts` is after its `read_ts`.
 fn check_write_ts(read_ts: Timestamp, write_ts: Timestamp) -> Result<(), Rejection> {
     if write_ts <= read_ts {
@@ -68,7 +76,7 @@ pub struct Participant {
     /// Recently finished (aborted or truncated) transactions, oldest first,
     /// at most `limits.max_finished_ids`: a late or duplicated LOCK or
     /// COMMIT-BACKUP for one of them must not re-lock or re-log.
-    finished: std::collections::BTreeSet<TxId>,
+    finished: BTreeMap<TxId, Finish>,
     finished_order: std::collections::VecDeque<TxId>,
     /// Each coordinator's low bound on non-truncated ids (FaRM Table 1),
     /// the highest received; at most `limits.max_finished_ids` coordinators
@@ -103,7 +111,7 @@ impl Participant {
             primary_for,
             backup_for,
             log: TxLog::default(),
-            finished: std::collections::BTreeSet::new(),
+            finished: BTreeMap::new(),
             finished_order: std::collections::VecDeque::new(),
             low_bounds: BTreeMap::new(),
             stats: ParticipantStats::default(),
@@ -288,10 +296,40 @@ impl Participant {
         self.low_bounds.get(&coordinator).copied().unwrap_or(0)
     }
 
+    /// What this replica knows of `tx` in `region` (FaRM §5.3 step 6): a
+    /// LOCK record (committed or not) if this node is the region's primary
+    /// and locked for it, a COMMIT-BACKUP record if a backup, else how it
+    /// finished here (aborted, truncated, or below the coordinator's low
+    /// bound, which FaRM counts as truncated), else nothing.
+    pub fn evidence(&self, tx: TxId, region: RegionId) -> meridian_wire::Evidence {
+        use meridian_wire::Evidence;
+        let touches =
+            |rec: &meridian_wire::LockRecord| rec.writes.iter().any(|w| w.region == region);
+        if let Some((rec, state)) = self.log.primary.get(&tx) {
+            if touches(rec) {
+                return match state {
+                    LockState::Committed(_) => Evidence::CommitPrimary,
+                    LockState::Locked => Evidence::Lock,
+                };
+            }
+        }
+        if let Some((rec, _)) = self.log.backup.get(&tx) {
+            if touches(rec) {
+                return Evidence::CommitBackup;
+            }
+        }
+        match self.finished.get(&tx) {
+            Some(Finish::Aborted) => Evidence::Aborted,
+            Some(Finish::Truncated) => Evidence::Truncated,
+            None if tx.local < self.low_bound(tx.coordinator) => Evidence::Truncated,
+            None => Evidence::Nothing,
+        }
+    }
+
     /// True if `tx` is finished here: aborted or truncated recently, or
     /// below its coordinator's low bound.
     fn is_finished(&self, tx: TxId) -> bool {
-        self.finished.contains(&tx) || tx.local < self.low_bound(tx.coordinator)
+        self.finished.contains_key(&tx) || tx.local < self.low_bound(tx.coordinator)
     }
 
     /// Validate a LOCK (`as_primary`) or COMMIT-BACKUP record before it
@@ -349,8 +387,8 @@ impl Participant {
         Ok(())
     }
 
-    fn finish(&mut self, tx: TxId) {
-        if self.finished.insert(tx) {
+    fn finish(&mut self, tx: TxId, how: Finish) {
+        if self.finished.insert(tx, how).is_none() {
             self.finished_order.push_back(tx);
             while self.finished_order.len() > self.limits.max_finished_ids {
                 if let Some(old) = self.finished_order.pop_front() {
@@ -475,7 +513,7 @@ impl Participant {
         ) {
             return; // committed here: an ABORT cannot undo it
         }
-        self.finish(tx);
+        self.finish(tx, Finish::Aborted);
         if let Some((rec, LockState::Locked)) = self.log.primary.get(&tx) {
             for w in &rec.writes {
                 if let Some(s) = self.stores.get_mut(&w.region) {
@@ -488,7 +526,7 @@ impl Participant {
 
     fn truncate(&mut self, txs: &[TxId]) {
         for tx in txs {
-            self.finish(*tx);
+            self.finish(*tx, Finish::Truncated);
             if let Some((_, LockState::Committed(_))) = self.log.primary.get(tx) {
                 self.log.primary.remove(tx);
             }
@@ -785,5 +823,61 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// FaRM §5.3 step 6: what a replica reports about a transaction, for
+    /// each state its records can be in.
+    #[test]
+    fn evidence_tells_every_record_state_apart() {
+        use meridian_wire::Evidence as E;
+        let mut p = Participant::new(NodeId(0), &cfg());
+        let ra = p.region_of(b"a");
+        let rz = p.region_of(&[0xff]);
+        assert_ne!(ra, rz);
+        let lock = |p: &mut Participant, l: u64| {
+            let rec = record(p, tx(l), 10, &[b"a"]);
+            p.handle(&[], &TxnRequest::Lock(rec))
+        };
+        assert_eq!(p.evidence(tx(1), ra), E::Nothing);
+        lock(&mut p, 1);
+        assert_eq!(p.evidence(tx(1), ra), E::Lock);
+        assert_eq!(p.evidence(tx(1), rz), E::Nothing, "another region");
+        p.handle(
+            &[],
+            &TxnRequest::CommitPrimary {
+                tx: tx(1),
+                write_ts: Timestamp(20),
+            },
+        );
+        assert_eq!(p.evidence(tx(1), ra), E::CommitPrimary);
+        p.handle(&[tx(1)], &TxnRequest::Abort { tx: tx(99) });
+        assert_eq!(p.evidence(tx(1), ra), E::Truncated);
+        lock(&mut p, 2);
+        p.handle(&[], &TxnRequest::Abort { tx: tx(2) });
+        assert_eq!(p.evidence(tx(2), ra), E::Aborted);
+        // Node 1 of two is the backup of region 0.
+        let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
+        let mut b = Participant::new(NodeId(1), &two);
+        let rec = record(&b, tx(3), 30, &[&[1]]);
+        let r0 = rec.writes[0].region;
+        let r = b.handle(
+            &[],
+            &TxnRequest::CommitBackup {
+                record: rec,
+                write_ts: Timestamp(40),
+            },
+        );
+        assert_eq!(r, Response::Txn(TxnResponse::Ack));
+        assert_eq!(b.evidence(tx(3), r0), E::CommitBackup);
+        assert_eq!(b.evidence(tx(3), RegionId(1)), E::Nothing);
+        p.truncate_piggybacked(&meridian_wire::Truncation {
+            txs: Vec::new(),
+            low: Some(meridian_wire::TruncateLow {
+                coordinator: tx(0).coordinator,
+                local: 50,
+            }),
+        });
+        assert_eq!(p.evidence(tx(40), ra), E::Truncated, "below the low bound");
+        p.check_invariants();
     }
 }

@@ -353,6 +353,44 @@ pub enum Request {
     Reconfig(ReconfigMessage),
 }
 
+/// What one replica's log says about a recovering transaction (FaRM §5.3
+/// step 6), strongest first. A region's primary combines its replicas'
+/// evidence into the region's [`RecoveryVote`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Evidence {
+    /// Saw COMMIT-PRIMARY or COMMIT-RECOVERY.
+    CommitPrimary,
+    /// Saw COMMIT-BACKUP.
+    CommitBackup,
+    /// Holds a LOCK record.
+    Lock,
+    /// Saw ABORT or ABORT-RECOVERY (its records are gone).
+    Aborted,
+    /// Truncated the transaction (in its truncated set, or below the
+    /// coordinator's low bound).
+    Truncated,
+    /// Has no record and no memory of one.
+    Nothing,
+}
+
+/// A region's vote on a recovering transaction (FaRM §5.3 step 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum RecoveryVote {
+    /// Some replica saw COMMIT-PRIMARY or COMMIT-RECOVERY.
+    CommitPrimary,
+    /// Some replica saw COMMIT-BACKUP and none saw an abort.
+    CommitBackup,
+    /// Some replica holds a LOCK record and none saw an abort.
+    Lock,
+    /// Otherwise, when some replica saw an abort or holds nothing.
+    Abort,
+    /// Every replica truncated it.
+    Truncated,
+    /// No replica knows it (explicit REQUEST-VOTE to a region that never
+    /// saw it, or forgot it without truncating).
+    Unknown,
+}
+
 /// FaRM §5.2's reconfiguration messages, with FaRMv2 §4.3's clock
 /// fast-forward values folded in. All one-way; `from` is the sender.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
