@@ -34,8 +34,20 @@
 //! - `lower <= upper` whenever the drift bound holds;
 //! - the clock master's interval is exact (`lower == upper`).
 //!
-//! Clock-master failover and fast-forward (FaRMv2 §4.3) will extend this
-//! engine with a `disabled` state and a `fast_forward_ts` floor.
+//! **Fast-forward** (FaRMv2 §4.3). When the clock master fails, its
+//! successor must continue global time without going backwards and
+//! without inheriting unbounded uncertainty. A process can be
+//! [`ClockSync::disable`]d (it hands out no time while the configuration
+//! changes) and report its [`ClockSync::fast_forward_value`], the maximum of
+//! its last fast-forward and the upper bound of its interval. The new
+//! master takes FF, the maximum over all members, and
+//! [`ClockSync::become_master`]: its global time is its local clock plus an
+//! offset chosen so that global time starts at FF. The others
+//! [`ClockSync::follow_new_master`]: they forget every sample of the old
+//! master and enable again on the first synchronisation with the new one.
+//! Global time is therefore monotonic across any sequence of master
+//! failures: everything handed out before was at most some member's upper
+//! bound, hence at most FF.
 
 use meridian_wire::Timestamp;
 
@@ -84,6 +96,9 @@ pub struct TsTicket {
 pub enum ClockError {
     /// No synchronisation with the clock master has completed yet.
     NotSynchronised,
+    /// The clock is disabled while the clock master changes (FaRMv2 §4.3);
+    /// retry once the new configuration is committed.
+    Disabled,
     /// The local time given is older than every retained synchronisation:
     /// the caller read its clock, stalled, and a newer sample arrived in
     /// between. Using that sample at the older time would give a lower bound
@@ -111,6 +126,9 @@ impl std::fmt::Display for ClockError {
         match self {
             ClockError::NotSynchronised => {
                 f.write_str("clock not yet synchronised with the clock master")
+            }
+            ClockError::Disabled => {
+                f.write_str("clock disabled while the clock master changes")
             }
             ClockError::StaleLocalTime {
                 local_ns,
@@ -150,6 +168,14 @@ pub struct ClockStats {
 pub struct ClockSync {
     drift_ppm: u64,
     is_master: bool,
+    /// Master only: global time = local time + this offset, ns.
+    master_offset_ns: i128,
+    /// No time is handed out (FaRMv2 §4.3, during reconfiguration).
+    disabled: bool,
+    /// The last fast-forward value applied, ns.
+    fast_forward_ns: u64,
+    /// Disabled until the first synchronisation with a new master.
+    awaiting_new_master: bool,
     /// Syncs giving the highest lower bound, best first: the current best
     /// and the ones it replaced (at most [`RETAINED_SAMPLES`]), so that a
     /// caller whose clock reading predates the newest sample can still be
@@ -176,6 +202,10 @@ impl ClockSync {
         ClockSync {
             drift_ppm,
             is_master: false,
+            master_offset_ns: 0,
+            disabled: false,
+            fast_forward_ns: 0,
+            awaiting_new_master: false,
             best_lower: Vec::new(),
             best_upper: Vec::new(),
             last_lower: 0,
@@ -189,6 +219,10 @@ impl ClockSync {
         ClockSync {
             drift_ppm: 0,
             is_master: true,
+            master_offset_ns: 0,
+            disabled: false,
+            fast_forward_ns: 0,
+            awaiting_new_master: false,
             best_lower: Vec::new(),
             best_upper: Vec::new(),
             last_lower: 0,
@@ -253,6 +287,16 @@ impl ClockSync {
             }
         }
         self.stats.syncs += 1;
+        if self.best_lower.is_empty() && sample.master_ns < self.fast_forward_ns {
+            // A reply from before the fast-forward (the old master, or the
+            // new one before it enabled): never let time go back below FF.
+            self.stats.rejected += 1;
+            return Ok(());
+        }
+        if self.awaiting_new_master {
+            self.awaiting_new_master = false;
+            self.disabled = false;
+        }
         let better_lower = match self.best_lower.first() {
             None => true,
             Some(b) => self.lower_at(&sample, t) > self.lower_at(b, t),
@@ -303,12 +347,20 @@ impl ClockSync {
     /// sample, [`ClockError::Inconsistent`] if the bounds cross (the drift
     /// bound was broken).
     pub fn time(&mut self, local_ns: u64) -> Result<Interval, ClockError> {
+        if self.disabled {
+            return Err(ClockError::Disabled);
+        }
+        self.interval(local_ns)
+    }
+
+    fn interval(&mut self, local_ns: u64) -> Result<Interval, ClockError> {
         if self.is_master {
-            self.last_lower = self.last_lower.max(local_ns);
+            let now = self.master_time(local_ns);
+            self.last_lower = self.last_lower.max(now);
             self.last_local_ns = self.last_local_ns.max(local_ns);
             return Ok(Interval {
-                lower: local_ns,
-                upper: local_ns,
+                lower: now,
+                upper: now,
             });
         }
         let (l, u) = self.usable(local_ns)?;
@@ -362,6 +414,64 @@ impl ClockSync {
             ready_local_ns: ready,
             uncertainty_ns: iv.uncertainty_ns(),
         })
+    }
+
+    /// The master's global time at its local time `local_ns` (its local
+    /// clock plus the offset set by [`ClockSync::become_master`]). On a
+    /// non-master, `local_ns` itself (meaningless; not used).
+    pub fn master_time(&self, local_ns: u64) -> u64 {
+        (local_ns as i128 + self.master_offset_ns).clamp(0, u64::MAX as i128) as u64
+    }
+
+    /// True while the clock is disabled (FaRMv2 §4.3).
+    pub fn is_disabled(&self) -> bool {
+        self.disabled
+    }
+
+    /// Stop handing out time (FaRMv2 §4.3: on NEW-CONFIG when the CM
+    /// changed, and at the new CM before it sends NEW-CONFIG). Samples still
+    /// arrive and count.
+    pub fn disable(&mut self) {
+        self.disabled = true;
+    }
+
+    /// FaRMv2 §4.3's per-process FF value at local time `local_ns`: the
+    /// maximum of the last fast-forward and the upper bound of the current
+    /// interval (whether or not the clock is disabled). Every timestamp this
+    /// process ever handed out is at most this.
+    pub fn fast_forward_value(&mut self, local_ns: u64) -> u64 {
+        let upper = self.interval(local_ns).map(|iv| iv.upper).unwrap_or(0);
+        self.fast_forward_ns.max(upper).max(self.last_lower)
+    }
+
+    /// Become the clock master at local time `local_ns` with global time
+    /// starting at `ff_ns` (the maximum FF over the new configuration), and
+    /// enable. Global time never goes backwards across this: it continues
+    /// from `max(ff_ns, own FF)`.
+    pub fn become_master(&mut self, local_ns: u64, ff_ns: u64) {
+        let start = ff_ns.max(self.fast_forward_value(local_ns));
+        self.is_master = true;
+        self.drift_ppm = 0;
+        self.master_offset_ns = start as i128 - local_ns as i128;
+        self.fast_forward_ns = start;
+        self.best_lower.clear();
+        self.best_upper.clear();
+        self.disabled = false;
+        self.awaiting_new_master = false;
+    }
+
+    /// A new clock master took over with fast-forward value `ff_ns`: forget
+    /// every sample of the old one, stay disabled until the first
+    /// synchronisation with the new one (FaRMv2 §4.3).
+    pub fn follow_new_master(&mut self, ff_ns: u64, drift_ppm: u64) {
+        self.fast_forward_ns = self.fast_forward_ns.max(ff_ns);
+        self.is_master = false;
+        self.master_offset_ns = 0;
+        self.drift_ppm = drift_ppm;
+        self.best_lower.clear();
+        self.best_upper.clear();
+        self.disabled = true;
+        self.awaiting_new_master = true;
     }
 
     /// True once `time()` can answer.
@@ -557,5 +667,82 @@ mod tests {
             after.lower >= before.lower,
             "the bad sample was not applied"
         );
+    }
+
+    /// FaRMv2 §4.3: global time stays monotonic across a master failover,
+    /// and no time is handed out while disabled.
+    #[test]
+    fn fast_forward_keeps_time_monotonic_across_a_master_failover() {
+        // Old master: local = true time. Nodes a and b sync with it; b's
+        // clock runs 900 ppm fast and is 7 ms ahead.
+        let mut a = ClockSync::new(1000);
+        let mut b = ClockSync::new(1000);
+        let lb = |t: u64| local(t, 7_000_000, 900);
+        for t in (1_000_000..5_000_000u64).step_by(250_000) {
+            a.on_sync(SyncSample {
+                send_local_ns: t,
+                master_ns: t + 10_000,
+                recv_local_ns: t + 20_000,
+            })
+            .unwrap();
+            b.on_sync(SyncSample {
+                send_local_ns: lb(t),
+                master_ns: t + 10_000,
+                recv_local_ns: lb(t + 20_000),
+            })
+            .unwrap();
+        }
+        // The highest timestamp handed out before the failure.
+        let t_fail = 5_000_000u64;
+        let handed_a = a.get_ts(t_fail).unwrap().ts.0;
+        let handed_b = b.get_ts(lb(t_fail)).unwrap().ts.0;
+        // NEW-CONFIG: both disable and report FF.
+        a.disable();
+        b.disable();
+        assert_eq!(a.get_ts(t_fail + 1), Err(ClockError::Disabled));
+        assert_eq!(a.time(t_fail + 1), Err(ClockError::Disabled));
+        let later = t_fail + 3_000_000; // three ms of lease wait
+        let ff = a
+            .fast_forward_value(later)
+            .max(b.fast_forward_value(lb(later)));
+        assert!(ff >= handed_a.max(handed_b));
+        // a becomes master; its local clock says `later`.
+        a.become_master(later, ff);
+        let first = a.get_ts(later).unwrap().ts.0;
+        assert!(first >= ff && first > handed_a && first > handed_b);
+        assert_eq!(a.master_time(later + 5), first + 5);
+        // b follows: disabled until its first sync with a; a sync from the
+        // old master below FF is not used.
+        b.follow_new_master(ff, 1000);
+        assert_eq!(b.time(lb(later)), Err(ClockError::Disabled));
+        b.on_sync(SyncSample {
+            send_local_ns: lb(later),
+            master_ns: t_fail,
+            recv_local_ns: lb(later) + 10,
+        })
+        .unwrap();
+        assert!(
+            b.is_disabled(),
+            "a pre-failover reply does not enable the clock"
+        );
+        let s = lb(later + 100_000);
+        let m = a.master_time(later + 110_000);
+        b.on_sync(SyncSample {
+            send_local_ns: s,
+            master_ns: m,
+            recv_local_ns: lb(later + 120_000),
+        })
+        .unwrap();
+        assert!(!b.is_disabled());
+        let iv = b.time(lb(later + 120_000)).unwrap();
+        assert!(iv.lower >= ff, "{iv:?} below FF {ff}");
+        // A second failover continues from the new FF.
+        a.disable();
+        let ff2 = a
+            .fast_forward_value(later + 1_000_000)
+            .max(b.fast_forward_value(lb(later + 1_000_000)));
+        b.become_master(lb(later + 1_000_000), ff2);
+        assert!(b.get_ts(lb(later + 1_000_000)).unwrap().ts.0 >= a.master_time(later + 1_000_000));
+        b.check_invariants(lb(later + 1_000_000));
     }
 }
