@@ -720,7 +720,8 @@ impl ClientProcess {
         let ticket = self.clock.get_ts(now).map_err(|e| match e {
             ClockError::NotSynchronised
             | ClockError::StaleLocalTime { .. }
-            | ClockError::Inconsistent { .. } => TxnError::ClockUnavailable,
+            | ClockError::Inconsistent { .. }
+            | ClockError::Disabled => TxnError::ClockUnavailable,
         })?;
         self.stats.ts_count += 1;
         self.stats.uncertainty_ns_sum += ticket.uncertainty_ns;
