@@ -36,6 +36,7 @@
 //! call at a time.
 
 pub mod client;
+pub mod coordination;
 pub mod lease;
 pub mod node;
 pub mod reconfig;
