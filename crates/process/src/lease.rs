@@ -144,9 +144,9 @@ impl LeaseClient {
     }
 
     /// A NEW-CONFIG from `cm` for `config` arrived (FaRM §5.2 step 5: it is
-    /// a lease request from the new CM); `granted` says whether the CM
-    /// changed, in which case the old lease is void and the new CM gets a
-    /// lease period to grant one. Returns nothing to send: the
+    /// a lease request from the new CM). If the CM changed, the old lease is
+    /// void and renewals go to the new CM at once. Either way the CM gets a
+    /// lease period before it is suspected. Nothing is sent from here: the
     /// NEW-CONFIG-ACK is the grant.
     pub fn reset(&mut self, now: u64, config: ConfigId, cm: NodeId) {
         if cm != self.cm {

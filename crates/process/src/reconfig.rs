@@ -355,10 +355,8 @@ impl Reconfig {
         else {
             return;
         };
-        if let Err(current) = result {
-            // Someone else won; its NEW-CONFIG will come. If this node is
-            // behind, it learns the configuration from it.
-            let _ = current;
+        if result.is_err() {
+            // Someone else won; its NEW-CONFIG will come.
             return;
         }
         let old_cm = self.config.cm();
@@ -402,8 +400,11 @@ impl Reconfig {
         });
     }
 
+    /// Resend NEW-CONFIG (while proposing) or NEW-CONFIG-COMMIT (while
+    /// committing) to the members that have not answered, if due.
     fn resend(&mut self, now: u64) {
-        match &mut self.state {
+        let me = self.me;
+        let (msg, to) = match &mut self.state {
             State::Proposing {
                 proposed,
                 acks,
@@ -414,23 +415,17 @@ impl Reconfig {
                 let Ok(config_toml) = proposed.to_toml() else {
                     return;
                 };
-                let config = proposed.id();
+                let msg = ReconfigMessage::NewConfig {
+                    config: proposed.id(),
+                    from: me,
+                    config_toml,
+                };
                 let to: Vec<NodeId> = proposed
                     .members()
                     .into_iter()
                     .filter(|m| !acks.contains_key(m))
                     .collect();
-                let me = self.me;
-                for m in to {
-                    self.send(
-                        m,
-                        ReconfigMessage::NewConfig {
-                            config,
-                            from: me,
-                            config_toml: config_toml.clone(),
-                        },
-                    );
-                }
+                (msg, to)
             }
             State::Committing {
                 config,
@@ -439,26 +434,23 @@ impl Reconfig {
                 next_resend_ns,
             } if now >= *next_resend_ns => {
                 *next_resend_ns = now.saturating_add(self.params.resend_ns);
-                let (config, ff) = (*config, *clock_ff_ns);
+                let msg = ReconfigMessage::NewConfigCommit {
+                    config: *config,
+                    from: me,
+                    clock_ff_ns: *clock_ff_ns,
+                };
                 let to: Vec<NodeId> = self
                     .config
                     .members()
                     .into_iter()
                     .filter(|m| !acked.contains(m))
                     .collect();
-                let me = self.me;
-                for m in to {
-                    self.send(
-                        m,
-                        ReconfigMessage::NewConfigCommit {
-                            config,
-                            from: me,
-                            clock_ff_ns: ff,
-                        },
-                    );
-                }
+                (msg, to)
             }
-            _ => {}
+            _ => return,
+        };
+        for m in to {
+            self.send(m, msg.clone());
         }
     }
 
@@ -597,16 +589,6 @@ impl Reconfig {
         false
     }
 
-    /// NEW-CONFIG-ACK from `from` was also a lease grant: the node process
-    /// tells its lease manager. Returns the members that have acknowledged
-    /// the current proposal (for that purpose), empty otherwise.
-    pub fn acked(&self) -> Vec<NodeId> {
-        match &self.state {
-            State::Proposing { acks, .. } => acks.keys().copied().collect(),
-            _ => Vec::new(),
-        }
-    }
-
     fn maybe_commit(&mut self, now: u64, own_upper_ns: u64) {
         let State::Proposing {
             proposed,
@@ -693,11 +675,18 @@ impl Reconfig {
 
     /// Panics if an invariant is broken (release builds too).
     pub fn check_invariants(&self) {
-        if let State::Casing { proposed, .. } | State::Proposing { proposed, .. } = &self.state {
-            assert!(
-                proposed.id() >= self.config.id(),
-                "a proposal below the configuration"
-            );
+        match &self.state {
+            State::Casing { proposed, .. } => assert_eq!(
+                proposed.id().0,
+                self.config.id().0 + 1,
+                "a proposal must be the configuration's direct successor"
+            ),
+            State::Proposing { proposed, .. } => assert_eq!(
+                proposed.id(),
+                self.config.id(),
+                "the CM runs the configuration it proposes"
+            ),
+            _ => {}
         }
         if !self.removed {
             assert!(
