@@ -184,6 +184,13 @@ pub struct RegionInfo {
     /// which any replica of this region changed.
     #[serde(default = "first_config")]
     pub last_replica_change: ConfigId,
+    /// Backups still being filled by data recovery (FaRM §5.4): they take
+    /// new commits but may lack older objects, so they are never promoted
+    /// to primary and never count as a surviving copy. The CM clears an
+    /// entry when the replica reports it complete
+    /// ([`Configuration::mark_ready`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filling: Vec<NodeId>,
 }
 
 fn first_config() -> ConfigId {
@@ -444,6 +451,9 @@ impl Configuration {
             if r.last_primary_change > self.id() || r.last_replica_change > self.id() {
                 return bad(format!("region {} changed in a future configuration", r.id));
             }
+            if r.filling.iter().any(|f| !r.backups.contains(f)) {
+                return bad(format!("region {} fills a replica that is not a backup", r.id));
+            }
         }
         Ok(())
     }
@@ -492,6 +502,7 @@ impl Configuration {
                     backups: replicas[1..].iter().map(|m| NodeId(m.id)).collect(),
                     last_primary_change: self.id(),
                     last_replica_change: self.id(),
+                    filling: Vec::new(),
                 }
             })
             .collect()
@@ -580,12 +591,17 @@ impl Configuration {
                 .copied()
                 .filter(|n| alive.contains(n))
                 .collect();
-            let Some(&first) = kept.first() else {
+            r.filling.retain(|n| alive.contains(n));
+            // Only a complete copy can become primary (FaRM §5.4).
+            let Some(first) = kept.iter().copied().find(|n| !r.filling.contains(n)) else {
                 return Err(ConfigError::Invalid(format!(
-                    "region {} lost every replica ({:?})",
-                    r.id, before
+                    "region {} lost every complete replica ({:?}, filling {:?})",
+                    r.id, before, r.filling
                 )));
             };
+            let kept: Vec<NodeId> = std::iter::once(first)
+                .chain(kept.iter().copied().filter(|n| *n != first))
+                .collect();
             if first != r.primary {
                 r.last_primary_change = next;
             }
@@ -598,6 +614,18 @@ impl Configuration {
         out.placement = placement;
         out.refill(next);
         Ok(out)
+    }
+
+    /// Record that `node` holds a complete copy of `region` (data recovery
+    /// finished, FaRM §5.4): it may be promoted from now on. The CM applies
+    /// this to the configuration it will remap; it changes no id.
+    pub fn mark_ready(&mut self, region: RegionId, node: NodeId) {
+        if self.placement.is_empty() {
+            self.placement = self.regions();
+        }
+        if let Some(r) = self.placement.iter_mut().find(|r| r.id == region) {
+            r.filling.retain(|n| *n != node);
+        }
     }
 
     /// Bring every region back to `replication` replicas where members
@@ -628,6 +656,7 @@ impl Configuration {
                 *load.entry(m).or_default() += 1;
                 let r = &mut self.placement[i];
                 r.backups.push(m);
+                r.filling.push(m);
                 r.last_replica_change = next;
             }
         }
@@ -702,7 +731,10 @@ impl Configuration {
                 out.config_id += 1;
                 out.members = self.members().iter().map(|m| m.0).collect();
                 out.placement = placement.clone();
+                let old = out.placement[i].backups[slot];
                 out.placement[i].backups[slot] = light;
+                out.placement[i].filling.retain(|n| *n != old);
+                out.placement[i].filling.push(light);
                 out.placement[i].last_replica_change = out.id();
                 return Some(out);
             }
@@ -891,6 +923,36 @@ max_key_bytes = 100
         assert_eq!(back, next);
     }
 
+    /// FaRM §5.4: a refilled backup is filling until data recovery says it
+    /// is complete; it is never promoted, and a region whose only survivors
+    /// are filling is lost.
+    #[test]
+    fn a_filling_replica_is_never_promoted() {
+        let c = Configuration::local(5, 7000, 3, 5, std::path::Path::new("/tmp/x"));
+        let next = c.remap(&alive(&[0, 2, 3, 4]), NodeId(0)).unwrap();
+        next.check_invariants();
+        let r = next
+            .regions()
+            .into_iter()
+            .find(|r| !r.filling.is_empty())
+            .expect("some region lost node 1 and was refilled");
+        assert_eq!(r.filling.len(), 1);
+        let fill = r.filling[0];
+        // Kill every complete replica of that region: lost, not promoted.
+        let survivors: Vec<u32> = [0, 2, 3, 4]
+            .into_iter()
+            .filter(|n| NodeId(*n) == fill || (NodeId(*n) != r.primary && !r.backups.contains(&NodeId(*n))))
+            .collect();
+        let cm = NodeId(survivors[0]);
+        let e = next.remap(&alive(&survivors), cm).unwrap_err();
+        assert!(e.to_string().contains("lost every complete replica"), "{e}");
+        // Once it is ready, it may be promoted.
+        let mut ready = next.clone();
+        ready.mark_ready(r.id, fill);
+        let after = ready.remap(&alive(&survivors), cm).unwrap();
+        assert_eq!(after.regions()[r.id.0 as usize].primary, fill);
+    }
+
     #[test]
     fn remap_with_too_few_members_degrades_and_a_lost_region_is_an_error() {
         let c = Configuration::local(3, 7000, 3, 12, std::path::Path::new("/tmp/x"));
@@ -905,7 +967,7 @@ max_key_bytes = 100
         let mut c1 = Configuration::local(3, 7000, 1, 3, std::path::Path::new("/tmp/x"));
         c1.cm = 0;
         let e = c1.remap(&alive(&[0, 1]), NodeId(0)).unwrap_err();
-        assert!(e.to_string().contains("lost every replica"), "{e}");
+        assert!(e.to_string().contains("lost every complete replica"), "{e}");
         let e = c.remap(&alive(&[0, 1]), NodeId(2)).unwrap_err();
         assert!(e.to_string().contains("not among the surviving"), "{e}");
     }

@@ -86,6 +86,12 @@ pub struct StoreStats {
 #[derive(Clone, Debug)]
 pub struct RegionStore {
     objects: BTreeMap<Key, Object>,
+    /// FaRM §5.3 step 4 lock recovery: keys written by recovering
+    /// transactions, held until COMMIT- or ABORT-RECOVERY. Several
+    /// recovering transactions may hold one key (one committed at the old
+    /// primary, a later one locked there), so this is a set per key; reads,
+    /// locks and validations treat a held key as locked.
+    recovery_locks: BTreeMap<Key, std::collections::BTreeSet<TxId>>,
     safe_point: Timestamp,
     gc_queue: VecDeque<(Timestamp, Key)>,
     max_versions: usize,
@@ -119,6 +125,7 @@ impl RegionStore {
     pub fn new(max_versions: usize) -> Self {
         RegionStore {
             objects: BTreeMap::new(),
+            recovery_locks: BTreeMap::new(),
             safe_point: Timestamp::ZERO,
             gc_queue: VecDeque::new(),
             max_versions: max_versions.max(1),
@@ -161,6 +168,9 @@ impl RegionStore {
         if read_ts < self.safe_point {
             return Err(Conflict::TooOld);
         }
+        if self.recovery_locked(key) {
+            return Err(Conflict::Locked);
+        }
         let Some(obj) = self.objects.get(key) else {
             return Ok(None);
         };
@@ -190,6 +200,7 @@ impl RegionStore {
         if read_ts < self.safe_point {
             return Err(Conflict::TooOld);
         }
+        self.check_recovery_range(range)?;
         let mut bytes = 0usize;
         let mut rows = Vec::new();
         for (k, obj) in self.objects.range::<[u8], _>(check_range(range)) {
@@ -229,6 +240,9 @@ impl RegionStore {
     pub fn lock(&mut self, tx: TxId, key: &[u8], read_ts: Timestamp) -> Result<(), Conflict> {
         if read_ts < self.safe_point {
             return Err(Conflict::TooOld);
+        }
+        if self.recovery_locked(key) {
+            return Err(Conflict::Locked);
         }
         let obj = match self.objects.get_mut(key) {
             Some(o) => o,
@@ -336,6 +350,9 @@ impl RegionStore {
         if read_ts < self.safe_point {
             return Err(Conflict::TooOld);
         }
+        if self.recovery_locked(key) {
+            return Err(Conflict::Locked);
+        }
         match self.objects.get(key) {
             None => Ok(()),
             Some(obj) => Self::validate_obj(tx, obj, read_ts),
@@ -367,6 +384,7 @@ impl RegionStore {
         if read_ts < self.safe_point {
             return Err(Conflict::TooOld);
         }
+        self.check_recovery_range(range)?;
         for obj in self
             .objects
             .range::<[u8], _>(check_range(range))
@@ -375,6 +393,120 @@ impl RegionStore {
             Self::validate_obj(tx, obj, read_ts)?;
         }
         Ok(())
+    }
+
+    fn recovery_locked(&self, key: &[u8]) -> bool {
+        !self.recovery_locks.is_empty() && self.recovery_locks.contains_key(key)
+    }
+
+    fn check_recovery_range(&self, range: &KeyRange) -> Result<(), Conflict> {
+        if !self.recovery_locks.is_empty()
+            && self
+                .recovery_locks
+                .range::<[u8], _>(check_range(range))
+                .next()
+                .is_some()
+        {
+            return Err(Conflict::Locked);
+        }
+        Ok(())
+    }
+
+    /// FaRM §5.3 step 4: hold `key` for recovering transaction `tx` (no
+    /// version check: the transaction already holds, or held, the lock at
+    /// the old primary). Idempotent.
+    pub fn recovery_lock(&mut self, tx: TxId, key: &[u8]) {
+        self.recovery_locks.entry(key.to_vec()).or_default().insert(tx);
+    }
+
+    /// Release `tx`'s recovery hold (and its ordinary lock) on `key`.
+    pub fn recovery_unlock(&mut self, tx: TxId, key: &[u8]) {
+        if let Some(set) = self.recovery_locks.get_mut(key) {
+            set.remove(&tx);
+            if set.is_empty() {
+                self.recovery_locks.remove(key);
+            }
+        }
+        self.unlock(tx, key);
+    }
+
+    /// Keys held by recovery (for invariants and status).
+    pub fn recovery_lock_count(&self) -> usize {
+        self.recovery_locks.len()
+    }
+
+    /// True if `tx` holds a recovery lock on `key`.
+    pub fn holds_recovery_lock(&self, tx: TxId, key: &[u8]) -> bool {
+        self.recovery_locks.get(key).is_some_and(|s| s.contains(&tx))
+    }
+
+    /// FaRMv2 §4.7: a backup promoted to primary may lack versions older
+    /// than its heads (it applied records lazily and out of order), so it
+    /// keeps only each head and raises the floor to it; older reads abort
+    /// with [`Conflict::TooOld`] instead of returning a wrong value.
+    pub fn reset_floors_to_head(&mut self) {
+        for obj in self.objects.values_mut() {
+            if obj.versions.len() > 1 {
+                let drop = obj.versions.len() - 1;
+                obj.versions.drain(..drop);
+                self.stats.versions_freed += drop as u64;
+            }
+            obj.floor_ts = obj.head_ts();
+        }
+    }
+
+    /// FaRM §5.4 data recovery, source side: up to `max` objects after
+    /// `after` (exclusive), with their versions, and whether the region
+    /// ends there. Lock placeholders (no versions) are skipped.
+    pub fn copy_after(
+        &self,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> (Vec<meridian_wire::ObjectCopy>, bool) {
+        let lower = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for (k, obj) in self
+            .objects
+            .range::<[u8], _>((lower, Bound::Unbounded))
+        {
+            if out.len() == max.max(1) {
+                return (out, false);
+            }
+            if obj.versions.is_empty() {
+                continue;
+            }
+            out.push(meridian_wire::ObjectCopy {
+                key: k.clone(),
+                versions: obj
+                    .versions
+                    .iter()
+                    .map(|v| (v.ts, v.value.clone()))
+                    .collect(),
+                floor_ts: obj.floor_ts,
+            });
+        }
+        (out, true)
+    }
+
+    /// FaRM §5.4 data recovery, new replica side: merge a copied object
+    /// with what new commits already put here (versions are idempotent by
+    /// `write_ts`; the floor only rises).
+    pub fn merge_copy(&mut self, copy: &meridian_wire::ObjectCopy) {
+        for (ts, value) in &copy.versions {
+            self.apply_backup(&copy.key, *ts, value.clone());
+        }
+        if let Some(obj) = self.objects.get_mut(&copy.key) {
+            if copy.floor_ts > obj.floor_ts {
+                let keep_from = obj.versions.partition_point(|v| v.ts < copy.floor_ts);
+                if keep_from < obj.versions.len() {
+                    obj.versions.drain(..keep_from);
+                    obj.floor_ts = copy.floor_ts.min(obj.versions[0].ts);
+                }
+            }
+        }
     }
 
     /// Advance the GC safe point to `safe_point` (never backwards) and free
@@ -449,6 +581,55 @@ mod tests {
     }
     fn ts(t: u64) -> Timestamp {
         Timestamp(t)
+    }
+
+    /// FaRM §5.3 step 4: two recovering transactions may hold one key; it
+    /// stays locked to readers, lockers, validators and scans until both
+    /// are decided.
+    #[test]
+    fn recovery_locks_hold_a_key_until_every_holder_is_decided() {
+        let mut s = RegionStore::new(4);
+        s.apply_backup(b"k", ts(10), Some(vec![1]));
+        s.recovery_lock(tx(1), b"k");
+        s.recovery_lock(tx(2), b"k");
+        let all = KeyRange { start: vec![], end: None };
+        s.recovery_unlock(tx(1), b"k");
+        assert_eq!(s.read(b"k", ts(20)), Err(Conflict::Locked));
+        assert_eq!(s.lock(tx(3), b"k", ts(20)), Err(Conflict::Locked));
+        assert_eq!(s.validate_key(tx(3), b"k", ts(20)), Err(Conflict::Locked));
+        assert_eq!(s.scan(&all, ts(20), 10, 1 << 20).map(|_| ()), Err(Conflict::Locked));
+        s.recovery_unlock(tx(2), b"k");
+        assert_eq!(s.read(b"k", ts(20)).unwrap().unwrap().version, ts(10));
+        s.check_invariants();
+    }
+
+    /// FaRM §5.4: a copy merged into a replica that already took newer
+    /// commits keeps both, in order; FaRMv2 §4.7: a promoted replica's
+    /// floor is its head.
+    #[test]
+    fn data_recovery_merges_copies_and_promotion_resets_floors() {
+        let mut src = RegionStore::new(4);
+        for (k, t) in [(b"a", 10), (b"a", 20), (b"b", 15)] {
+            src.apply_backup(k, ts(t), Some(vec![t as u8]));
+        }
+        let mut dst = RegionStore::new(4);
+        dst.apply_backup(b"a", ts(30), Some(vec![30]));
+        let (first, done) = src.copy_after(None, 1);
+        assert!(!done);
+        let (rest, done) = src.copy_after(Some(&first[0].key), 1);
+        assert!(done, "nothing follows b");
+        assert_eq!(src.copy_after(Some(&rest[0].key), 1), (vec![], true));
+        for c in first.iter().chain(&rest) {
+            dst.merge_copy(c);
+        }
+        dst.check_invariants();
+        assert_eq!(dst.read(b"a", ts(25)).unwrap().unwrap().version, ts(20));
+        assert_eq!(dst.read(b"a", ts(35)).unwrap().unwrap().version, ts(30));
+        assert_eq!(dst.read(b"b", ts(15)).unwrap().unwrap().version, ts(15));
+        dst.reset_floors_to_head();
+        dst.check_invariants();
+        assert_eq!(dst.read(b"a", ts(25)), Err(Conflict::TooOld));
+        assert_eq!(dst.read(b"a", ts(35)).unwrap().unwrap().version, ts(30));
     }
 
     /// Found by the fault simulator (swarm seeds 3, 4, 7, …): a backup

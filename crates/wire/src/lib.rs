@@ -171,6 +171,10 @@ pub enum Conflict {
     /// The transaction already finished at this node (aborted or truncated):
     /// a late or duplicated LOCK is refused rather than re-locking.
     Finished,
+    /// The node cannot serve the region now: it holds no lease (FaRM §5.1),
+    /// or the region is blocked by recovery until its locks are recovered
+    /// (FaRM §5.3 step 1). Retry; the configuration may have changed.
+    Unavailable,
 }
 
 impl fmt::Display for Conflict {
@@ -183,6 +187,7 @@ impl fmt::Display for Conflict {
             Conflict::UnknownRegion => "unknown region",
             Conflict::Overloaded => "overloaded",
             Conflict::Finished => "transaction already finished here",
+            Conflict::Unavailable => "region unavailable (no lease, or recovering)",
         };
         f.write_str(s)
     }
@@ -235,6 +240,17 @@ pub enum Rejection {
     /// This node does not play the role the request needs (not the CM, not
     /// the clock master, or a request kind it does not serve).
     WrongRole(String),
+    /// The request belongs to configuration `sent`, this node runs
+    /// `current` (FaRM §5.2 precise membership). A sender behind fetches the
+    /// current configuration ([`CmRequest::GetConfig`]) and retries.
+    ConfigMismatch {
+        /// The configuration the request was sent in.
+        sent: ConfigId,
+        /// The configuration this node runs.
+        current: ConfigId,
+    },
+    /// The sender is not a member of this node's configuration.
+    NotMember(String),
 }
 
 impl fmt::Display for Rejection {
@@ -256,6 +272,12 @@ impl fmt::Display for Rejection {
                 write!(f, "value of {len} bytes exceeds the {max}-byte limit")
             }
             Rejection::WrongRole(s) => write!(f, "wrong role: {s}"),
+            Rejection::ConfigMismatch { sent, current } => write!(
+                f,
+                "request of configuration {} refused by a node in configuration {}",
+                sent.0, current.0
+            ),
+            Rejection::NotMember(s) => write!(f, "not a member: {s}"),
         }
     }
 }
@@ -351,6 +373,183 @@ pub enum Request {
     /// Reconfiguration between members (FaRM §5.2, FaRMv2 §4.3), sent
     /// one-way; each side retransmits until it hears back.
     Reconfig(ReconfigMessage),
+    /// Transaction-state and data recovery between members (FaRM §5.3,
+    /// §5.4), sent one-way; each side retransmits until it hears back.
+    Recovery(RecoveryMessage),
+}
+
+/// One replica's records of a recovering transaction in one region, sent
+/// to the region's primary in NEED-RECOVERY (FaRM §5.3 steps 2, 4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveringTx {
+    /// The record (writes restricted to the region).
+    pub record: LockRecord,
+    /// The replica's evidence about the transaction.
+    pub evidence: Evidence,
+    /// `write_ts`, if the replica knows it (COMMIT-BACKUP or COMMIT-PRIMARY).
+    pub write_ts: Option<Timestamp>,
+}
+
+/// One object's versions (oldest first, `None` = tombstone) and floor,
+/// copied to a new replica by data recovery (FaRM §5.4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectCopy {
+    /// The key.
+    pub key: Key,
+    /// (write_ts, value) oldest first.
+    pub versions: Vec<(Timestamp, Option<Value>)>,
+    /// Reads below this abort at the source.
+    pub floor_ts: Timestamp,
+}
+
+/// FaRM §5.3's transaction-state recovery and §5.4's data recovery. All
+/// one-way and resent until answered; every message names its
+/// configuration, and one of another configuration is ignored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RecoveryMessage {
+    /// Step 2–4: a replica's records of recovering transactions in
+    /// `region`, to its primary (empty if it has none).
+    NeedRecovery {
+        /// Configuration.
+        config: ConfigId,
+        /// The region.
+        region: RegionId,
+        /// The replica.
+        from: NodeId,
+        /// Its recovering transactions there.
+        txs: Vec<RecoveringTx>,
+    },
+    /// The primary got `region`'s NEED-RECOVERY (acknowledges it).
+    NeedRecoveryAck {
+        /// Configuration.
+        config: ConfigId,
+        /// The region.
+        region: RegionId,
+    },
+    /// Step 6: a region's vote, from its primary to the transaction's
+    /// recovery coordinator.
+    Vote {
+        /// Configuration.
+        config: ConfigId,
+        /// The transaction.
+        tx: TxId,
+        /// The voting region.
+        region: RegionId,
+        /// Its vote.
+        vote: RecoveryVote,
+        /// Every region the transaction wrote (from its record; empty if
+        /// the region has none).
+        regions: Vec<RegionId>,
+        /// The record's `read_ts` and writes in `region` (empty if none).
+        writes: Vec<WriteOp>,
+        /// The transaction's read timestamp (0 if unknown).
+        read_ts: Timestamp,
+        /// `write_ts`, if known in the region.
+        write_ts: Option<Timestamp>,
+    },
+    /// Step 6: the recovery coordinator asks a region's primary for its
+    /// vote (a region that sent none: it may never have seen the
+    /// transaction).
+    RequestVote {
+        /// Configuration.
+        config: ConfigId,
+        /// The transaction.
+        tx: TxId,
+        /// The region asked.
+        region: RegionId,
+        /// The recovery coordinator.
+        from: NodeId,
+    },
+    /// Step 7: commit the transaction's writes in `region` at `write_ts`.
+    CommitRecovery {
+        /// Configuration.
+        config: ConfigId,
+        /// The transaction.
+        tx: TxId,
+        /// The region.
+        region: RegionId,
+        /// The record (writes in the region).
+        record: LockRecord,
+        /// The write timestamp.
+        write_ts: Timestamp,
+        /// The recovery coordinator.
+        from: NodeId,
+    },
+    /// Step 7: abort the transaction in `region`.
+    AbortRecovery {
+        /// Configuration.
+        config: ConfigId,
+        /// The transaction.
+        tx: TxId,
+        /// The region.
+        region: RegionId,
+        /// The recovery coordinator.
+        from: NodeId,
+    },
+    /// A replica applied COMMIT- or ABORT-RECOVERY.
+    DecisionAck {
+        /// Configuration.
+        config: ConfigId,
+        /// The transaction.
+        tx: TxId,
+        /// The region.
+        region: RegionId,
+        /// The replica.
+        from: NodeId,
+    },
+    /// Step 7: every replica applied the decision; drop the records.
+    TruncateRecovery {
+        /// Configuration.
+        config: ConfigId,
+        /// The transaction.
+        tx: TxId,
+        /// The recovery coordinator.
+        from: NodeId,
+    },
+    /// A replica processed TRUNCATE-RECOVERY.
+    TruncateAck {
+        /// Configuration.
+        config: ConfigId,
+        /// The transaction.
+        tx: TxId,
+        /// The replica.
+        from: NodeId,
+    },
+    /// §5.4: a new replica asks the primary for objects of `region` after
+    /// `after` (exclusive; `None` = from the start).
+    Fetch {
+        /// Configuration.
+        config: ConfigId,
+        /// The region.
+        region: RegionId,
+        /// The new replica.
+        from: NodeId,
+        /// Resume point.
+        after: Option<Key>,
+    },
+    /// §5.4: a chunk of the region's objects; `done` on the last one.
+    Chunk {
+        /// Configuration.
+        config: ConfigId,
+        /// The region.
+        region: RegionId,
+        /// The resume point this chunk answers.
+        after: Option<Key>,
+        /// Objects, in key order.
+        objects: Vec<ObjectCopy>,
+        /// True if no object follows.
+        done: bool,
+    },
+    /// §5.4: `from` holds a complete copy of `region`, to the CM (which
+    /// may then promote it).
+    ReplicaReady {
+        /// Configuration.
+        config: ConfigId,
+        /// The region.
+        region: RegionId,
+        /// The replica.
+        from: NodeId,
+    },
 }
 
 /// What one replica's log says about a recovering transaction (FaRM §5.3
@@ -608,6 +807,9 @@ pub enum ClockResponse {
 pub enum CmRequest {
     /// Ask for a coordinator id and the configuration (text).
     RegisterClient,
+    /// Ask any node for the configuration it runs (a client that was told
+    /// [`Rejection::ConfigMismatch`], or that lost touch with the cluster).
+    GetConfig,
 }
 
 /// Replies of the configuration manager.
@@ -618,6 +820,11 @@ pub enum CmResponse {
         /// The coordinator id for this client's transaction ids.
         coordinator: u64,
         /// The configuration, as TOML text.
+        config_toml: String,
+    },
+    /// Reply to `GetConfig`: the node's configuration, as TOML text.
+    Config {
+        /// The configuration.
         config_toml: String,
     },
 }
@@ -814,6 +1021,12 @@ pub enum Frame {
     Request {
         /// Per-connection request id.
         id: u64,
+        /// The sender's configuration (FaRM §5.2 precise membership):
+        /// transaction requests of another configuration are refused with
+        /// [`Rejection::ConfigMismatch`]. `ConfigId(0)` = a sender that knows
+        /// no configuration (thin clients, the CLI), accepted only for
+        /// requests that need none.
+        config: ConfigId,
         /// Piggybacked truncations.
         truncate: Truncation,
         /// The request.
@@ -821,6 +1034,8 @@ pub enum Frame {
     },
     /// A one-way request: no response is sent.
     OneWay {
+        /// The sender's configuration (as for `Request`).
+        config: ConfigId,
         /// Piggybacked truncations.
         truncate: Truncation,
         /// The request.
@@ -924,6 +1139,7 @@ mod tests {
     fn frames_round_trip_back_to_back() {
         let a = Frame::Request {
             id: 5,
+            config: ConfigId(3),
             truncate: Truncation {
                 txs: vec![tx()],
                 low: Some(TruncateLow {
