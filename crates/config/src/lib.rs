@@ -96,6 +96,15 @@ pub struct Limits {
     pub max_scan_bytes: usize,
     /// How often a node advances its GC safe point, µs.
     pub gc_interval_us: u64,
+    /// Objects per data-recovery chunk (FaRM §5.4).
+    pub data_recovery_chunk_objects: usize,
+    /// Pause between data-recovery chunks, µs, so that foreground
+    /// throughput holds (FaRM §5.4 paces recovery); no pause when a region
+    /// is down to its last complete replica.
+    pub data_recovery_pace_us: u64,
+    /// Transactions one node coordinates the recovery of at once (FaRM
+    /// §5.3 steps 6–7); more wait for the next configuration.
+    pub max_recovering_txns: usize,
 }
 
 impl Default for Limits {
@@ -122,6 +131,36 @@ impl Default for Limits {
             max_concurrent_executes: 256,
             max_scan_bytes: 16 << 20,
             gc_interval_us: 50_000,
+            data_recovery_chunk_objects: 256,
+            data_recovery_pace_us: 200,
+            max_recovering_txns: 1 << 20,
+        }
+    }
+}
+
+/// Failure detection and reconfiguration timing (FaRM §5.1, §5.2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaseConfig {
+    /// The lease between the CM and every member, ms (FaRM §5.1).
+    pub lease_ms: u64,
+    /// How long a would-be CM waits for probe replies, ms (FaRM §5.2 step 2).
+    pub probe_timeout_ms: u64,
+    /// How often unanswered reconfiguration and recovery messages are
+    /// resent, ms.
+    pub resend_ms: u64,
+    /// Backup CMs: the CM's successors allowed to start a reconfiguration
+    /// first (FaRM §5.2 step 1).
+    pub backup_cms: usize,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            lease_ms: 10,
+            probe_timeout_ms: 2,
+            resend_ms: 2,
+            backup_cms: 2,
         }
     }
 }
@@ -235,6 +274,9 @@ pub struct Configuration {
     /// Clock settings.
     #[serde(default)]
     pub clock: ClockConfig,
+    /// Lease and reconfiguration timing.
+    #[serde(default)]
+    pub lease: LeaseConfig,
     /// Limits.
     #[serde(default)]
     pub limits: Limits,
@@ -337,6 +379,7 @@ impl Configuration {
             members: Vec::new(),
             placement: Vec::new(),
             clock: ClockConfig::default(),
+            lease: LeaseConfig::default(),
             limits: Limits::default(),
         }
     }

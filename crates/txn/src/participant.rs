@@ -83,6 +83,14 @@ pub struct Participant {
     /// (the lowest coordinator ids are forgotten first; forgetting only
     /// loses the early refusal of stale records).
     low_bounds: BTreeMap<u64, u64>,
+    /// Regions whose replicas changed in the current configuration, blocked
+    /// at this primary until their lock recovery ends (FaRM §5.3 step 1).
+    blocked: std::collections::BTreeSet<RegionId>,
+    /// Recovery locks held here, per (transaction, region): the keys.
+    recovery_held: BTreeMap<(TxId, RegionId), Vec<meridian_wire::Key>>,
+    /// Transactions committed here by COMMIT-RECOVERY and not yet
+    /// truncated, with their `write_ts` (their evidence is commit-primary).
+    recovered: BTreeMap<TxId, Timestamp>,
     stats: ParticipantStats,
 }
 
@@ -114,7 +122,253 @@ impl Participant {
             finished: BTreeMap::new(),
             finished_order: std::collections::VecDeque::new(),
             low_bounds: BTreeMap::new(),
+            blocked: Default::default(),
+            recovery_held: BTreeMap::new(),
+            recovered: BTreeMap::new(),
             stats: ParticipantStats::default(),
+        }
+    }
+
+    /// Adopt configuration `cfg` (FaRM §5.2 step 6, §5.3 step 1): new
+    /// regions get empty replicas (data recovery fills them), regions no
+    /// longer held are dropped with the log records only they needed, a
+    /// backup promoted to primary resets its floors to its heads (FaRMv2
+    /// §4.7), and every region whose replicas changed is blocked here until
+    /// [`Participant::recover_locks`] (if this node is its primary).
+    /// Returns the regions this node newly holds.
+    pub fn reconfigure(&mut self, cfg: &Configuration) -> Vec<RegionId> {
+        let map = Arc::new(RegionMap::new(cfg));
+        let (mut primary_for, mut backup_for, mut added) = (Vec::new(), Vec::new(), Vec::new());
+        self.blocked.clear();
+        for r in map.regions() {
+            let is_primary = r.primary == self.node;
+            if is_primary {
+                primary_for.push(r.id);
+                if r.last_replica_change == cfg.id() {
+                    self.blocked.insert(r.id);
+                }
+            } else if r.backups.contains(&self.node) {
+                backup_for.push(r.id);
+            } else {
+                continue;
+            }
+            if !self.stores.contains_key(&r.id) {
+                self.stores
+                    .insert(r.id, RegionStore::new(self.limits.max_versions_per_object));
+                added.push(r.id);
+            } else if is_primary && self.backup_for.contains(&r.id) {
+                if let Some(s) = self.stores.get_mut(&r.id) {
+                    s.reset_floors_to_head();
+                }
+            }
+        }
+        let held: std::collections::BTreeSet<RegionId> =
+            primary_for.iter().chain(&backup_for).copied().collect();
+        self.stores.retain(|r, _| held.contains(r));
+        let needed = |rec: &meridian_wire::LockRecord| {
+            rec.writes.iter().any(|w| held.contains(&w.region))
+        };
+        self.log.primary.retain(|_, (rec, _)| needed(rec));
+        self.log.backup.retain(|_, (rec, _)| needed(rec));
+        self.recovery_held.retain(|(_, r), _| held.contains(r));
+        self.map = map;
+        self.limits = cfg.limits.clone();
+        self.primary_for = primary_for;
+        self.backup_for = backup_for;
+        added
+    }
+
+    /// Regions blocked by recovery at this primary.
+    pub fn blocked_regions(&self) -> Vec<RegionId> {
+        self.blocked.iter().copied().collect()
+    }
+
+    /// FaRM §5.3 steps 2–3: this replica's records in `region` of
+    /// transactions that began committing before configuration `config`
+    /// (every such transaction recovers: requests of older configurations
+    /// are refused, so their coordinators cannot finish them).
+    pub fn recovering_records(
+        &self,
+        config: meridian_wire::ConfigId,
+        region: RegionId,
+    ) -> Vec<meridian_wire::RecoveringTx> {
+        let mut out: BTreeMap<TxId, meridian_wire::RecoveringTx> = BTreeMap::new();
+        let restrict = |rec: &meridian_wire::LockRecord| meridian_wire::LockRecord {
+            writes: rec
+                .writes
+                .iter()
+                .filter(|w| w.region == region)
+                .cloned()
+                .collect(),
+            ..rec.clone()
+        };
+        let primary = self.log.primary.iter().map(|(tx, (rec, st))| {
+            let wts = match st {
+                LockState::Committed(w) => Some(*w),
+                LockState::Locked => None,
+            };
+            (tx, rec, wts)
+        });
+        let backup = self
+            .log
+            .backup
+            .iter()
+            .map(|(tx, (rec, w))| (tx, rec, Some(*w)));
+        for (tx, rec, wts) in primary.chain(backup) {
+            if tx.config >= config || !rec.writes.iter().any(|w| w.region == region) {
+                continue;
+            }
+            let e = out.entry(*tx).or_insert_with(|| meridian_wire::RecoveringTx {
+                record: restrict(rec),
+                evidence: self.evidence(*tx, region),
+                write_ts: None,
+            });
+            e.write_ts = e.write_ts.or(wts).or(self.recovered.get(tx).copied());
+        }
+        out.into_values().collect()
+    }
+
+    /// FaRM §5.3 step 4 at `region`'s primary: hold every key the
+    /// recovering transactions wrote there, then unblock the region.
+    pub fn recover_locks(&mut self, region: RegionId, txs: &[meridian_wire::RecoveringTx]) {
+        if let Some(store) = self.stores.get_mut(&region) {
+            for t in txs {
+                let keys: Vec<meridian_wire::Key> = t
+                    .record
+                    .writes
+                    .iter()
+                    .filter(|w| w.region == region)
+                    .map(|w| w.key.clone())
+                    .collect();
+                for k in &keys {
+                    store.recovery_lock(t.record.tx, k);
+                }
+                self.recovery_held.insert((t.record.tx, region), keys);
+            }
+        }
+        self.blocked.remove(&region);
+    }
+
+    /// FaRM §5.3 step 7: COMMIT-RECOVERY of `record` (writes in `region`)
+    /// at `write_ts`: apply the writes at their place in each chain,
+    /// release the transaction's locks in the region. Idempotent; a no-op
+    /// for a transaction already truncated here.
+    pub fn commit_recovery(
+        &mut self,
+        region: RegionId,
+        record: &meridian_wire::LockRecord,
+        write_ts: Timestamp,
+    ) {
+        let tx = record.tx;
+        if self.finished.get(&tx) == Some(&Finish::Truncated) {
+            return;
+        }
+        assert!(
+            self.finished.get(&tx) != Some(&Finish::Aborted),
+            "COMMIT-RECOVERY of {tx}, which this replica saw aborted"
+        );
+        // Every write of the transaction this node knows (the record sent,
+        // its own LOCK or COMMIT-BACKUP record): the decision is per
+        // transaction, so all of them are applied and released now, and a
+        // later COMMIT-RECOVERY for another region is a no-op.
+        let mut writes: Vec<meridian_wire::WriteOp> = record
+            .writes
+            .iter()
+            .filter(|w| w.region == region)
+            .cloned()
+            .collect();
+        if let Some((rec, _)) = self.log.primary.get(&tx) {
+            writes.extend(rec.writes.iter().cloned());
+        }
+        if let Some((rec, _)) = self.log.backup.get(&tx) {
+            writes.extend(rec.writes.iter().cloned());
+        }
+        for w in &writes {
+            if let Some(store) = self.stores.get_mut(&w.region) {
+                store.apply_backup(&w.key, write_ts, w.value.clone());
+                store.recovery_unlock(tx, &w.key);
+            }
+        }
+        self.release_recovery_holds(tx);
+        if let Some((_, st)) = self.log.primary.get_mut(&tx) {
+            *st = LockState::Committed(write_ts);
+        }
+        self.recovered.insert(tx, write_ts);
+    }
+
+    /// FaRM §5.3 step 7: ABORT-RECOVERY in `region`: release every lock of
+    /// the transaction, drop its records, remember it aborted.
+    ///
+    /// Panics (release builds too) if this replica committed it: recovery
+    /// never aborts a transaction a primary exposed.
+    pub fn abort_recovery(&mut self, tx: TxId, region: RegionId) {
+        assert!(
+            !matches!(self.log.primary.get(&tx), Some((_, LockState::Committed(_))))
+                && !self.recovered.contains_key(&tx),
+            "ABORT-RECOVERY of {tx}, which committed at this replica"
+        );
+        let _ = region; // the decision is per transaction: release everywhere
+        self.release_recovery_holds(tx);
+        self.abort(tx);
+        self.log.backup.remove(&tx);
+    }
+
+    fn release_recovery_holds(&mut self, tx: TxId) {
+        let held: Vec<(RegionId, Vec<meridian_wire::Key>)> = self
+            .recovery_held
+            .range((tx, RegionId(0))..=(tx, RegionId(u32::MAX)))
+            .map(|((_, r), keys)| (*r, keys.clone()))
+            .collect();
+        for (r, keys) in held {
+            self.recovery_held.remove(&(tx, r));
+            if let Some(store) = self.stores.get_mut(&r) {
+                for k in &keys {
+                    store.recovery_unlock(tx, k);
+                }
+            }
+        }
+    }
+
+    /// FaRM §5.3 step 7: TRUNCATE-RECOVERY: drop the transaction's records
+    /// (applying a backup record first) and remember it truncated.
+    pub fn truncate_recovery(&mut self, tx: TxId) {
+        if self.finished.get(&tx) == Some(&Finish::Aborted) {
+            return;
+        }
+        self.recovered.remove(&tx);
+        self.truncate(&[tx]);
+    }
+
+    /// The primary's own vote-relevant evidence when asked for a vote on a
+    /// transaction it found no records of (FaRM §5.3 step 6, REQUEST-VOTE).
+    pub fn vote_without_records(&self, tx: TxId, region: RegionId) -> meridian_wire::RecoveryVote {
+        use meridian_wire::{Evidence, RecoveryVote};
+        match self.evidence(tx, region) {
+            Evidence::CommitPrimary => RecoveryVote::CommitPrimary,
+            Evidence::CommitBackup => RecoveryVote::CommitBackup,
+            Evidence::Lock => RecoveryVote::Lock,
+            Evidence::Aborted => RecoveryVote::Abort,
+            Evidence::Truncated => RecoveryVote::Truncated,
+            Evidence::Nothing => RecoveryVote::Unknown,
+        }
+    }
+
+    /// FaRM §5.4, source: objects of `region` after `after`.
+    pub fn copy_region(
+        &self,
+        region: RegionId,
+        after: Option<&[u8]>,
+    ) -> Option<(Vec<meridian_wire::ObjectCopy>, bool)> {
+        let s = self.stores.get(&region)?;
+        Some(s.copy_after(after, self.limits.data_recovery_chunk_objects))
+    }
+
+    /// FaRM §5.4, new replica: merge copied objects into `region`.
+    pub fn merge_copies(&mut self, region: RegionId, objects: &[meridian_wire::ObjectCopy]) {
+        if let Some(s) = self.stores.get_mut(&region) {
+            for o in objects {
+                s.merge_copy(o);
+            }
         }
     }
 
@@ -165,6 +419,9 @@ impl Participant {
     }
 
     fn primary_store(&self, region: RegionId) -> Result<&RegionStore, Conflict> {
+        if !self.blocked.is_empty() && self.blocked.contains(&region) {
+            return Err(Conflict::Unavailable);
+        }
         if !self.primary_for.contains(&region) {
             return Err(if self.stores.contains_key(&region) {
                 Conflict::NotPrimary
@@ -305,6 +562,9 @@ impl Participant {
         use meridian_wire::Evidence;
         let touches =
             |rec: &meridian_wire::LockRecord| rec.writes.iter().any(|w| w.region == region);
+        if self.recovered.contains_key(&tx) {
+            return Evidence::CommitPrimary;
+        }
         if let Some((rec, state)) = self.log.primary.get(&tx) {
             if touches(rec) {
                 return match state {
@@ -409,6 +669,9 @@ impl Participant {
         }
         if self.log.len() >= self.limits.max_log_records {
             return Err(Conflict::Overloaded);
+        }
+        if !self.blocked.is_empty() && rec.writes.iter().any(|w| self.blocked.contains(&w.region)) {
+            return Err(Conflict::Unavailable);
         }
         let mut locked = 0;
         let mut result = Ok(());
@@ -570,8 +833,25 @@ impl Participant {
             .primary
             .values()
             .filter(|(_, s)| *s == LockState::Locked)
-            .map(|(r, _)| r.writes.len())
+            .map(|(r, _)| {
+                r.writes
+                    .iter()
+                    .filter(|w| self.primary_for.contains(&w.region))
+                    .count()
+            })
             .sum();
+        for ((tx, region), keys) in &self.recovery_held {
+            let store = self.stores.get(region);
+            assert!(
+                keys.iter()
+                    .all(|k| store.is_some_and(|s| s.holds_recovery_lock(*tx, k))),
+                "{tx} lost a recovery lock in {region}"
+            );
+        }
+        assert!(
+            self.blocked.iter().all(|r| self.primary_for.contains(r)),
+            "a blocked region this node is not primary of"
+        );
         assert_eq!(
             locks, expected,
             "locks in storage and Locked LOCK records disagree"
