@@ -183,6 +183,7 @@ pub fn request(addr: &str, req: Request) -> Result<Response, std::io::Error> {
     let mut buf = Vec::new();
     meridian_wire::encode_frame(
         &meridian_wire::Frame::Request {
+            config: meridian_wire::ConfigId(0),
             id: 1,
             truncate: Default::default(),
             req,

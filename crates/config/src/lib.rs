@@ -157,7 +157,7 @@ pub struct LeaseConfig {
 impl Default for LeaseConfig {
     fn default() -> Self {
         LeaseConfig {
-            lease_ms: 10,
+            lease_ms: 50,
             probe_timeout_ms: 2,
             resend_ms: 2,
             backup_cms: 2,

@@ -229,6 +229,28 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                     }
                 }
             }
+            NodeEffect::Cas { expected, proposed } => {
+                // The embedded Raft group is not built yet: without a
+                // coordination service no configuration can follow this
+                // one, so the CAS loses (the cluster keeps its
+                // configuration, as before fault tolerance).
+                tracing::warn!(
+                    expected = expected.0,
+                    proposed = proposed.id().0,
+                    "reconfiguration needs the coordination service, which the tokio node does not run yet"
+                );
+                let sh = shell.clone();
+                tokio::spawn(async move {
+                    let effects = {
+                        let mut p = lock(&sh.process);
+                        let current = Box::new(p.config().clone());
+                        p.on_cas_result(mono_ns(), Err(current));
+                        p.drain_effects()
+                    };
+                    route(&sh, effects).await;
+                });
+            }
+            NodeEffect::Event(ev) => tracing::info!(?ev, "reconfiguration"),
             NodeEffect::Wake { at_local_ns } => {
                 let sh = shell.clone();
                 tokio::spawn(async move {

@@ -38,7 +38,7 @@ use meridian_time::{ClockError, ClockSync, SyncSample};
 use meridian_txn::{AbortReason, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions};
 use meridian_wire::{
     AdminRequest, ClockRequest, ClockResponse, CmRequest, CmResponse, ConfigId, Conflict, Frame,
-    Key, NodeId, Request, Response, Timestamp, TxId, TxnRequest, Value,
+    Key, NodeId, Rejection, Request, Response, Timestamp, TxId, TxnRequest, Value,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -125,6 +125,8 @@ pub struct ClientStats {
     /// Calls failed with a `TooOld` abort (snapshot below the GC safe
     /// point, FaRMv2 §5).
     pub aborts_too_old: u64,
+    /// Newer configurations adopted (FaRM §5.2).
+    pub config_changes: u64,
 }
 
 #[derive(Debug)]
@@ -164,6 +166,9 @@ enum Purpose {
     Ping(CallId),
     Register(CallId),
     Execute(CallId),
+    /// `CmRequest::GetConfig` after a [`Rejection::ConfigMismatch`] or a
+    /// failure that may mean the configuration changed.
+    GetConfig,
 }
 
 #[derive(Debug)]
@@ -193,6 +198,15 @@ enum Wait {
 pub struct ClientProcess {
     config_id: ConfigId,
     cm: NodeId,
+    /// Members, to ask for the configuration in turn.
+    members: Vec<NodeId>,
+    /// The configuration is set by the node this coordinator is embedded
+    /// in ([`ClientProcess::managed`]): never fetched, clock left alone.
+    managed: bool,
+    config_inflight: bool,
+    next_config_ns: u64,
+    ask_next: usize,
+    refresh_ns: u64,
     map: Arc<RegionMap>,
     limits: Arc<Limits>,
     sync_interval_ns: u64,
@@ -233,6 +247,12 @@ impl ClientProcess {
         ClientProcess {
             config_id: config.id(),
             cm: config.cm(),
+            members: config.members(),
+            managed: false,
+            config_inflight: false,
+            next_config_ns: 0,
+            ask_next: 0,
+            refresh_ns: config.lease.resend_ms.max(1) * 1_000_000,
             map: Arc::new(RegionMap::new(config)),
             limits: Arc::new(config.limits.clone()),
             sync_interval_ns: config.clock.sync_interval_us.max(100) * 1000,
@@ -259,6 +279,73 @@ impl ClientProcess {
             effects: Vec::new(),
             stats: ClientStats::default(),
         }
+    }
+
+    /// A coordinator embedded in a node: the node sets its configuration
+    /// ([`ClientProcess::set_config`]) and manages its clock.
+    pub fn managed(mut self) -> Self {
+        self.managed = true;
+        self
+    }
+
+    /// The configuration id this coordinator sends with its requests.
+    pub fn config_id(&self) -> ConfigId {
+        self.config_id
+    }
+
+    /// Adopt configuration `config` (FaRM §5.2) if it is newer: requests
+    /// carry its id and go to its primaries from now on. An unmanaged
+    /// client whose clock master (the CM) changed forgets the old master's
+    /// samples and stays unsynchronised until the new one answers (FaRMv2
+    /// §4.3). Returns true if adopted.
+    pub fn set_config(&mut self, config: &Configuration) -> bool {
+        if config.id() <= self.config_id {
+            return false;
+        }
+        let cm_changed = config.cm() != self.cm;
+        self.config_id = config.id();
+        self.cm = config.cm();
+        self.members = config.members();
+        self.map = Arc::new(RegionMap::new(config));
+        if cm_changed && !self.managed {
+            self.clock
+                .follow_new_master(0, config.clock.drift_ppm);
+            self.next_sync_ns = None;
+        }
+        self.stats.config_changes += 1;
+        true
+    }
+
+    /// The clock engine (the embedding node drives FaRMv2 §4.3's
+    /// fast-forward through it).
+    pub fn clock_mut(&mut self) -> &mut ClockSync {
+        &mut self.clock
+    }
+
+    /// Ask for the configuration (from `hint`, else the next member in
+    /// turn), at most one request at a time and one per `resend_ms`.
+    fn refresh_config(&mut self, now: u64, hint: Option<NodeId>) {
+        if self.managed || self.config_inflight || now < self.next_config_ns {
+            return;
+        }
+        let to = match hint {
+            Some(n) => n,
+            None => {
+                if self.members.is_empty() {
+                    return;
+                }
+                self.ask_next = (self.ask_next + 1) % self.members.len();
+                self.members[self.ask_next]
+            }
+        };
+        self.config_inflight = true;
+        self.next_config_ns = now + self.refresh_ns;
+        self.send_rpc(
+            now,
+            to,
+            Request::Cm(meridian_wire::CmRequest::GetConfig),
+            Purpose::GetConfig,
+        );
     }
 
     /// Make this process's clock the clock master's own clock (it then never
@@ -810,6 +897,7 @@ impl ClientProcess {
             to,
             frame: Frame::Request {
                 id,
+                config: self.config_id,
                 truncate: meridian_wire::Truncation {
                     txs: truncate.clone(),
                     low,
@@ -914,6 +1002,10 @@ impl ClientProcess {
                 .extend(rpc.truncate.iter().copied());
         }
         let err = TxnError::Transport(format!("{} {why}", rpc.to));
+        if rpc.purpose != Purpose::GetConfig {
+            // The node may be gone: the configuration may have changed.
+            self.refresh_config(now, None);
+        }
         match rpc.purpose {
             Purpose::Read(txn) | Purpose::Scan(txn) => self.abandon(now, txn, err),
             Purpose::Commit(txn) => {
@@ -969,7 +1061,11 @@ impl ClientProcess {
                     }
                 }
             }
-            Purpose::ClockSync { .. } => self.sync_inflight = false,
+            Purpose::ClockSync { .. } => {
+                self.sync_inflight = false;
+                self.refresh_config(now, None);
+            }
+            Purpose::GetConfig => self.config_inflight = false,
             Purpose::Ping(call) => self.reply(call, CallResult::Failed(err)),
             Purpose::Execute(call) => self.reply(call, CallResult::ExecuteLost(err.to_string())),
             Purpose::Register(call) => {
@@ -1102,6 +1198,18 @@ impl ClientProcess {
             Some(r) if r.to == from => {}
             _ => return, // late, duplicated, or for a finished purpose
         }
+        match &resp {
+            Response::Rejected(Rejection::ConfigMismatch { current, .. })
+                if *current > self.config_id =>
+            {
+                self.refresh_config(now, Some(from))
+            }
+            Response::Rejected(Rejection::ConfigMismatch { .. } | Rejection::NotMember(_)) => {
+                self.refresh_config(now, None)
+            }
+            r if unavailable(r) => self.refresh_config(now, None),
+            _ => {}
+        }
         let Some(rpc) = self.remove_rpc(id) else {
             return;
         };
@@ -1116,6 +1224,17 @@ impl ClientProcess {
                     };
                     if self.clock.on_sync(sample).is_err() {
                         self.stats.clock_rejected += 1;
+                    }
+                }
+            }
+            Purpose::GetConfig => {
+                self.config_inflight = false;
+                if let Response::Cm(CmResponse::Config { config_toml }) = resp {
+                    match Configuration::from_toml(&config_toml) {
+                        Ok(c) => {
+                            self.set_config(&c);
+                        }
+                        Err(_) => self.stats.rpc_failures += 1,
                     }
                 }
             }
@@ -1296,6 +1415,7 @@ impl ClientProcess {
                 | Purpose::Ping(_)
                 | Purpose::Register(_)
                 | Purpose::Execute(_) => {}
+                Purpose::GetConfig => assert!(self.config_inflight, "untracked GetConfig"),
             }
         }
         assert!(self.txns.len() <= self.limits.max_open_txns);
@@ -1304,6 +1424,20 @@ impl ClientProcess {
                 e.check_invariants();
             }
         }
+    }
+}
+
+/// True for an answer meaning "this node cannot serve now" (no lease, or
+/// the region is recovering): the configuration may have changed.
+fn unavailable(r: &Response) -> bool {
+    use meridian_wire::TxnResponse as T;
+    let c = Err(meridian_wire::Conflict::Unavailable);
+    match r {
+        Response::Txn(T::Lock(x) | T::Validate(x)) => *x == c,
+        Response::Txn(T::Read(Err(e))) | Response::Txn(T::Scan(Err(e))) => {
+            *e == meridian_wire::Conflict::Unavailable
+        }
+        _ => false,
     }
 }
 
@@ -1326,7 +1460,7 @@ mod tests {
             .filter_map(|e| match e {
                 Effect::Send {
                     to,
-                    frame: Frame::Request { id, truncate, req },
+                    frame: Frame::Request { id, truncate, req, .. },
                 } => Some((*to, *id, req.clone(), truncate.txs.clone())),
                 _ => None,
             })

@@ -161,6 +161,16 @@ impl LeaseClient {
             .max(now.saturating_add(self.params.lease_ns));
     }
 
+    /// This member answered a probe from a would-be CM (FaRM §5.2 step 2):
+    /// stop renewing with the current CM for three leases, so that a CM
+    /// being replaced loses its majority (and stops serving) within one
+    /// lease of the probe. If no new configuration comes, renewals resume.
+    pub fn pause_renewals(&mut self, now: u64) {
+        self.next_renew_ns = self
+            .next_renew_ns
+            .max(now.saturating_add(3 * self.params.lease_ns));
+    }
+
     /// Send a renewal if one is due; returns the message for the CM.
     pub fn tick(&mut self, now: u64) -> Option<LeaseMessage> {
         if now < self.next_renew_ns {
@@ -189,16 +199,18 @@ impl LeaseClient {
         from: NodeId,
         msg: &LeaseMessage,
     ) -> Option<LeaseMessage> {
-        let LeaseMessage::Grant { config, seq } = *msg else {
+        let LeaseMessage::Grant { config, seq, lease } = *msg else {
             return None;
         };
         if from != self.cm || config != self.config {
             return None;
         }
         let sent_ns = self.sent.iter().find(|(s, _)| *s == seq)?.1;
-        self.lease_until_ns = self
-            .lease_until_ns
-            .max(sent_ns.saturating_add(self.params.held_ns()));
+        if lease {
+            self.lease_until_ns = self
+                .lease_until_ns
+                .max(sent_ns.saturating_add(self.params.held_ns()));
+        }
         self.cm_until_ns = self
             .cm_until_ns
             .max(now.saturating_add(self.params.lease_ns));
@@ -359,17 +371,19 @@ impl LeaseManager {
                 let majority = self.holds_majority(now);
                 let h = self.held.get_mut(&holder)?;
                 h.last_request_ns = h.last_request_ns.max(now);
-                if !majority {
-                    return None;
+                if majority {
+                    h.last_grant_ns = Some(now);
                 }
-                h.last_grant_ns = Some(now);
                 if h.grants.len() == MAX_OUTSTANDING {
                     h.grants.pop_front();
                 }
                 h.grants.push_back((seq, now));
+                // Without a majority the CM still asks for leases (so it
+                // can form one) but grants none.
                 Some(LeaseMessage::Grant {
                     config: self.config,
                     seq,
+                    lease: majority,
                 })
             }
             LeaseMessage::GrantAck {
@@ -488,6 +502,7 @@ mod tests {
         // A grant from a non-CM or for another configuration is ignored.
         assert!(n1.on_message(MS, NodeId(2), &grant).is_none());
         let other = LeaseMessage::Grant {
+            lease: true,
             config: ConfigId(9),
             seq: 1,
         };
@@ -531,9 +546,39 @@ mod tests {
             holder: LeaseHolder::Node(NodeId(1)),
             seq: 1_000,
         };
-        assert!(cm.on_message(late, &req).is_none());
+        assert_eq!(
+            cm.on_message(late, &req),
+            Some(LeaseMessage::Grant {
+                config: ConfigId(1),
+                seq: 1_000,
+                lease: false
+            }),
+            "a minority CM asks for leases but grants none"
+        );
         assert!(n1.cm_suspected(late));
         assert!(!n1.holds(late));
+    }
+
+    /// Formation: a fresh CM holds no lease anywhere, so its first grants
+    /// carry no lease; the holders' acks give it a majority, and the next
+    /// round grants real leases.
+    #[test]
+    fn a_fresh_cluster_forms_leases_in_two_rounds() {
+        let p = params();
+        let members = [NodeId(0), NodeId(1), NodeId(2)];
+        let mut cm = LeaseManager::new(p, ConfigId(1), NodeId(0), &members, 0);
+        let mut n1 = LeaseClient::new(p, LeaseHolder::Node(NodeId(1)), ConfigId(1), NodeId(0), 0);
+        let mut t = 0;
+        for round in 0..2 {
+            let req = n1.tick(t).unwrap();
+            let grant = cm.on_message(t, &req).unwrap();
+            assert!(matches!(grant, LeaseMessage::Grant { lease, .. } if lease == (round == 1)));
+            let ack = n1.on_message(t, NodeId(0), &grant).unwrap();
+            assert_eq!(n1.holds(t), round == 1, "round {round}");
+            assert!(cm.on_message(t, &ack).is_none());
+            assert!(cm.holds_majority(t));
+            t += p.renew_ns();
+        }
     }
 
     #[test]

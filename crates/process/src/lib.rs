@@ -40,6 +40,7 @@ pub mod coordination;
 pub mod lease;
 pub mod node;
 pub mod reconfig;
+pub mod recovery;
 
 use meridian_wire::{Frame, NodeId};
 

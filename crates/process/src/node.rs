@@ -49,13 +49,17 @@
 //! at most one call outstanding.
 
 use crate::client::{CallResult, ClientProcess, TxnHandle};
+use crate::lease::{LeaseClient, LeaseManager, LeaseParams};
+use crate::reconfig::{Reconfig, ReconfigOutput, ReconfigParams};
+use crate::recovery::RecoveryFlow;
 use crate::{CallId, Effect};
 use meridian_config::Configuration;
 use meridian_txn::{Participant, TxnError, TxnOptions};
 use meridian_wire::{
     AdminRequest, AdminResponse, ClientOp, ClientOpResult, ClockRequest, ClockResponse, CmRequest,
-    CmResponse, ExecuteError, Executed, Frame, NodeId, NodeStatus, Rejection, Request, Response,
-    ThinRequest, ThinResponse, Timestamp,
+    CmResponse, ConfigId, Conflict, ExecuteError, Executed, Frame, LeaseHolder, LeaseMessage,
+    NodeId, NodeStatus, ReconfigMessage, Rejection, Request, Response, ThinRequest, ThinResponse,
+    Timestamp, TxnRequest, TxnResponse,
 };
 use std::collections::{BTreeMap, VecDeque};
 
@@ -88,6 +92,69 @@ pub enum NodeEffect {
         /// Local clock deadline, ns.
         at_local_ns: u64,
     },
+    /// FaRM §5.2 step 3: ask the coordination service to replace
+    /// configuration `expected` by `proposed`; answer with
+    /// [`NodeProcess::on_cas_result`].
+    Cas {
+        /// The configuration being replaced.
+        expected: ConfigId,
+        /// Its successor.
+        proposed: Box<Configuration>,
+    },
+    /// Something an operator or a timeline wants to see (FaRM Figure 9's
+    /// markers).
+    Event(NodeEvent),
+}
+
+/// Reconfiguration and recovery milestones at one node, for timelines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// This node suspected the members (or the CM) listed.
+    Suspect(Vec<NodeId>),
+    /// This node won the configuration CAS for `ConfigId`.
+    ConfigCas(ConfigId),
+    /// This node applied configuration `ConfigId`.
+    Applied(ConfigId),
+    /// Configuration `ConfigId` committed here; recovery starts.
+    Committed(ConfigId),
+    /// This node was removed from the configuration.
+    Removed(ConfigId),
+    /// Every region this node is primary of has finished lock recovery.
+    RegionsActive(ConfigId),
+    /// Data recovery filled every new replica at this node.
+    DataRecovered(ConfigId),
+}
+
+/// Where a node stands in the membership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Standing {
+    /// A member of its configuration.
+    Member,
+    /// Restarted with its memory lost: a member of nothing, silent on
+    /// leases and reconfiguration (joining is not built yet).
+    Restarted,
+    /// A configuration removed it.
+    Removed,
+}
+
+/// The node's lease role (FaRM §5.1).
+#[derive(Debug)]
+enum LeaseRole {
+    /// A member other than the CM: holds a lease at the CM.
+    Member(LeaseClient),
+    /// The CM: tracks every member's lease.
+    Cm(LeaseManager),
+}
+
+/// The node a one-way protocol message comes from: the link it arrived on
+/// if the shell knows it (the simulator), else the sender the message
+/// names (the tokio shell's accepted connections are anonymous; peers are
+/// authenticated by TLS later).
+fn sender(from: Peer, claimed: Option<NodeId>) -> Option<NodeId> {
+    match from {
+        Peer::Node(n) => Some(n),
+        Peer::Conn(_) => claimed,
+    }
 }
 
 /// The coordinator id of the thin-client coordinator embedded in node
@@ -117,6 +184,22 @@ struct Exec {
 pub struct NodeProcess {
     id: NodeId,
     config: Configuration,
+    standing: Standing,
+    lease_params: LeaseParams,
+    lease: LeaseRole,
+    reconfig: Reconfig,
+    recovery: RecoveryFlow,
+    /// Whether the applied configuration changed the CM (clock failover at
+    /// its commit, FaRMv2 §4.3).
+    clock_failover: bool,
+    /// When this node, as new CM, first sent NEW-CONFIG: members' acks
+    /// count as lease grants from then (conservative).
+    proposal_sent_ns: u64,
+    regions_active_reported: bool,
+    data_recovered_reported: bool,
+    /// Leases start at the first input (the shell's clock is unknown at
+    /// construction).
+    lease_started: bool,
     participant: Participant,
     gateway: ClientProcess,
     incarnation: u32,
@@ -147,12 +230,50 @@ impl NodeProcess {
         // The back-off jitter seed: fixed by node and incarnation, so a
         // simulated run replays exactly.
         let seed = coordinator.rotate_left(17) ^ 0x6d65_7269_6469_616e;
-        let mut gateway = ClientProcess::new(&config, coordinator, seed);
+        let mut gateway = ClientProcess::new(&config, coordinator, seed).managed();
         if config.cm() == id {
             gateway = gateway.with_master_clock();
         }
+        let lease_params = LeaseParams::new(config.lease.lease_ms, config.clock.drift_ppm);
+        let lease = if config.cm() == id {
+            LeaseRole::Cm(LeaseManager::new(
+                lease_params,
+                config.id(),
+                id,
+                &config.members(),
+                0,
+            ))
+        } else {
+            LeaseRole::Member(LeaseClient::new(
+                lease_params,
+                LeaseHolder::Node(id),
+                config.id(),
+                config.cm(),
+                0,
+            ))
+        };
+        let reconfig = Reconfig::new(
+            id,
+            ReconfigParams {
+                lease: lease_params,
+                probe_timeout_ns: config.lease.probe_timeout_ms.max(1) * 1_000_000,
+                resend_ns: config.lease.resend_ms.max(1) * 1_000_000,
+                backup_cms: config.lease.backup_cms,
+            },
+            config.clone(),
+        );
         Ok(NodeProcess {
             id,
+            standing: Standing::Member,
+            lease_params,
+            lease,
+            reconfig,
+            recovery: RecoveryFlow::new(id, &config),
+            clock_failover: false,
+            proposal_sent_ns: 0,
+            regions_active_reported: true,
+            data_recovered_reported: true,
+            lease_started: false,
             participant: Participant::new(id, &config),
             gateway,
             incarnation,
@@ -181,6 +302,7 @@ impl NodeProcess {
     ) -> Result<Self, meridian_config::ConfigError> {
         let mut p = Self::new(config, id, incarnation)?;
         p.participant = Participant::without_regions(id, &p.config);
+        p.standing = Standing::Restarted;
         Ok(p)
     }
 
@@ -248,16 +370,45 @@ impl NodeProcess {
         }
     }
 
+    /// Start the lease role at the first input, on the shell's clock.
+    fn start_leases(&mut self, now: u64) {
+        if std::mem::replace(&mut self.lease_started, true) {
+            return;
+        }
+        let c = &self.config;
+        self.lease = if c.cm() == self.id {
+            LeaseRole::Cm(LeaseManager::new(self.lease_params, c.id(), self.id, &c.members(), now))
+        } else {
+            LeaseRole::Member(LeaseClient::new(
+                self.lease_params,
+                LeaseHolder::Node(self.id),
+                c.id(),
+                c.cm(),
+                now,
+            ))
+        };
+    }
+
     /// A frame from `from`.
     pub fn on_message(&mut self, now: u64, from: Peer, frame: Frame) {
+        self.start_leases(now);
         self.handle(now, from, frame);
         self.pump(now);
     }
 
     fn handle(&mut self, now: u64, from: Peer, frame: Frame) {
-        let (id, truncate, req) = match frame {
-            Frame::Request { id, truncate, req } => (Some(id), truncate, req),
-            Frame::OneWay { truncate, req } => (None, truncate, req),
+        let (id, config, truncate, req) = match frame {
+            Frame::Request {
+                id,
+                config,
+                truncate,
+                req,
+            } => (Some(id), config, truncate, req),
+            Frame::OneWay {
+                config,
+                truncate,
+                req,
+            } => (None, config, truncate, req),
             Frame::Response { id, resp } => {
                 // Responses are for the embedded coordinator's requests.
                 if let Peer::Node(n) = from {
@@ -268,20 +419,55 @@ impl NodeProcess {
             }
         };
         self.requests += 1;
-        // Piggybacked TRUNCATEs ride on frames of any protocol.
-        self.participant.truncate_piggybacked(&truncate);
+        let mine = self.config.id();
+        // Piggybacked TRUNCATEs ride on frames of any protocol, but only
+        // from this node's configuration (precise membership).
+        if config == mine && self.standing == Standing::Member {
+            self.participant.truncate_piggybacked(&truncate);
+        }
         let resp = match req {
-            Request::Txn(r) => self.participant.handle(&[], &r),
+            Request::Txn(r) => self.txn_request(now, config, r),
             Request::Clock(ClockRequest::Sync) => {
-                if self.is_clock_master() {
-                    ClockResponse::MasterTime { master_ns: now }.into()
-                } else {
+                let master = self.is_clock_master() && self.standing == Standing::Member;
+                let clock = self.gateway.clock_mut();
+                if !master {
                     self.wrong_role("the clock master")
+                } else if clock.is_disabled() {
+                    Response::Rejected(Rejection::WrongRole(
+                        "the clock is disabled during a CM change (FaRMv2 §4.3)".into(),
+                    ))
+                } else {
+                    ClockResponse::MasterTime {
+                        master_ns: clock.master_time(now),
+                    }
+                    .into()
                 }
             }
             Request::Cm(CmRequest::RegisterClient) => self.register_client(),
+            Request::Cm(CmRequest::GetConfig) => match self.config.to_toml() {
+                Ok(config_toml) => CmResponse::Config { config_toml }.into(),
+                Err(e) => Response::Error(e.to_string()),
+            },
             Request::Admin(AdminRequest::Ping) => AdminResponse::Pong.into(),
-            Request::Lease(_) | Request::Reconfig(_) => return,
+            Request::Lease(m) => return self.on_lease(now, from, m),
+            Request::Reconfig(m) => return self.on_reconfig(now, from, m),
+            Request::Recovery(meridian_wire::RecoveryMessage::ReplicaReady {
+                config,
+                region,
+                from: node,
+            }) => {
+                if config == self.config.id() && self.config.cm() == self.id {
+                    self.reconfig.mark_ready(region, node);
+                }
+                return;
+            }
+            Request::Recovery(m) => {
+                if self.standing == Standing::Member {
+                    self.recovery.on_message(now, m, &mut self.participant);
+                    self.after_engines(now);
+                }
+                return;
+            }
             Request::Admin(AdminRequest::Status) => self.status(now),
             Request::Thin(ThinRequest::Execute { ops }) => match id {
                 Some(id) => return self.start_execute(now, from, id, ops),
@@ -289,6 +475,261 @@ impl NodeProcess {
             },
         };
         self.reply(from, id, resp)
+    }
+
+    /// A transaction-protocol request sent in configuration `config`.
+    fn txn_request(&mut self, now: u64, config: ConfigId, r: TxnRequest) -> Response {
+        if self.standing != Standing::Member {
+            return Response::Rejected(Rejection::NotMember(format!(
+                "{} is not a member of any configuration",
+                self.id
+            )));
+        }
+        let mine = self.config.id();
+        if config != mine {
+            return Response::Rejected(Rejection::ConfigMismatch {
+                sent: config,
+                current: mine,
+            });
+        }
+        let tx_config = match &r {
+            TxnRequest::Lock(rec) | TxnRequest::CommitBackup { record: rec, .. } => {
+                Some(rec.tx.config)
+            }
+            TxnRequest::Validate { tx, .. }
+            | TxnRequest::CommitPrimary { tx, .. }
+            | TxnRequest::Abort { tx } => Some(tx.config),
+            _ => None,
+        };
+        if let Some(c) = tx_config {
+            // A transaction commits within the configuration it began in;
+            // an older one is recovery's (FaRM §5.3).
+            if c != mine {
+                return Response::Rejected(Rejection::ConfigMismatch {
+                    sent: c,
+                    current: mine,
+                });
+            }
+        }
+        // Reads, locks and validations need a lease (FaRM §5.1): a node cut
+        // off from the CM stops serving them before it can be replaced.
+        if !self.may_serve(now) {
+            let unavailable = Err(Conflict::Unavailable);
+            match r {
+                TxnRequest::Read { .. } => return TxnResponse::Read(Err(Conflict::Unavailable)).into(),
+                TxnRequest::Scan { .. } => return TxnResponse::Scan(Err(Conflict::Unavailable)).into(),
+                TxnRequest::Lock(_) => return TxnResponse::Lock(unavailable).into(),
+                TxnRequest::Validate { .. } => return TxnResponse::Validate(unavailable).into(),
+                _ => {}
+            }
+        }
+        self.participant.handle(&[], &r)
+    }
+
+    /// True while this node holds its lease (the CM: leases at a majority).
+    pub fn may_serve(&self, now: u64) -> bool {
+        self.standing == Standing::Member
+            && match &self.lease {
+                LeaseRole::Member(c) => c.holds(now),
+                LeaseRole::Cm(m) => m.holds_majority(now),
+            }
+    }
+
+    fn send_oneway(&mut self, to: NodeId, req: Request) {
+        let frame = Frame::OneWay {
+            config: self.config.id(),
+            truncate: Default::default(),
+            req,
+        };
+        self.send(Peer::Node(to), frame);
+    }
+
+    fn on_lease(&mut self, now: u64, from: Peer, m: LeaseMessage) {
+        let claimed = match &m {
+            LeaseMessage::Request { holder, .. } | LeaseMessage::GrantAck { holder, .. } => {
+                match holder {
+                    LeaseHolder::Node(n) => Some(*n),
+                    LeaseHolder::Client(_) => None,
+                }
+            }
+            LeaseMessage::Grant { .. } => match &self.lease {
+                LeaseRole::Member(c) => Some(c.cm()),
+                LeaseRole::Cm(_) => None,
+            },
+        };
+        let Some(from) = sender(from, claimed) else {
+            return;
+        };
+        if self.standing != Standing::Member {
+            return;
+        }
+        let reply = match &mut self.lease {
+            LeaseRole::Cm(mgr) => {
+                if !self.config.is_member(from) {
+                    return;
+                }
+                mgr.on_message(now, &m)
+            }
+            LeaseRole::Member(c) => c.on_message(now, from, &m),
+        };
+        if let Some(r) = reply {
+            self.send_oneway(from, Request::Lease(r));
+        }
+    }
+
+    fn on_reconfig(&mut self, now: u64, from: Peer, m: ReconfigMessage) {
+        let claimed = match &m {
+            ReconfigMessage::SuspectCm { from, .. }
+            | ReconfigMessage::Probe { from, .. }
+            | ReconfigMessage::ProbeReply { from, .. }
+            | ReconfigMessage::NewConfig { from, .. }
+            | ReconfigMessage::NewConfigAck { from, .. }
+            | ReconfigMessage::NewConfigCommit { from, .. }
+            | ReconfigMessage::NewConfigCommitAck { from, .. } => *from,
+        };
+        let Some(from) = sender(from, Some(claimed)) else {
+            return;
+        };
+        if self.standing != Standing::Member {
+            return;
+        }
+        if let ReconfigMessage::NewConfigAck { config, .. } = &m {
+            if let LeaseRole::Cm(mgr) = &mut self.lease {
+                if *config == self.config.id() {
+                    mgr.granted_by(from, self.proposal_sent_ns);
+                }
+            }
+        }
+        let upper = self.gateway.clock_mut().fast_forward_value(now);
+        if self.reconfig.on_message(now, m, upper) {
+            if let LeaseRole::Member(c) = &mut self.lease {
+                c.pause_renewals(now);
+            }
+        }
+        self.after_engines(now);
+    }
+
+    /// The coordination service answered this node's CAS.
+    pub fn on_cas_result(&mut self, now: u64, result: Result<(), Box<Configuration>>) {
+        if result.is_ok() {
+            let next = ConfigId(self.reconfig.config().id().0 + 1);
+            self.effects.push(NodeEffect::Event(NodeEvent::ConfigCas(next)));
+        }
+        let lease = &self.lease;
+        let surely = |n: NodeId| match lease {
+            LeaseRole::Cm(m) => m.surely_expired_at(LeaseHolder::Node(n), now),
+            LeaseRole::Member(_) => now,
+        };
+        self.reconfig.on_cas(now, result.map_err(|c| *c), surely);
+        self.after_engines(now);
+        self.pump(now);
+    }
+
+    /// Carry out what the reconfiguration and recovery engines asked for.
+    fn after_engines(&mut self, now: u64) {
+        loop {
+            let outs = self.reconfig.drain();
+            if outs.is_empty() {
+                break;
+            }
+            for o in outs {
+                match o {
+                    ReconfigOutput::Send { to, msg } => {
+                        self.send_oneway(to, Request::Reconfig(msg))
+                    }
+                    ReconfigOutput::Cas { expected, proposed } => {
+                        self.effects.push(NodeEffect::Cas { expected, proposed })
+                    }
+                    ReconfigOutput::Applied { config, cm_changed } => {
+                        self.apply_config(now, *config, cm_changed)
+                    }
+                    ReconfigOutput::Removed { config } => {
+                        self.standing = Standing::Removed;
+                        self.effects
+                            .push(NodeEffect::Event(NodeEvent::Removed(config)));
+                    }
+                    ReconfigOutput::Committed {
+                        config,
+                        clock_ff_ns,
+                    } => self.commit_config(now, config, clock_ff_ns),
+                }
+            }
+        }
+        for (to, msg) in self.recovery.drain() {
+            self.send_oneway(to, Request::Recovery(msg));
+        }
+        let cfg = self.config.id();
+        if !self.regions_active_reported && self.participant.blocked_regions().is_empty() {
+            self.regions_active_reported = true;
+            self.effects
+                .push(NodeEffect::Event(NodeEvent::RegionsActive(cfg)));
+        }
+        if !self.data_recovered_reported && self.recovery.filling_regions().is_empty() {
+            self.data_recovered_reported = true;
+            self.effects
+                .push(NodeEffect::Event(NodeEvent::DataRecovered(cfg)));
+        }
+    }
+
+    /// FaRM §5.2 step 6: run configuration `config` (blocked regions until
+    /// recovery; clocks disabled if the CM changed).
+    fn apply_config(&mut self, now: u64, config: Configuration, cm_changed: bool) {
+        self.effects
+            .push(NodeEffect::Event(NodeEvent::Applied(config.id())));
+        self.participant.reconfigure(&config);
+        self.gateway.set_config(&config);
+        let members = config.members();
+        if config.cm() == self.id {
+            self.proposal_sent_ns = now;
+            match &mut self.lease {
+                LeaseRole::Cm(m) => m.set_config(now, config.id(), &members),
+                LeaseRole::Member(_) => {
+                    self.lease = LeaseRole::Cm(LeaseManager::new(
+                        self.lease_params,
+                        config.id(),
+                        self.id,
+                        &members,
+                        now,
+                    ))
+                }
+            }
+        } else {
+            match &mut self.lease {
+                LeaseRole::Member(c) => c.reset(now, config.id(), config.cm()),
+                LeaseRole::Cm(_) => {
+                    self.lease = LeaseRole::Member(LeaseClient::new(
+                        self.lease_params,
+                        LeaseHolder::Node(self.id),
+                        config.id(),
+                        config.cm(),
+                        now,
+                    ))
+                }
+            }
+        }
+        if cm_changed {
+            self.gateway.clock_mut().disable();
+        }
+        self.clock_failover |= cm_changed;
+        self.regions_active_reported = false;
+        self.data_recovered_reported = false;
+        self.config = config;
+    }
+
+    /// FaRM §5.2 step 7 and FaRMv2 §4.3: the configuration committed.
+    fn commit_config(&mut self, now: u64, config: ConfigId, clock_ff_ns: u64) {
+        self.effects
+            .push(NodeEffect::Event(NodeEvent::Committed(config)));
+        if std::mem::take(&mut self.clock_failover) {
+            let drift = self.config.clock.drift_ppm;
+            let clock = self.gateway.clock_mut();
+            if self.config.cm() == self.id {
+                clock.become_master(now, clock_ff_ns);
+            } else {
+                clock.follow_new_master(clock_ff_ns, drift);
+            }
+        }
+        self.recovery.start(now, &self.config, &mut self.participant);
     }
 
     fn wrong_role(&self, role: &str) -> Response {
@@ -529,6 +970,7 @@ impl NodeProcess {
 
     /// Time passes: GC, the embedded coordinator's timers and clock sync.
     pub fn tick(&mut self, now: u64) {
+        self.start_leases(now);
         if self.armed_ns.is_some_and(|a| a <= now) {
             self.armed_ns = None;
         }
@@ -541,13 +983,97 @@ impl NodeProcess {
             }
         }
         self.gateway.tick(now);
+        if self.standing == Standing::Member {
+            self.lease_tick(now);
+            let upper = self.gateway.clock_mut().fast_forward_value(now);
+            self.reconfig.tick(now, upper);
+            self.recovery.tick(now);
+            self.after_engines(now);
+        }
         self.pump(now);
-        let next_gc = self.next_gc_ns;
-        self.arm(now, next_gc);
+        let mut next = self.next_gc_ns;
+        if self.standing == Standing::Member {
+            next = next.min(match &self.lease {
+                LeaseRole::Member(c) => c.next_wake_ns(),
+                LeaseRole::Cm(m) => m.next_wake_ns().unwrap_or(u64::MAX),
+            });
+            next = next.min(self.reconfig.next_wake_ns().unwrap_or(u64::MAX));
+            next = next.min(self.recovery.next_wake_ns().unwrap_or(u64::MAX));
+        }
+        self.arm(now, next.max(now + 1));
+    }
+
+    /// FaRM §5.1: renew, grant, suspect.
+    fn lease_tick(&mut self, now: u64) {
+        match &mut self.lease {
+            LeaseRole::Member(c) => {
+                let cm = c.cm();
+                let suspected = c.cm_suspected(now);
+                if let Some(m) = c.tick(now) {
+                    self.send_oneway(cm, Request::Lease(m));
+                }
+                if suspected && self.reconfig.may_start() {
+                    self.effects
+                        .push(NodeEffect::Event(NodeEvent::Suspect(vec![cm])));
+                    self.reconfig.suspect_cm(now);
+                }
+            }
+            LeaseRole::Cm(m) => {
+                let suspects: Vec<NodeId> = m
+                    .suspects(now)
+                    .into_iter()
+                    .filter_map(|h| match h {
+                        LeaseHolder::Node(n) => Some(n),
+                        LeaseHolder::Client(_) => None,
+                    })
+                    .collect();
+                if !suspects.is_empty() {
+                    if self.reconfig.reconfiguring() {
+                        self.reconfig.abandon_unacked(now, &suspects);
+                    } else if self.reconfig.may_start() {
+                        self.effects
+                            .push(NodeEffect::Event(NodeEvent::Suspect(suspects.clone())));
+                        self.reconfig.suspect_members(now, &suspects);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The configuration this node runs.
+    pub fn config(&self) -> &Configuration {
+        &self.config
+    }
+
+    /// True once a configuration removed this node, or after a restart
+    /// (memory lost; it is not a member until it joins again).
+    pub fn is_member(&self) -> bool {
+        self.standing == Standing::Member
+    }
+
+    /// Recovery counters.
+    pub fn recovery_stats(&self) -> crate::recovery::RecoveryStats {
+        self.recovery.stats()
+    }
+
+    /// True while reconfiguration or recovery work is pending here.
+    pub fn recovering(&self) -> bool {
+        self.reconfig.reconfiguring() || self.recovery.busy()
     }
 
     /// Panics (release builds too) if an invariant is broken.
     pub fn check_invariants(&self) {
+        self.reconfig.check_invariants();
+        self.recovery.check_invariants();
+        assert!(
+            self.standing != Standing::Member || self.config.is_member(self.id),
+            "a member running a configuration without itself"
+        );
+        assert_eq!(
+            self.config.id(),
+            self.reconfig.config().id(),
+            "node and reconfiguration engine disagree on the configuration"
+        );
         self.participant.check_invariants();
         self.gateway.check_invariants();
         assert!(self.executes.len() <= self.config.limits.max_concurrent_executes);
@@ -572,6 +1098,7 @@ mod tests {
             Peer::Conn(1),
             Frame::Request {
                 id: 1,
+                config: ConfigId(1),
                 truncate: Default::default(),
                 req: Request::Cm(CmRequest::RegisterClient),
             },
@@ -620,6 +1147,7 @@ mod tests {
                 Peer::Conn(7),
                 Frame::Request {
                     id: 9,
+                    config: ConfigId(1),
                     truncate: Default::default(),
                     req,
                 },

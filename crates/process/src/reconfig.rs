@@ -157,6 +157,10 @@ pub struct Reconfig {
     /// for its commit (`pending_commit`).
     config: Configuration,
     pending_commit: bool,
+    /// A newer configuration the coordination service returned when our
+    /// CAS lost, whose NEW-CONFIG never came (its CM may have died right
+    /// after its CAS): the next attempt remaps from it.
+    service_config: Option<Box<Configuration>>,
     removed: bool,
     state: State,
     next_probe_seq: u64,
@@ -171,6 +175,7 @@ impl Reconfig {
             params,
             config,
             pending_commit: false,
+            service_config: None,
             removed: false,
             state: State::Member,
             next_probe_seq: 1,
@@ -198,6 +203,11 @@ impl Reconfig {
         self.removed
     }
 
+    /// True when an attempt could start now (not deferred, not running).
+    pub fn may_start(&self) -> bool {
+        !self.removed && !self.pending_commit && matches!(self.state, State::Member)
+    }
+
     /// Take the outputs produced so far, in order.
     pub fn drain(&mut self) -> Vec<ReconfigOutput> {
         std::mem::take(&mut self.out)
@@ -209,13 +219,10 @@ impl Reconfig {
         }
     }
 
-    fn idle(&self) -> bool {
-        matches!(self.state, State::Member | State::Deferred { .. })
-    }
-
     /// Step 1 at the CM: members whose lease expired.
     pub fn suspect_members(&mut self, now: u64, suspects: &[NodeId]) {
-        if self.removed || !self.idle() || suspects.is_empty() {
+        // Deferred (a failed attempt waits a lease) counts as busy here.
+        if self.removed || !matches!(self.state, State::Member) || suspects.is_empty() {
             return;
         }
         let suspects: BTreeSet<NodeId> = suspects
@@ -315,11 +322,19 @@ impl Reconfig {
             };
             return;
         }
-        match self.config.remap(&alive, self.me) {
+        let base = match &self.service_config {
+            Some(c) if c.id() > self.config.id() => (**c).clone(),
+            _ => self.config.clone(),
+        };
+        let alive: BTreeSet<NodeId> = alive
+            .into_iter()
+            .filter(|n| base.node(*n).is_ok())
+            .collect();
+        match base.remap(&alive, self.me) {
             Ok(next) => {
                 let proposed = Box::new(next);
                 self.out.push(ReconfigOutput::Cas {
-                    expected: self.config.id(),
+                    expected: base.id(),
                     proposed: proposed.clone(),
                 });
                 self.state = State::Casing {
@@ -355,10 +370,15 @@ impl Reconfig {
         else {
             return;
         };
-        if result.is_err() {
-            // Someone else won; its NEW-CONFIG will come.
+        if let Err(current) = result {
+            // Someone else won; its NEW-CONFIG should come. If it does not
+            // (its CM died after the CAS), the next attempt starts from it.
+            if current.id() > self.config.id() {
+                self.service_config = Some(Box::new(current));
+            }
             return;
         }
+        self.service_config = None;
         let old_cm = self.config.cm();
         let removed: Vec<NodeId> = self
             .config
@@ -392,6 +412,13 @@ impl Reconfig {
 
     fn apply(&mut self, config: Configuration) {
         let cm_changed = config.cm() != self.config.cm();
+        if self
+            .service_config
+            .as_ref()
+            .is_some_and(|c| c.id() <= config.id())
+        {
+            self.service_config = None;
+        }
         self.config = config.clone();
         self.pending_commit = true;
         self.out.push(ReconfigOutput::Applied {
@@ -657,6 +684,12 @@ impl Reconfig {
         self.start_probe(now, stuck);
     }
 
+    /// The CM learned that `node` holds a complete copy of `region` (FaRM
+    /// §5.4): it may be promoted by the next remap.
+    pub fn mark_ready(&mut self, region: meridian_wire::RegionId, node: NodeId) {
+        self.config.mark_ready(region, node);
+    }
+
     /// The next local time at which a timer here fires.
     pub fn next_wake_ns(&self) -> Option<u64> {
         match &self.state {
@@ -676,11 +709,17 @@ impl Reconfig {
     /// Panics if an invariant is broken (release builds too).
     pub fn check_invariants(&self) {
         match &self.state {
-            State::Casing { proposed, .. } => assert_eq!(
-                proposed.id().0,
-                self.config.id().0 + 1,
-                "a proposal must be the configuration's direct successor"
-            ),
+            State::Casing { proposed, .. } => {
+                let base = self
+                    .service_config
+                    .as_ref()
+                    .map_or(self.config.id(), |c| c.id().max(self.config.id()));
+                assert_eq!(
+                    proposed.id().0,
+                    base.0 + 1,
+                    "a proposal must be the direct successor of the latest known configuration"
+                )
+            }
             State::Proposing { proposed, .. } => assert_eq!(
                 proposed.id(),
                 self.config.id(),

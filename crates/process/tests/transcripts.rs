@@ -190,10 +190,14 @@ fn show_truncation(t: &Truncation) -> String {
 
 fn show(frame: &Frame) -> String {
     let s = match frame {
-        Frame::Request { id, truncate, req } => {
+        Frame::Request {
+            id, truncate, req, ..
+        } => {
             format!("req #{id} {req:?}{}", show_truncation(truncate))
         }
-        Frame::OneWay { truncate, req } => format!("oneway {req:?}{}", show_truncation(truncate)),
+        Frame::OneWay { truncate, req, .. } => {
+            format!("oneway {req:?}{}", show_truncation(truncate))
+        }
         Frame::Response { id, resp } => format!("resp #{id} {resp:?}"),
     };
     short_ids(&s)
@@ -216,6 +220,12 @@ fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
             }
             NodeEffect::Wake { at_local_ns } => {
                 let _ = writeln!(s, "{} wake @{at_local_ns}", n.id());
+            }
+            NodeEffect::Cas { expected, proposed } => {
+                let _ = writeln!(s, "{} cas {expected:?} -> {:?}", n.id(), proposed.id());
+            }
+            NodeEffect::Event(ev) => {
+                let _ = writeln!(s, "{} event {ev:?}", n.id());
             }
         }
     }
@@ -367,12 +377,14 @@ fn node_transcript(file: &str) {
         };
         let frame = if cmd == "truncate" && a.opt("oneway").is_some() {
             Frame::OneWay {
+                config: ConfigId(1),
                 truncate: Default::default(),
                 req,
             }
         } else {
             Frame::Request {
                 id,
+                config: ConfigId(1),
                 truncate: Default::default(),
                 req,
             }

@@ -53,7 +53,8 @@ use meridian_client::{Client, Core, Io, Session, TxnError, TxnFuture, TxnOptions
 use meridian_client::{ClientOp, ExecuteError, ThinError};
 use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::ClientProcess;
-use meridian_process::node::{NodeEffect, NodeProcess, Peer};
+use meridian_process::coordination::CoordinationService;
+use meridian_process::node::{NodeEffect, NodeEvent, NodeProcess, Peer};
 use meridian_wire::{
     ClockRequest, ClockResponse, ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId,
     TxnRequest,
@@ -417,6 +418,10 @@ enum Out {
 struct World {
     now_ns: u64,
     outbox: Vec<Out>,
+    /// Global time is the first CM's clock until the CM changes (FaRMv2
+    /// §4.3 fast-forward moves it to the new CM's clock plus an offset the
+    /// simulator does not model): the time oracle checks until then.
+    oracle_until_ns: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -657,7 +662,7 @@ async fn client_main(cx: TaskCtx) {
                             l.next_invoke_ns
                         };
                         let read_ts = tx.read_ts().0;
-                        oracle(&log, master, invoke, now, read_ts);
+                        oracle(&world, &log, master, invoke, now, read_ts);
                         let mut rec = TxnRecord {
                             read_ts: Some(read_ts),
                             ..TxnRecord::invoked(process, invoke)
@@ -728,7 +733,7 @@ async fn thin_txn(cx: &TaskCtx, process: u64, mut program: WorkTxn, ops: Vec<Cli
     match r {
         Ok(done) => {
             drop(l);
-            oracle(&cx.log, cx.master, invoke, now, done.read_ts.0);
+            oracle(&cx.world, &cx.log, cx.master, invoke, now, done.read_ts.0);
             let mut rec = TxnRecord {
                 read_ts: Some(done.read_ts.0),
                 ..TxnRecord::invoked(process, invoke)
@@ -845,7 +850,17 @@ async fn unrecorded_main(cx: &TaskCtx, session: &mut Session, workload: SimWorkl
 /// FaRMv2 Lemma 1 as an oracle: `read_ts` is at least global time (the
 /// master's clock) when the transaction was invoked, and in the past by the
 /// time it is used.
-fn oracle(log: &Mutex<ClientLog>, master: SimClock, invoke: u64, now: u64, read_ts: u64) {
+fn oracle(
+    world: &Mutex<World>,
+    log: &Mutex<ClientLog>,
+    master: SimClock,
+    invoke: u64,
+    now: u64,
+    read_ts: u64,
+) {
+    if now >= lock(world).oracle_until_ns {
+        return;
+    }
     let (lo, hi) = (master.local(invoke), master.local(now));
     if read_ts < lo || read_ts >= hi {
         lock(log).failures.push(format!(
@@ -872,6 +887,8 @@ enum Event {
     Block(Vec<(Addr, Addr)>),
     Heal(Vec<(Addr, Addr)>),
     Pause(u32, u64),
+    /// The coordination service's answer to node `.0` (incarnation `.1`).
+    CasReply(u32, u32, Result<(), Box<Configuration>>),
 }
 
 struct NodeSlot {
@@ -914,6 +931,11 @@ pub struct Sim {
     uncertainty: (u128, u64),
     too_old: u64,
     harvested: Vec<u32>,
+    /// The coordination service (FaRM §5.2's Zookeeper; a Raft group in
+    /// the tokio cluster): one CAS register, answered after a delay.
+    coordination: meridian_process::coordination::MemoryService,
+    /// Reconfiguration milestones: (true time, node, event).
+    node_events: Vec<(u64, u32, NodeEvent)>,
     /// `MERIDIAN_SIM_TRACE` set: print every event to stderr.
     trace: bool,
 }
@@ -972,6 +994,7 @@ impl Sim {
                 finished: false,
             })
             .collect();
+        let coordination_seed = config.clone();
         let mut sim = Sim {
             cfg,
             config,
@@ -979,7 +1002,10 @@ impl Sim {
             world: Arc::new(Mutex::new(World {
                 now_ns: 0,
                 outbox: Vec::new(),
+                oracle_until_ns: u64::MAX,
             })),
+            coordination: meridian_process::coordination::MemoryService::new(coordination_seed),
+            node_events: Vec::new(),
             seq: 0,
             queue: BinaryHeap::new(),
             events: BTreeMap::new(),
@@ -1349,6 +1375,18 @@ impl Sim {
                     self.schedule(now, Event::NodeTick(n, inc));
                 }
             }
+            Event::CasReply(n, inc, result) => {
+                let now = self.now();
+                let slot = &mut self.nodes[n as usize];
+                if slot.inc != inc {
+                    return;
+                }
+                let local = slot.clock.local(now);
+                if let Some(p) = slot.process.as_mut() {
+                    p.on_cas_result(local, result);
+                    self.route_node(n);
+                }
+            }
             Event::CrashClient(c) => self.crash_client(c),
             Event::Block(pairs) => {
                 for p in pairs {
@@ -1394,6 +1432,28 @@ impl Sim {
                         }
                     };
                     self.send(Addr::Node(n), to, frame);
+                }
+                NodeEffect::Cas { expected, proposed } => {
+                    let result = self.coordination.compare_and_swap(expected, *proposed);
+                    let delay = self.rng.gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns) * 3;
+                    let inc = self.nodes[n as usize].inc;
+                    self.schedule(now + delay, Event::CasReply(n, inc, result));
+                }
+                NodeEffect::Event(ev) => {
+                    if self.trace {
+                        eprintln!("t={now} node {n}: {ev:?}");
+                    }
+                    if let NodeEvent::Applied(_) = ev {
+                        let cm = self.nodes[n as usize]
+                            .process
+                            .as_ref()
+                            .map(|p| p.config().cm());
+                        if cm.is_some_and(|cm| cm != self.config.cm()) {
+                            let mut w = lock(&self.world);
+                            w.oracle_until_ns = w.oracle_until_ns.min(now);
+                        }
+                    }
+                    self.node_events.push((now, n, ev));
                 }
                 NodeEffect::Wake { at_local_ns } => {
                     let slot = &mut self.nodes[n as usize];

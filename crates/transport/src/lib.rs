@@ -247,6 +247,8 @@ impl Connection {
         encode_frame(
             &Frame::Request {
                 id,
+                // A thin caller knows no configuration (wire docs).
+                config: meridian_wire::ConfigId(0),
                 truncate: Truncation::of(truncate),
                 req,
             },
@@ -321,6 +323,7 @@ impl Connection {
         let mut buf = Vec::with_capacity(64);
         encode_frame(
             &Frame::OneWay {
+                config: meridian_wire::ConfigId(0),
                 truncate: Truncation::of(truncate),
                 req,
             },

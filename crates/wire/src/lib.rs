@@ -692,6 +692,10 @@ pub enum LeaseMessage {
         config: ConfigId,
         /// The request granted.
         seq: u64,
+        /// False while the CM holds no lease at a majority (at formation, or
+        /// cut off): the holder acknowledges (granting the CM its lease)
+        /// but gets no lease itself, so a minority never serves.
+        lease: bool,
     },
     /// Holder → CM: the holder grants the CM a lease.
     GrantAck {

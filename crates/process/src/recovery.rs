@@ -1,0 +1,742 @@
+//! # Recovery after a configuration change: transaction state and data (FaRM §5.3, §5.4)
+//!
+//! **Problem.** When configuration `c` commits, some transactions that
+//! began committing in an earlier configuration have records on some
+//! replicas and not others, and their coordinators can no longer finish
+//! them (requests of older configurations are refused). Regions whose
+//! replicas changed must not serve until the locks of those transactions
+//! are back at their primary; the transactions must be decided the same
+//! way everywhere; and new replicas must receive the region's objects.
+//!
+//! **Algorithm** (one [`RecoveryFlow`] per node, started on
+//! NEW-CONFIG-COMMIT):
+//! 1. *Block* (FaRM §5.3 step 1): [`meridian_txn::Participant::reconfigure`]
+//!    blocked every region whose replicas changed in `c` at its primary.
+//! 2. *Drain and find* (steps 2–3): every replica sends its region's
+//!    primary NEED-RECOVERY with its records of transactions with
+//!    `tx.config < c` (possibly none); resent until acknowledged. Every such
+//!    transaction recovers: Meridian refuses transaction requests of older
+//!    configurations, so unlike FaRM no coordinator finishes one.
+//! 3. *Lock recovery* (step 4): once every replica of a region reported,
+//!    its primary holds every key those transactions wrote
+//!    ([`meridian_txn::Participant::recover_locks`]) and the region serves
+//!    again. Regions whose replicas did not change never stop.
+//! 4. *Vote* (step 6): the primary sends each transaction's region vote
+//!    ([`meridian_txn::recovery::region_vote`] over the replicas' evidence
+//!    and its own) to the transaction's recovery coordinator
+//!    ([`meridian_txn::recovery::recovery_coordinator`], rendezvous hashing
+//!    over the members), resending until the decision arrives. The
+//!    coordinator sends REQUEST-VOTE to the primaries of written regions
+//!    it has not heard from; a primary without records answers from its
+//!    own memory (aborted, truncated, or unknown).
+//! 5. *Decide* (step 7): [`meridian_txn::recovery::decide`]; then
+//!    COMMIT-RECOVERY (with the region's writes and `write_ts`) or
+//!    ABORT-RECOVERY to every replica of every written region, resent until
+//!    acknowledged; then TRUNCATE-RECOVERY, resent until acknowledged.
+//!    Records carry the writes, so Meridian folds FaRM's REPLICATE-TX-STATE
+//!    (step 5) into COMMIT-RECOVERY: a new replica gets the writes with the
+//!    decision.
+//! 6. *Data recovery* (§5.4): a new replica (listed as `filling` in the
+//!    placement) fetches the region's objects from the primary in chunks,
+//!    pausing `limits.data_recovery_pace_us` between chunks unless the
+//!    region is down to its last complete replica, merges them with the
+//!    commits it already received, and tells the CM, which may promote it
+//!    from then on ([`meridian_config::Configuration::mark_ready`]).
+//!
+//! Everything restarts from scratch in the next configuration: the scan of
+//! step 2 finds whatever is still undecided, and the decision rules give the
+//! same answer again (commit-recovery counts as commit-primary evidence).
+//!
+//! **Invariants** ([`RecoveryFlow::check_invariants`]): every message names
+//! the configuration it belongs to and one of another configuration is
+//! ignored; a transaction is decided at most once per configuration; the
+//! number of transactions coordinated is bounded by
+//! `limits.max_recovering_txns`.
+
+use meridian_config::{Configuration, RegionInfo};
+use meridian_txn::recovery::{decide, recovery_coordinator, region_vote, Decision};
+use meridian_txn::Participant;
+use meridian_wire::{
+    ConfigId, Key, LockRecord, NodeId, RecoveringTx, RecoveryMessage, RecoveryVote, RegionId,
+    Timestamp, TxId, WriteOp,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One region's vote at its primary, resent until the decision arrives.
+#[derive(Clone, Debug)]
+struct MyVote {
+    vote: RecoveryVote,
+    record: Option<LockRecord>,
+    write_ts: Option<Timestamp>,
+    decided: bool,
+}
+
+/// One transaction being recovered by this node as its coordinator.
+#[derive(Clone, Debug, Default)]
+struct TxRecovery {
+    regions: Vec<RegionId>,
+    votes: BTreeMap<RegionId, RecoveryVote>,
+    records: BTreeMap<RegionId, LockRecord>,
+    read_ts: Timestamp,
+    write_ts: Option<Timestamp>,
+    decision: Option<Decision>,
+    /// Replicas still to acknowledge the decision, per region.
+    unacked: BTreeSet<(RegionId, NodeId)>,
+    /// Replicas still to acknowledge TRUNCATE-RECOVERY.
+    untruncated: BTreeSet<NodeId>,
+    truncating: bool,
+}
+
+/// A region this node is filling (data recovery, new replica side).
+#[derive(Clone, Debug)]
+struct Fill {
+    after: Option<Key>,
+    /// When to (re)send the next FETCH, local ns.
+    next_ns: u64,
+}
+
+/// Counters of recovery at this node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// Transactions this node decided to commit as recovery coordinator.
+    pub committed: u64,
+    /// Transactions this node decided to abort as recovery coordinator.
+    pub aborted: u64,
+    /// Regions whose lock recovery ended at this primary.
+    pub regions_recovered: u64,
+    /// Objects received by data recovery.
+    pub objects_copied: u64,
+    /// Regions this node finished filling.
+    pub regions_filled: u64,
+}
+
+/// One node's recovery engine (see the module essay).
+#[derive(Debug)]
+pub struct RecoveryFlow {
+    me: NodeId,
+    config: ConfigId,
+    regions: Vec<RegionInfo>,
+    members: Vec<NodeId>,
+    cm: NodeId,
+    resend_ns: u64,
+    pace_ns: u64,
+    max_txns: usize,
+    /// NEED-RECOVERY not yet acknowledged: region → (primary, records).
+    need: BTreeMap<RegionId, (NodeId, Vec<RecoveringTx>)>,
+    /// Regions this node is primary of, waiting for replicas' reports.
+    gathering: BTreeMap<RegionId, BTreeMap<NodeId, Vec<RecoveringTx>>>,
+    votes: BTreeMap<(TxId, RegionId), MyVote>,
+    coord: BTreeMap<TxId, TxRecovery>,
+    done: BTreeSet<TxId>,
+    filling: BTreeMap<RegionId, Fill>,
+    filled: BTreeSet<RegionId>,
+    next_resend_ns: u64,
+    out: Vec<(NodeId, RecoveryMessage)>,
+    stats: RecoveryStats,
+}
+
+impl RecoveryFlow {
+    /// An idle engine for node `me` (nothing to recover until
+    /// [`RecoveryFlow::start`]).
+    pub fn new(me: NodeId, config: &Configuration) -> Self {
+        RecoveryFlow {
+            me,
+            config: config.id(),
+            regions: config.regions(),
+            members: config.members(),
+            cm: config.cm(),
+            resend_ns: config.lease.resend_ms.max(1) * 1_000_000,
+            pace_ns: config.limits.data_recovery_pace_us * 1000,
+            max_txns: config.limits.max_recovering_txns,
+            need: BTreeMap::new(),
+            gathering: BTreeMap::new(),
+            votes: BTreeMap::new(),
+            coord: BTreeMap::new(),
+            done: BTreeSet::new(),
+            filling: BTreeMap::new(),
+            filled: BTreeSet::new(),
+            next_resend_ns: 0,
+            out: Vec::new(),
+            stats: RecoveryStats::default(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RecoveryStats {
+        self.stats
+    }
+
+    /// True while this node still has recovery work in the current
+    /// configuration (as replica, primary, coordinator or new replica).
+    pub fn busy(&self) -> bool {
+        !self.need.is_empty()
+            || !self.gathering.is_empty()
+            || !self.coord.is_empty()
+            || !self.filling.is_empty()
+            || self.votes.values().any(|v| !v.decided)
+    }
+
+    /// Regions this node is still filling.
+    pub fn filling_regions(&self) -> Vec<RegionId> {
+        self.filling.keys().copied().collect()
+    }
+
+    /// Take the messages produced so far: (destination, message).
+    pub fn drain(&mut self) -> Vec<(NodeId, RecoveryMessage)> {
+        std::mem::take(&mut self.out)
+    }
+
+    fn region(&self, r: RegionId) -> Option<&RegionInfo> {
+        self.regions.get(r.0 as usize).filter(|i| i.id == r)
+    }
+
+    fn replicas(&self, r: RegionId) -> Vec<NodeId> {
+        self.region(r)
+            .map(|i| std::iter::once(i.primary).chain(i.backups.iter().copied()).collect())
+            .unwrap_or_default()
+    }
+
+    fn primary(&self, r: RegionId) -> Option<NodeId> {
+        self.region(r).map(|i| i.primary)
+    }
+
+    fn send(&mut self, to: NodeId, msg: RecoveryMessage) {
+        self.out.push((to, msg));
+    }
+
+    /// Configuration `config` committed (FaRM §5.2 step 7): start recovery
+    /// from scratch in it.
+    pub fn start(&mut self, now: u64, config: &Configuration, p: &mut Participant) {
+        *self = RecoveryFlow {
+            stats: self.stats,
+            ..RecoveryFlow::new(self.me, config)
+        };
+        let me = self.me;
+        for info in self.regions.clone() {
+            let replicas: Vec<NodeId> = std::iter::once(info.primary)
+                .chain(info.backups.iter().copied())
+                .collect();
+            if !replicas.contains(&me) {
+                continue;
+            }
+            if info.primary == me {
+                self.gathering.insert(info.id, BTreeMap::new());
+            }
+            let txs = p.recovering_records(self.config, info.id);
+            self.need.insert(info.id, (info.primary, txs));
+            if info.filling.contains(&me) {
+                self.filling.insert(
+                    info.id,
+                    Fill {
+                        after: None,
+                        next_ns: now,
+                    },
+                );
+            }
+        }
+        self.resend(now);
+    }
+
+    /// The regions the current configuration still lists this node as
+    /// filling although it finished (so the CM hears again).
+    fn report_ready(&mut self) {
+        let cm = self.cm;
+        let (config, me) = (self.config, self.me);
+        let again: Vec<RegionId> = self
+            .regions
+            .iter()
+            .filter(|i| i.filling.contains(&me) && self.filled.contains(&i.id))
+            .map(|i| i.id)
+            .collect();
+        for region in again {
+            self.send(
+                cm,
+                RecoveryMessage::ReplicaReady {
+                    config,
+                    region,
+                    from: me,
+                },
+            );
+        }
+    }
+
+    /// Resend what is unanswered, if due; start due fetches.
+    pub fn tick(&mut self, now: u64) {
+        if now >= self.next_resend_ns {
+            self.resend(now);
+        } else {
+            self.fetch_due(now);
+        }
+    }
+
+    fn fetch_due(&mut self, now: u64) {
+        let (config, me) = (self.config, self.me);
+        let due: Vec<(RegionId, Option<Key>)> = self
+            .filling
+            .iter_mut()
+            .filter(|(_, f)| now >= f.next_ns)
+            .map(|(r, f)| {
+                f.next_ns = now.saturating_add(4 * self.resend_ns);
+                (*r, f.after.clone())
+            })
+            .collect();
+        for (region, after) in due {
+            if let Some(primary) = self.primary(region) {
+                self.send(
+                    primary,
+                    RecoveryMessage::Fetch {
+                        config,
+                        region,
+                        from: me,
+                        after,
+                    },
+                );
+            }
+        }
+    }
+
+    fn resend(&mut self, now: u64) {
+        self.next_resend_ns = now.saturating_add(self.resend_ns);
+        let (config, me) = (self.config, self.me);
+        for (region, (primary, txs)) in self.need.clone() {
+            let msg = RecoveryMessage::NeedRecovery {
+                config,
+                region,
+                from: me,
+                txs,
+            };
+            self.send(primary, msg);
+        }
+        for ((tx, region), v) in self.votes.clone() {
+            if !v.decided {
+                self.send_vote(tx, region, &v);
+            }
+        }
+        for tx in self.coord.keys().copied().collect::<Vec<_>>() {
+            self.drive(tx);
+        }
+        self.fetch_due(now);
+        self.report_ready();
+    }
+
+    fn send_vote(&mut self, tx: TxId, region: RegionId, v: &MyVote) {
+        let Some(to) = recovery_coordinator(tx, &self.members) else {
+            return;
+        };
+        let (regions, writes, read_ts): (Vec<RegionId>, Vec<WriteOp>, Timestamp) =
+            match &v.record {
+                Some(r) => (r.regions.clone(), r.writes.clone(), r.read_ts),
+                None => (Vec::new(), Vec::new(), Timestamp::ZERO),
+            };
+        let msg = RecoveryMessage::Vote {
+            config: self.config,
+            tx,
+            region,
+            vote: v.vote,
+            regions,
+            writes,
+            read_ts,
+            write_ts: v.write_ts,
+        };
+        self.send(to, msg);
+    }
+
+    /// A recovery message. Messages of another configuration are ignored.
+    pub fn on_message(&mut self, now: u64, msg: RecoveryMessage, p: &mut Participant) {
+        let (config, me) = (self.config, self.me);
+        match msg {
+            RecoveryMessage::NeedRecovery {
+                config: c,
+                region,
+                from,
+                txs,
+            } if c == config => {
+                let replicas = self.replicas(region);
+                if !replicas.contains(&from) {
+                    return;
+                }
+                self.send(from, RecoveryMessage::NeedRecoveryAck { config, region });
+                let Some(got) = self.gathering.get_mut(&region) else {
+                    return;
+                };
+                got.insert(from, txs);
+                if replicas.iter().all(|n| got.contains_key(n)) {
+                    if let Some(got) = self.gathering.remove(&region) {
+                        self.lock_recovery_done(region, got, p);
+                    }
+                }
+            }
+            RecoveryMessage::NeedRecoveryAck { config: c, region } if c == config => {
+                self.need.remove(&region);
+            }
+            RecoveryMessage::Vote {
+                config: c,
+                tx,
+                region,
+                vote,
+                regions,
+                writes,
+                read_ts,
+                write_ts,
+            } if c == config => self.on_vote(tx, region, vote, regions, writes, read_ts, write_ts),
+            RecoveryMessage::RequestVote {
+                config: c,
+                tx,
+                region,
+                ..
+            } if c == config => {
+                if self.primary(region) != Some(me) || self.gathering.contains_key(&region) {
+                    return; // not the primary, or lock recovery not done: asked again later
+                }
+                let v = self.votes.entry((tx, region)).or_insert_with(|| MyVote {
+                    vote: p.vote_without_records(tx, region),
+                    record: None,
+                    write_ts: None,
+                    decided: false,
+                });
+                let v = v.clone();
+                self.send_vote(tx, region, &v);
+            }
+            RecoveryMessage::CommitRecovery {
+                config: c,
+                tx,
+                region,
+                record,
+                write_ts,
+                from,
+            } if c == config => {
+                p.commit_recovery(region, &record, write_ts);
+                self.decided_here(tx, region);
+                self.ack_decision(tx, region, from);
+            }
+            RecoveryMessage::AbortRecovery {
+                config: c,
+                tx,
+                region,
+                from,
+            } if c == config => {
+                p.abort_recovery(tx, region);
+                self.decided_here(tx, region);
+                self.ack_decision(tx, region, from);
+            }
+            RecoveryMessage::DecisionAck {
+                config: c,
+                tx,
+                region,
+                from,
+            } if c == config => {
+                if let Some(t) = self.coord.get_mut(&tx) {
+                    t.unacked.remove(&(region, from));
+                }
+                self.drive(tx);
+            }
+            RecoveryMessage::TruncateRecovery { config: c, tx, from } if c == config => {
+                p.truncate_recovery(tx);
+                self.send(from, RecoveryMessage::TruncateAck { config, tx, from: me });
+            }
+            RecoveryMessage::TruncateAck { config: c, tx, from } if c == config => {
+                if let Some(t) = self.coord.get_mut(&tx) {
+                    t.untruncated.remove(&from);
+                }
+                self.drive(tx);
+            }
+            RecoveryMessage::Fetch {
+                config: c,
+                region,
+                from,
+                after,
+            } if c == config => {
+                if self.primary(region) != Some(me) || !self.replicas(region).contains(&from) {
+                    return;
+                }
+                if let Some((objects, done)) = p.copy_region(region, after.as_deref()) {
+                    self.send(
+                        from,
+                        RecoveryMessage::Chunk {
+                            config,
+                            region,
+                            after,
+                            objects,
+                            done,
+                        },
+                    );
+                }
+            }
+            RecoveryMessage::Chunk {
+                config: c,
+                region,
+                after,
+                objects,
+                done,
+            } if c == config => {
+                let Some(f) = self.filling.get_mut(&region) else {
+                    return;
+                };
+                if f.after != after {
+                    return; // a duplicate or a stale answer
+                }
+                p.merge_copies(region, &objects);
+                self.stats.objects_copied += objects.len() as u64;
+                if done {
+                    self.filling.remove(&region);
+                    self.filled.insert(region);
+                    self.stats.regions_filled += 1;
+                    self.report_ready();
+                    return;
+                }
+                f.after = objects.last().map(|o| o.key.clone()).or(after);
+                // Full speed when the region is down to its last complete
+                // replica (FaRM §5.4); paced otherwise.
+                let complete = self.region(region).map_or(0, |i| {
+                    1 + i.backups.iter().filter(|b| !i.filling.contains(b)).count()
+                });
+                let pause = if complete <= 1 { 0 } else { self.pace_ns };
+                if let Some(f) = self.filling.get_mut(&region) {
+                    f.next_ns = now.saturating_add(pause);
+                }
+                self.fetch_due(now);
+            }
+            _ => {}
+        }
+    }
+
+    fn decided_here(&mut self, tx: TxId, region: RegionId) {
+        // The decision reached this node: stop resending any vote of ours
+        // for this transaction.
+        let keys: Vec<(TxId, RegionId)> = self
+            .votes
+            .range((tx, RegionId(0))..=(tx, RegionId(u32::MAX)))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            if let Some(v) = self.votes.get_mut(&k) {
+                v.decided = true;
+            }
+        }
+        let _ = region;
+    }
+
+    fn ack_decision(&mut self, tx: TxId, region: RegionId, to: NodeId) {
+        let msg = RecoveryMessage::DecisionAck {
+            config: self.config,
+            tx,
+            region,
+            from: self.me,
+        };
+        self.send(to, msg);
+    }
+
+    /// Step 4 at `region`'s primary: every replica reported.
+    fn lock_recovery_done(
+        &mut self,
+        region: RegionId,
+        got: BTreeMap<NodeId, Vec<RecoveringTx>>,
+        p: &mut Participant,
+    ) {
+        let mut by_tx: BTreeMap<TxId, (Vec<meridian_wire::Evidence>, RecoveringTx)> =
+            BTreeMap::new();
+        for txs in got.into_values() {
+            for t in txs {
+                let e = by_tx
+                    .entry(t.record.tx)
+                    .or_insert_with(|| (Vec::new(), t.clone()));
+                e.0.push(t.evidence);
+                if e.1.write_ts.is_none() {
+                    e.1.write_ts = t.write_ts;
+                }
+                if e.1.record.writes.is_empty() {
+                    e.1.record = t.record.clone();
+                }
+            }
+        }
+        let records: Vec<RecoveringTx> = by_tx.values().map(|(_, t)| t.clone()).collect();
+        p.recover_locks(region, &records);
+        self.stats.regions_recovered += 1;
+        for (tx, (mut evidence, t)) in by_tx {
+            evidence.push(p.evidence(tx, region));
+            let v = MyVote {
+                vote: region_vote(&evidence),
+                record: Some(t.record),
+                write_ts: t.write_ts,
+                decided: false,
+            };
+            self.send_vote(tx, region, &v);
+            self.votes.insert((tx, region), v);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_vote(
+        &mut self,
+        tx: TxId,
+        region: RegionId,
+        vote: RecoveryVote,
+        regions: Vec<RegionId>,
+        writes: Vec<WriteOp>,
+        read_ts: Timestamp,
+        write_ts: Option<Timestamp>,
+    ) {
+        if recovery_coordinator(tx, &self.members) != Some(self.me) || self.done.contains(&tx) {
+            return;
+        }
+        if !self.coord.contains_key(&tx) && self.coord.len() >= self.max_txns {
+            return; // bounded: the primary resends, and the next configuration retries
+        }
+        let t = self.coord.entry(tx).or_default();
+        if t.regions.is_empty() && !regions.is_empty() {
+            t.regions = regions.clone();
+        }
+        if read_ts > t.read_ts {
+            t.read_ts = read_ts;
+        }
+        t.write_ts = t.write_ts.or(write_ts);
+        if !writes.is_empty() {
+            t.records.insert(
+                region,
+                LockRecord {
+                    tx,
+                    read_ts,
+                    regions,
+                    writes,
+                },
+            );
+        }
+        t.votes.insert(region, vote);
+        self.drive(tx);
+    }
+
+    /// Move transaction `tx` on as far as it goes: ask for missing votes,
+    /// decide, send the decision, truncate, finish.
+    fn drive(&mut self, tx: TxId) {
+        let Some(mut t) = self.coord.remove(&tx) else {
+            return;
+        };
+        let (config, me) = (self.config, self.me);
+        if t.decision.is_none() {
+            if t.regions.is_empty() {
+                self.coord.insert(tx, t);
+                return;
+            }
+            match decide(&t.regions, &t.votes) {
+                None => {
+                    for r in t.regions.clone() {
+                        if !t.votes.contains_key(&r) {
+                            if let Some(primary) = self.primary(r) {
+                                let msg = RecoveryMessage::RequestVote {
+                                    config,
+                                    tx,
+                                    region: r,
+                                    from: me,
+                                };
+                                self.send(primary, msg);
+                            }
+                        }
+                    }
+                    self.coord.insert(tx, t);
+                    return;
+                }
+                Some(d) => {
+                    let d = if d == Decision::Commit && t.write_ts.is_none() {
+                        // Cannot happen: a commit needs a COMMIT-BACKUP or
+                        // COMMIT-PRIMARY somewhere, which carries write_ts.
+                        panic!("recovery decided to commit {tx} without a write_ts");
+                    } else {
+                        d
+                    };
+                    match d {
+                        Decision::Commit => self.stats.committed += 1,
+                        Decision::Abort => self.stats.aborted += 1,
+                    }
+                    t.decision = Some(d);
+                    for r in t.regions.clone() {
+                        if d == Decision::Commit && !t.records.contains_key(&r) {
+                            continue; // truncated or forgotten there: nothing to apply
+                        }
+                        for n in self.replicas(r) {
+                            t.unacked.insert((r, n));
+                        }
+                    }
+                }
+            }
+        }
+        if !t.unacked.is_empty() {
+            for (r, n) in t.unacked.clone() {
+                let msg = match t.decision {
+                    Some(Decision::Commit) => match (t.records.get(&r), t.write_ts) {
+                        (Some(rec), Some(write_ts)) => RecoveryMessage::CommitRecovery {
+                            config,
+                            tx,
+                            region: r,
+                            record: rec.clone(),
+                            write_ts,
+                            from: me,
+                        },
+                        _ => continue,
+                    },
+                    _ => RecoveryMessage::AbortRecovery {
+                        config,
+                        tx,
+                        region: r,
+                        from: me,
+                    },
+                };
+                self.send(n, msg);
+            }
+            if !t.unacked.is_empty() {
+                self.coord.insert(tx, t);
+                return;
+            }
+        }
+        if !t.truncating {
+            t.truncating = true;
+            t.untruncated = t
+                .regions
+                .iter()
+                .flat_map(|r| self.replicas(*r))
+                .collect();
+        }
+        if !t.untruncated.is_empty() {
+            for n in t.untruncated.clone() {
+                self.send(
+                    n,
+                    RecoveryMessage::TruncateRecovery {
+                        config,
+                        tx,
+                        from: me,
+                    },
+                );
+            }
+            if !t.untruncated.is_empty() {
+                self.coord.insert(tx, t);
+                return;
+            }
+        }
+        self.done.insert(tx);
+    }
+
+    /// The next local time a timer here fires, if any work is pending.
+    pub fn next_wake_ns(&self) -> Option<u64> {
+        if !self.busy() && !self.regions.iter().any(|i| i.filling.contains(&self.me)) {
+            return None;
+        }
+        let fetch = self.filling.values().map(|f| f.next_ns).min();
+        Some(fetch.map_or(self.next_resend_ns, |f| f.min(self.next_resend_ns)))
+    }
+
+    /// Panics (release builds too) if an invariant is broken.
+    pub fn check_invariants(&self) {
+        assert!(self.coord.len() <= self.max_txns.max(1));
+        for (tx, t) in &self.coord {
+            assert!(
+                !self.done.contains(tx),
+                "{tx} recovered twice in one configuration"
+            );
+            if t.decision == Some(Decision::Commit) {
+                assert!(t.write_ts.is_some(), "{tx} committed without write_ts");
+            }
+        }
+        for r in self.gathering.keys() {
+            assert_eq!(self.primary(*r), Some(self.me), "gathering a region not led here");
+        }
+    }
+}
