@@ -235,6 +235,27 @@ fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
     s
 }
 
+/// Form the leases (FaRM §5.1) before the transcript starts: two renewal
+/// rounds, the first of which only gives the CM its majority. Returns the
+/// local time at which every node serves; the effects are not part of the
+/// transcript.
+fn settle_leases(nodes: &mut [NodeProcess], net: &mut Net) -> u64 {
+    let renew_ns = config().lease.lease_ms * 1_000_000 / 5;
+    for t in [0, renew_ns] {
+        for n in nodes.iter_mut() {
+            n.tick(t);
+            node_effects(n, net);
+        }
+        while let Some((from, to, frame)) = net.pop_front() {
+            let m = &mut nodes[to.0 as usize];
+            m.on_message(t, Peer::Node(from), frame);
+            node_effects(m, net);
+        }
+    }
+    assert!(nodes.iter().all(|n| n.may_serve(renew_ns)), "leases formed");
+    renew_ns
+}
+
 fn node_transcript(file: &str) {
     let config = config();
     let map = RegionMap::new(&config);
@@ -242,10 +263,12 @@ fn node_transcript(file: &str) {
         .map(|i| NodeProcess::new(config.clone(), NodeId(i), 1).expect("member"))
         .collect();
     let mut net = Net::new();
+    let base = settle_leases(&mut nodes, &mut net);
     transcript(file, |cmd, a| {
         let n = a.opt("n").map_or(0, |v| v.parse().expect("n")) as usize;
         let id = a.opt("id").map_or(1, |v| v.parse().expect("id"));
-        let now = a.opt("now").map_or(0, |v| v.parse().expect("now"));
+        // Command times are relative to the end of lease formation.
+        let now = base + a.opt("now").map_or(0, |v| v.parse::<u64>().expect("now"));
         let from = match a.opt("from") {
             Some(f) if f.starts_with('n') => Peer::Node(NodeId(f[1..].parse().expect("node"))),
             _ => Peer::Conn(1),
