@@ -521,7 +521,19 @@ impl Session {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut tx = self.begin(opts).await?;
+            // A clock not synchronised yet, or disabled while the CM changes
+            // (FaRMv2 §4.3), is waited out with the same back-off.
+            let mut tx = match self.begin(opts).await {
+                Ok(tx) => tx,
+                Err(TxnError::ClockUnavailable) if attempt < attempts => {
+                    self.client
+                        .core()
+                        .call(move |p, now, c| p.backoff(now, c, attempt))
+                        .await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let r = match f(&mut tx).await {
                 Ok(v) => tx.commit().await.map(|info| (v, info)),
                 Err(e) => {

@@ -200,6 +200,8 @@ pub struct NodeProcess {
     /// Leases start at the first input (the shell's clock is unknown at
     /// construction).
     lease_started: bool,
+    /// Outside the configuration: when to ask to join again.
+    next_join_ns: u64,
     participant: Participant,
     gateway: ClientProcess,
     incarnation: u32,
@@ -274,6 +276,7 @@ impl NodeProcess {
             regions_active_reported: true,
             data_recovered_reported: true,
             lease_started: false,
+            next_join_ns: 0,
             participant: Participant::new(id, &config),
             gateway,
             incarnation,
@@ -303,6 +306,10 @@ impl NodeProcess {
         let mut p = Self::new(config, id, incarnation)?;
         p.participant = Participant::without_regions(id, &p.config);
         p.standing = Standing::Restarted;
+        // Its clock is nobody's master any more: it synchronises once a
+        // configuration takes it back.
+        let drift = p.config.clock.drift_ppm;
+        p.gateway.clock_mut().follow_new_master(0, drift);
         Ok(p)
     }
 
@@ -566,7 +573,7 @@ impl NodeProcess {
         let reply = match &mut self.lease {
             LeaseRole::Cm(mgr) => {
                 if !self.config.is_member(from) {
-                    return;
+                    return self.tell_removed(from);
                 }
                 mgr.on_message(now, &m)
             }
@@ -585,13 +592,49 @@ impl NodeProcess {
             | ReconfigMessage::NewConfig { from, .. }
             | ReconfigMessage::NewConfigAck { from, .. }
             | ReconfigMessage::NewConfigCommit { from, .. }
-            | ReconfigMessage::NewConfigCommitAck { from, .. } => *from,
+            | ReconfigMessage::NewConfigCommitAck { from, .. }
+            | ReconfigMessage::Join { from, .. } => *from,
         };
         let Some(from) = sender(from, Some(claimed)) else {
             return;
         };
         if self.standing != Standing::Member {
+            // Outside the configuration: only a NEW-CONFIG that adds this
+            // node back matters (it starts from scratch: memory is gone or
+            // stale).
+            if let ReconfigMessage::NewConfig { config_toml, config, .. } = &m {
+                // It must add this node as a *new* member: every replica it
+                // holds there still filling. A configuration that lists it
+                // with complete replicas predates its crash (its memory is
+                // gone); the CM removes it once its lease runs out, and then
+                // it joins.
+                let me = self.id;
+                let adds_me = *config > self.config.id()
+                    && Configuration::from_toml(config_toml).is_ok_and(|c| {
+                        c.is_member(me)
+                            && c.regions().iter().all(|r| {
+                                (r.primary != me && !r.backups.contains(&me))
+                                    || (r.primary != me && r.filling.contains(&me))
+                            })
+                    });
+                if adds_me {
+                    self.participant = Participant::without_regions(self.id, &self.config);
+                    self.reconfig.rejoin();
+                    let upper = self.gateway.clock_mut().fast_forward_value(now);
+                    self.reconfig.on_message(now, m, upper);
+                    self.after_engines(now);
+                }
+            }
             return;
+        }
+        if let ReconfigMessage::Join { from: joiner, .. } = &m {
+            self.on_join(now, *joiner);
+            return;
+        }
+        if !self.config.is_member(from) {
+            // A stale node that a configuration removed: tell it, with the
+            // CM's NEW-CONFIG (it then asks to join again).
+            return self.tell_removed(from);
         }
         if let ReconfigMessage::NewConfigAck { config, .. } = &m {
             if let LeaseRole::Cm(mgr) = &mut self.lease {
@@ -607,6 +650,34 @@ impl NodeProcess {
             }
         }
         self.after_engines(now);
+    }
+
+    /// FaRM §5.2: a node asks to join; the CM adds it (as a backup of
+    /// regions short of replicas, filled by data recovery).
+    fn on_join(&mut self, now: u64, joiner: NodeId) {
+        if self.config.cm() != self.id || self.config.is_member(joiner) {
+            return;
+        }
+        let Ok(node) = self.config.node(joiner).cloned() else {
+            return; // not in the address book: unknown nodes are refused
+        };
+        if let Ok(next) = self.reconfig.config().with_joined(node) {
+            self.reconfig.propose(now, next);
+            self.after_engines(now);
+        }
+    }
+
+    /// Send `node` (not a member) the current configuration, so that it
+    /// learns it was removed.
+    fn tell_removed(&mut self, node: NodeId) {
+        if let Ok(config_toml) = self.config.to_toml() {
+            let msg = ReconfigMessage::NewConfig {
+                config: self.config.id(),
+                from: self.config.cm(),
+                config_toml,
+            };
+            self.send_oneway(node, Request::Reconfig(msg));
+        }
     }
 
     /// The coordination service answered this node's CAS.
@@ -645,6 +716,7 @@ impl NodeProcess {
                     }
                     ReconfigOutput::Removed { config } => {
                         self.standing = Standing::Removed;
+                        self.next_join_ns = now;
                         self.effects
                             .push(NodeEffect::Event(NodeEvent::Removed(config)));
                     }
@@ -711,6 +783,7 @@ impl NodeProcess {
             self.gateway.clock_mut().disable();
         }
         self.clock_failover |= cm_changed;
+        self.standing = Standing::Member;
         self.regions_active_reported = false;
         self.data_recovered_reported = false;
         self.config = config;
@@ -990,17 +1063,43 @@ impl NodeProcess {
             self.recovery.tick(now);
             self.after_engines(now);
         }
+        if self.standing != Standing::Member && now >= self.next_join_ns {
+            self.next_join_ns = now + self.lease_params.lease_ns;
+            let msg = ReconfigMessage::Join {
+                config: self.config.id(),
+                from: self.id,
+            };
+            let others: Vec<NodeId> = self
+                .config
+                .nodes
+                .iter()
+                .map(|n| NodeId(n.id))
+                .filter(|n| *n != self.id)
+                .collect();
+            for n in others {
+                self.send_oneway(n, Request::Reconfig(msg.clone()));
+            }
+        }
         self.pump(now);
-        let mut next = self.next_gc_ns;
-        if self.standing == Standing::Member {
-            next = next.min(match &self.lease {
+        // The earliest future timer (a timer already past, like a suspected
+        // CM's expired lease, must not make the node spin).
+        let mut timers = vec![self.next_gc_ns];
+        if self.standing != Standing::Member {
+            timers.push(self.next_join_ns);
+        } else {
+            timers.push(match &self.lease {
                 LeaseRole::Member(c) => c.next_wake_ns(),
                 LeaseRole::Cm(m) => m.next_wake_ns().unwrap_or(u64::MAX),
             });
-            next = next.min(self.reconfig.next_wake_ns().unwrap_or(u64::MAX));
-            next = next.min(self.recovery.next_wake_ns().unwrap_or(u64::MAX));
+            timers.extend(self.reconfig.next_wake_ns());
+            timers.extend(self.recovery.next_wake_ns());
         }
-        self.arm(now, next.max(now + 1));
+        let next = timers
+            .into_iter()
+            .filter(|t| *t > now)
+            .min()
+            .unwrap_or(now + self.lease_params.renew_ns());
+        self.arm(now, next);
     }
 
     /// FaRM §5.1: renew, grant, suspect.

@@ -203,6 +203,34 @@ impl Reconfig {
         self.removed
     }
 
+    /// The CM proposes `next` (a join or a rebalancing step) without a
+    /// failure: straight to the CAS (FaRM §5.2 step 3); nothing is removed,
+    /// so the commit needs no lease wait. Ignored unless this node is the
+    /// CM and idle, or `next` is not the direct successor.
+    pub fn propose(&mut self, now: u64, next: Configuration) {
+        if !self.may_start() || self.config.cm() != self.me || next.id().0 != self.config.id().0 + 1
+        {
+            return;
+        }
+        let proposed = Box::new(next);
+        self.out.push(ReconfigOutput::Cas {
+            expected: self.config.id(),
+            proposed: proposed.clone(),
+        });
+        self.state = State::Casing {
+            proposed,
+            probe_end_ns: now,
+        };
+    }
+
+    /// A removed or restarted node is about to be added again: accept the
+    /// NEW-CONFIG that includes it.
+    pub fn rejoin(&mut self) {
+        self.removed = false;
+        self.pending_commit = false;
+        self.state = State::Member;
+    }
+
     /// True when an attempt could start now (not deferred, not running).
     pub fn may_start(&self) -> bool {
         !self.removed && !self.pending_commit && matches!(self.state, State::Member)
@@ -599,6 +627,8 @@ impl Reconfig {
                     );
                 }
             }
+            // Handled by the node process (it knows the address book).
+            ReconfigMessage::Join { .. } => {}
             ReconfigMessage::NewConfigCommitAck { config, from } => {
                 if let State::Committing {
                     config: c, acked, ..

@@ -82,6 +82,9 @@ struct TxRecovery {
     decision: Option<Decision>,
     /// Replicas still to acknowledge the decision, per region.
     unacked: BTreeSet<(RegionId, NodeId)>,
+    /// Regions the decision has been sent to (a commit decided early on a
+    /// commit-primary vote still needs every region's vote for its writes).
+    sent: BTreeSet<RegionId>,
     /// Replicas still to acknowledge TRUNCATE-RECOVERY.
     untruncated: BTreeSet<NodeId>,
     truncating: bool,
@@ -612,57 +615,81 @@ impl RecoveryFlow {
             return;
         };
         let (config, me) = (self.config, self.me);
+        if t.regions.is_empty() {
+            self.coord.insert(tx, t);
+            return;
+        }
+        // Ask every written region that has not voted: before the decision
+        // to decide, after a commit decision for the region's writes.
+        let missing: Vec<RegionId> = t
+            .regions
+            .iter()
+            .copied()
+            .filter(|r| !t.votes.contains_key(r))
+            .collect();
         if t.decision.is_none() {
-            if t.regions.is_empty() {
-                self.coord.insert(tx, t);
-                return;
-            }
             match decide(&t.regions, &t.votes) {
-                None => {
-                    for r in t.regions.clone() {
-                        if !t.votes.contains_key(&r) {
-                            if let Some(primary) = self.primary(r) {
-                                let msg = RecoveryMessage::RequestVote {
-                                    config,
-                                    tx,
-                                    region: r,
-                                    from: me,
-                                };
-                                self.send(primary, msg);
-                            }
-                        }
-                    }
-                    self.coord.insert(tx, t);
-                    return;
-                }
+                None => {}
                 Some(d) => {
-                    let d = if d == Decision::Commit && t.write_ts.is_none() {
+                    if d == Decision::Commit && t.write_ts.is_none() {
                         // Cannot happen: a commit needs a COMMIT-BACKUP or
                         // COMMIT-PRIMARY somewhere, which carries write_ts.
                         panic!("recovery decided to commit {tx} without a write_ts");
-                    } else {
-                        d
-                    };
+                    }
                     match d {
                         Decision::Commit => self.stats.committed += 1,
                         Decision::Abort => self.stats.aborted += 1,
                     }
                     t.decision = Some(d);
-                    for r in t.regions.clone() {
-                        if d == Decision::Commit && !t.records.contains_key(&r) {
-                            continue; // truncated or forgotten there: nothing to apply
-                        }
-                        for n in self.replicas(r) {
-                            t.unacked.insert((r, n));
-                        }
-                    }
                 }
+            }
+        }
+        let needs_votes = t.decision != Some(Decision::Abort);
+        if needs_votes {
+            for r in &missing {
+                if let Some(primary) = self.primary(*r) {
+                    self.send(
+                        primary,
+                        RecoveryMessage::RequestVote {
+                            config,
+                            tx,
+                            region: *r,
+                            from: me,
+                        },
+                    );
+                }
+            }
+        }
+        let Some(decision) = t.decision else {
+            self.coord.insert(tx, t);
+            return;
+        };
+        // Regions the decision can go to now: every region for an abort;
+        // for a commit, each region whose writes are known (a region that
+        // voted truncated or unknown has nothing to apply).
+        for r in t.regions.clone() {
+            if t.sent.contains(&r) {
+                continue;
+            }
+            let ready = match decision {
+                Decision::Abort => true,
+                Decision::Commit => t.votes.contains_key(&r),
+            };
+            if !ready {
+                continue;
+            }
+            t.sent.insert(r);
+            if decision == Decision::Commit && !t.records.contains_key(&r) {
+                continue;
+            }
+            for n in self.replicas(r) {
+                t.unacked.insert((r, n));
             }
         }
         if !t.unacked.is_empty() {
             for (r, n) in t.unacked.clone() {
-                let msg = match t.decision {
-                    Some(Decision::Commit) => match (t.records.get(&r), t.write_ts) {
+                let msg = match decision {
+                    Decision::Commit => match (t.records.get(&r), t.write_ts) {
                         (Some(rec), Some(write_ts)) => RecoveryMessage::CommitRecovery {
                             config,
                             tx,
@@ -673,7 +700,7 @@ impl RecoveryFlow {
                         },
                         _ => continue,
                     },
-                    _ => RecoveryMessage::AbortRecovery {
+                    Decision::Abort => RecoveryMessage::AbortRecovery {
                         config,
                         tx,
                         region: r,
@@ -682,10 +709,13 @@ impl RecoveryFlow {
                 };
                 self.send(n, msg);
             }
-            if !t.unacked.is_empty() {
-                self.coord.insert(tx, t);
-                return;
-            }
+        }
+        // Truncate only once every region has the decision applied: a
+        // region truncated before another got its writes would vote
+        // "truncated" or "unknown" in a later configuration.
+        if !t.unacked.is_empty() || t.sent.len() < t.regions.len() {
+            self.coord.insert(tx, t);
+            return;
         }
         if !t.truncating {
             t.truncating = true;

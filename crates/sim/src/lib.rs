@@ -323,8 +323,12 @@ impl SimConfig {
             1 => Self::register(seed),
             _ => Self::rows(seed),
         };
+        let faults = Faults::swarm(seed);
         SimConfig {
-            faults: Faults::swarm(seed),
+            // Five nodes when nodes crash: two may be down at once and a
+            // majority still reconfigures (FaRM §5.2).
+            nodes: if faults.node_crashes { 5 } else { base.nodes },
+            faults,
             txns_per_client: 30,
             ..base
         }
@@ -365,6 +369,12 @@ pub struct SimReport {
     /// Thin-client transactions (`Execute`) committed by the nodes'
     /// embedded coordinators (included in `committed`).
     pub thin_committed: u64,
+    /// The newest configuration any node committed (1: no change).
+    pub last_config: u64,
+    /// Transactions decided by recovery (FaRM §5.3): (committed, aborted).
+    pub recovered: (u64, u64),
+    /// Reconfiguration milestones: (true time ns, node, event).
+    pub node_events: Vec<(u64, u32, NodeEvent)>,
 }
 
 /// A simulated clock: `local = offset + true × (1 + drift_ppb / 1e9)`.
@@ -958,6 +968,11 @@ impl Sim {
         config.limits.max_versions_per_object = 8;
         config.limits.rpc_timeout_ms = cfg.rpc_timeout_ms;
         config.limits.truncate_flush_us = 2000;
+        // FaRM's 10 ms lease: failures are detected quickly in simulated
+        // time (long delays still cause false suspicions, on purpose).
+        config.lease.lease_ms = 10;
+        config.lease.probe_timeout_ms = 1;
+        config.lease.resend_ms = 1;
         let share = if cfg.faults.wide_drift { 99 } else { 45 };
         let bound_ppb = (cfg.drift_ppm as i64) * 1000 * share / 100;
         let clock = |rng: &mut StdRng, master: bool| SimClock {
@@ -1094,9 +1109,15 @@ impl Sim {
         let n = self.cfg.nodes;
         let c = self.cfg.clients;
         if f.node_crashes {
-            for _ in 0..self.rng.gen_range(1..=2) {
+            // At most f = (n − 1) / 2 distinct nodes crash, so a majority of
+            // every configuration survives (FaRM §5.2: a minority cannot
+            // reconfigure); each restarts with its memory lost and joins
+            // again.
+            let mut victims: Vec<u32> = (0..n).collect();
+            let most = ((n as usize - 1) / 2).max(1);
+            for _ in 0..self.rng.gen_range(1..=most) {
                 let at = self.rng.gen_range(5_000_000..horizon);
-                let who = self.rng.gen_range(0..n);
+                let who = victims.remove(self.rng.gen_range(0..victims.len()));
                 let down = self.rng.gen_range(1_000_000..50_000_000);
                 self.schedule(at, Event::CrashNode(who));
                 self.schedule(at + down, Event::RestartNode(who));
@@ -1643,6 +1664,21 @@ impl Sim {
             unrecorded_committed += l.unrecorded_committed;
             thin_committed += l.thin_committed;
         }
+        let last_config = self
+            .node_events
+            .iter()
+            .filter_map(|(_, _, e)| match e {
+                NodeEvent::Committed(c) => Some(c.0),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(1);
+        let recovered = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.process.as_ref())
+            .map(|p| p.recovery_stats())
+            .fold((0, 0), |(c, a), s| (c + s.committed, a + s.aborted));
         let count = |o: Outcome| history.txns.iter().filter(|t| t.outcome == o).count() as u64;
         let (committed, aborted, unknown) = (
             count(Outcome::Committed) + unrecorded_committed,
@@ -1665,6 +1701,9 @@ impl Sim {
             end_ns: now,
             mean_uncertainty_ns: (self.uncertainty.0 / self.uncertainty.1.max(1) as u128) as u64,
             thin_committed,
+            last_config,
+            recovered,
+            node_events: std::mem::take(&mut self.node_events),
         }
     }
 

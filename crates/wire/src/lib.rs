@@ -657,6 +657,15 @@ pub enum ReconfigMessage {
         /// The member.
         from: NodeId,
     },
+    /// A node outside the configuration (restarted with its memory lost,
+    /// or removed while alive) asks the CM to add it (FaRM §5.2: joins are
+    /// reconfigurations started by the CM).
+    Join {
+        /// The newest configuration the node knows.
+        config: ConfigId,
+        /// The node.
+        from: NodeId,
+    },
 }
 
 /// Who holds a lease at the CM: a member node, or a client (a
