@@ -298,7 +298,7 @@ impl ClientProcess {
     /// client whose clock master (the CM) changed forgets the old master's
     /// samples and stays unsynchronised until the new one answers (FaRMv2
     /// §4.3). Returns true if adopted.
-    pub fn set_config(&mut self, config: &Configuration) -> bool {
+    pub fn set_config(&mut self, now: u64, config: &Configuration) -> bool {
         if config.id() <= self.config_id {
             return false;
         }
@@ -308,8 +308,10 @@ impl ClientProcess {
         self.members = config.members();
         self.map = Arc::new(RegionMap::new(config));
         if cm_changed && !self.managed {
+            // Never hand out a timestamp below one handed out before.
+            let ff = self.clock.fast_forward_value(now);
             self.clock
-                .follow_new_master(0, config.clock.drift_ppm);
+                .follow_new_master(ff, config.clock.drift_ppm);
             self.next_sync_ns = None;
         }
         self.stats.config_changes += 1;
@@ -1232,7 +1234,7 @@ impl ClientProcess {
                 if let Response::Cm(CmResponse::Config { config_toml }) = resp {
                     match Configuration::from_toml(&config_toml) {
                         Ok(c) => {
-                            self.set_config(&c);
+                            self.set_config(now, &c);
                         }
                         Err(_) => self.stats.rpc_failures += 1,
                     }

@@ -435,7 +435,9 @@ impl NodeProcess {
         let resp = match req {
             Request::Txn(r) => self.txn_request(now, config, r),
             Request::Clock(ClockRequest::Sync) => {
-                let master = self.is_clock_master() && self.standing == Standing::Member;
+                // A master that lost its lease majority stops handing out
+                // time (its successor's FF only covers it until then).
+                let master = self.is_clock_master() && self.may_serve(now);
                 let clock = self.gateway.clock_mut();
                 if !master {
                     self.wrong_role("the clock master")
@@ -749,7 +751,7 @@ impl NodeProcess {
         self.effects
             .push(NodeEffect::Event(NodeEvent::Applied(config.id())));
         self.participant.reconfigure(&config);
-        self.gateway.set_config(&config);
+        self.gateway.set_config(now, &config);
         let members = config.members();
         if config.cm() == self.id {
             self.proposal_sent_ns = now;

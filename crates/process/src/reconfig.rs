@@ -134,6 +134,8 @@ enum State {
     },
     /// Steps 5–7 at the new CM.
     Proposing {
+        /// When NEW-CONFIG was first sent (every ACK was sent after it).
+        proposed_at_ns: u64,
         proposed: Box<Configuration>,
         acks: BTreeMap<NodeId, u64>,
         commit_after_ns: u64,
@@ -208,7 +210,14 @@ impl Reconfig {
     /// so the commit needs no lease wait. Ignored unless this node is the
     /// CM and idle, or `next` is not the direct successor.
     pub fn propose(&mut self, now: u64, next: Configuration) {
-        if !self.may_start() || self.config.cm() != self.me || next.id().0 != self.config.id().0 + 1
+        let newer_known = self
+            .service_config
+            .as_ref()
+            .is_some_and(|c| c.id() > self.config.id());
+        if !self.may_start()
+            || newer_known
+            || self.config.cm() != self.me
+            || next.id().0 != self.config.id().0 + 1
         {
             return;
         }
@@ -429,6 +438,7 @@ impl Reconfig {
         let mut acks = BTreeMap::new();
         acks.insert(self.me, 0);
         self.state = State::Proposing {
+            proposed_at_ns: now,
             proposed: proposed.clone(),
             acks,
             commit_after_ns,
@@ -648,6 +658,7 @@ impl Reconfig {
 
     fn maybe_commit(&mut self, now: u64, own_upper_ns: u64) {
         let State::Proposing {
+            proposed_at_ns,
             proposed,
             acks,
             commit_after_ns,
@@ -660,7 +671,22 @@ impl Reconfig {
             return;
         }
         let config = proposed.id();
-        let clock_ff_ns = acks.values().copied().max().unwrap_or(0).max(own_upper_ns);
+        // FaRMv2 §4.3: FF bounds every timestamp the old master can have
+        // handed out. An ACK's upper bound holds for the old master's clock
+        // when the ACK was sent (after NEW-CONFIG went out); the old master
+        // may have kept answering until its lease ran out, so the bound is
+        // carried forward to now by the time since NEW-CONFIG, with drift.
+        let elapsed = now.saturating_sub(*proposed_at_ns);
+        let carried = elapsed.saturating_add(
+            (elapsed as u128 * self.params.lease.drift_ppm as u128).div_ceil(1_000_000) as u64,
+        );
+        let clock_ff_ns = acks
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .saturating_add(carried)
+            .max(own_upper_ns);
         let mut acked = BTreeSet::new();
         acked.insert(self.me);
         self.pending_commit = false;
