@@ -495,7 +495,10 @@ impl Configuration {
                 return bad(format!("region {} changed in a future configuration", r.id));
             }
             if r.filling.iter().any(|f| !r.backups.contains(f)) {
-                return bad(format!("region {} fills a replica that is not a backup", r.id));
+                return bad(format!(
+                    "region {} fills a replica that is not a backup",
+                    r.id
+                ));
             }
         }
         Ok(())
@@ -984,7 +987,9 @@ max_key_bytes = 100
         // Kill every complete replica of that region: lost, not promoted.
         let survivors: Vec<u32> = [0, 2, 3, 4]
             .into_iter()
-            .filter(|n| NodeId(*n) == fill || (NodeId(*n) != r.primary && !r.backups.contains(&NodeId(*n))))
+            .filter(|n| {
+                NodeId(*n) == fill || (NodeId(*n) != r.primary && !r.backups.contains(&NodeId(*n)))
+            })
             .collect();
         let cm = NodeId(survivors[0]);
         let e = next.remap(&alive(&survivors), cm).unwrap_err();

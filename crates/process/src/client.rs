@@ -310,8 +310,7 @@ impl ClientProcess {
         if cm_changed && !self.managed {
             // Never hand out a timestamp below one handed out before.
             let ff = self.clock.fast_forward_value(now);
-            self.clock
-                .follow_new_master(ff, config.clock.drift_ppm);
+            self.clock.follow_new_master(ff, config.clock.drift_ppm);
             self.next_sync_ns = None;
         }
         self.stats.config_changes += 1;
@@ -1462,7 +1461,10 @@ mod tests {
             .filter_map(|e| match e {
                 Effect::Send {
                     to,
-                    frame: Frame::Request { id, truncate, req, .. },
+                    frame:
+                        Frame::Request {
+                            id, truncate, req, ..
+                        },
                 } => Some((*to, *id, req.clone(), truncate.txs.clone())),
                 _ => None,
             })

@@ -384,7 +384,13 @@ impl NodeProcess {
         }
         let c = &self.config;
         self.lease = if c.cm() == self.id {
-            LeaseRole::Cm(LeaseManager::new(self.lease_params, c.id(), self.id, &c.members(), now))
+            LeaseRole::Cm(LeaseManager::new(
+                self.lease_params,
+                c.id(),
+                self.id,
+                &c.members(),
+                now,
+            ))
         } else {
             LeaseRole::Member(LeaseClient::new(
                 self.lease_params,
@@ -525,8 +531,12 @@ impl NodeProcess {
         if !self.may_serve(now) {
             let unavailable = Err(Conflict::Unavailable);
             match r {
-                TxnRequest::Read { .. } => return TxnResponse::Read(Err(Conflict::Unavailable)).into(),
-                TxnRequest::Scan { .. } => return TxnResponse::Scan(Err(Conflict::Unavailable)).into(),
+                TxnRequest::Read { .. } => {
+                    return TxnResponse::Read(Err(Conflict::Unavailable)).into()
+                }
+                TxnRequest::Scan { .. } => {
+                    return TxnResponse::Scan(Err(Conflict::Unavailable)).into()
+                }
                 TxnRequest::Lock(_) => return TxnResponse::Lock(unavailable).into(),
                 TxnRequest::Validate { .. } => return TxnResponse::Validate(unavailable).into(),
                 _ => {}
@@ -604,7 +614,12 @@ impl NodeProcess {
             // Outside the configuration: only a NEW-CONFIG that adds this
             // node back matters (it starts from scratch: memory is gone or
             // stale).
-            if let ReconfigMessage::NewConfig { config_toml, config, .. } = &m {
+            if let ReconfigMessage::NewConfig {
+                config_toml,
+                config,
+                ..
+            } = &m
+            {
                 // It must add this node as a *new* member: every replica it
                 // holds there still filling. A configuration that lists it
                 // with complete replicas predates its crash (its memory is
@@ -686,7 +701,8 @@ impl NodeProcess {
     pub fn on_cas_result(&mut self, now: u64, result: Result<(), Box<Configuration>>) {
         if result.is_ok() {
             let next = ConfigId(self.reconfig.config().id().0 + 1);
-            self.effects.push(NodeEffect::Event(NodeEvent::ConfigCas(next)));
+            self.effects
+                .push(NodeEffect::Event(NodeEvent::ConfigCas(next)));
         }
         let lease = &self.lease;
         let surely = |n: NodeId| match lease {
@@ -804,7 +820,8 @@ impl NodeProcess {
                 clock.follow_new_master(clock_ff_ns, drift);
             }
         }
-        self.recovery.start(now, &self.config, &mut self.participant);
+        self.recovery
+            .start(now, &self.config, &mut self.participant);
     }
 
     fn wrong_role(&self, role: &str) -> Response {

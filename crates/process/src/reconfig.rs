@@ -947,7 +947,13 @@ mod tests {
             .iter()
             .find(|l| l.starts_with("n0 committed"))
             .unwrap();
-        assert_eq!(commit, "n0 committed 2 at 20ms ff 20000", "{:?}", net.log);
+        // FF: the largest ACK upper bound (20000) carried forward by the
+        // 19.25 ms since NEW-CONFIG went out, with the drift bound.
+        assert_eq!(
+            commit, "n0 committed 2 at 20ms ff 19270004",
+            "{:?}",
+            net.log
+        );
         // Members commit only after the CM did, and nobody disabled clocks.
         assert!(net.log.iter().all(|l| !l.contains("changed true")));
     }

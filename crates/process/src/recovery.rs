@@ -195,7 +195,11 @@ impl RecoveryFlow {
 
     fn replicas(&self, r: RegionId) -> Vec<NodeId> {
         self.region(r)
-            .map(|i| std::iter::once(i.primary).chain(i.backups.iter().copied()).collect())
+            .map(|i| {
+                std::iter::once(i.primary)
+                    .chain(i.backups.iter().copied())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -326,11 +330,10 @@ impl RecoveryFlow {
         let Some(to) = recovery_coordinator(tx, &self.members) else {
             return;
         };
-        let (regions, writes, read_ts): (Vec<RegionId>, Vec<WriteOp>, Timestamp) =
-            match &v.record {
-                Some(r) => (r.regions.clone(), r.writes.clone(), r.read_ts),
-                None => (Vec::new(), Vec::new(), Timestamp::ZERO),
-            };
+        let (regions, writes, read_ts): (Vec<RegionId>, Vec<WriteOp>, Timestamp) = match &v.record {
+            Some(r) => (r.regions.clone(), r.writes.clone(), r.read_ts),
+            None => (Vec::new(), Vec::new(), Timestamp::ZERO),
+        };
         let msg = RecoveryMessage::Vote {
             config: self.config,
             tx,
@@ -433,11 +436,26 @@ impl RecoveryFlow {
                 }
                 self.drive(tx);
             }
-            RecoveryMessage::TruncateRecovery { config: c, tx, from } if c == config => {
+            RecoveryMessage::TruncateRecovery {
+                config: c,
+                tx,
+                from,
+            } if c == config => {
                 p.truncate_recovery(tx);
-                self.send(from, RecoveryMessage::TruncateAck { config, tx, from: me });
+                self.send(
+                    from,
+                    RecoveryMessage::TruncateAck {
+                        config,
+                        tx,
+                        from: me,
+                    },
+                );
             }
-            RecoveryMessage::TruncateAck { config: c, tx, from } if c == config => {
+            RecoveryMessage::TruncateAck {
+                config: c,
+                tx,
+                from,
+            } if c == config => {
                 if let Some(t) = self.coord.get_mut(&tx) {
                     t.untruncated.remove(&from);
                 }
@@ -719,11 +737,7 @@ impl RecoveryFlow {
         }
         if !t.truncating {
             t.truncating = true;
-            t.untruncated = t
-                .regions
-                .iter()
-                .flat_map(|r| self.replicas(*r))
-                .collect();
+            t.untruncated = t.regions.iter().flat_map(|r| self.replicas(*r)).collect();
         }
         if !t.untruncated.is_empty() {
             for n in t.untruncated.clone() {
@@ -766,7 +780,11 @@ impl RecoveryFlow {
             }
         }
         for r in self.gathering.keys() {
-            assert_eq!(self.primary(*r), Some(self.me), "gathering a region not led here");
+            assert_eq!(
+                self.primary(*r),
+                Some(self.me),
+                "gathering a region not led here"
+            );
         }
     }
 }

@@ -1465,7 +1465,10 @@ impl Sim {
                 }
                 NodeEffect::Cas { expected, proposed } => {
                     let result = self.coordination.compare_and_swap(expected, *proposed);
-                    let delay = self.rng.gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns) * 3;
+                    let delay = self
+                        .rng
+                        .gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns)
+                        * 3;
                     let inc = self.nodes[n as usize].inc;
                     self.schedule(now + delay, Event::CasReply(n, inc, result));
                 }

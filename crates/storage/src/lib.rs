@@ -416,7 +416,10 @@ impl RegionStore {
     /// version check: the transaction already holds, or held, the lock at
     /// the old primary). Idempotent.
     pub fn recovery_lock(&mut self, tx: TxId, key: &[u8]) {
-        self.recovery_locks.entry(key.to_vec()).or_default().insert(tx);
+        self.recovery_locks
+            .entry(key.to_vec())
+            .or_default()
+            .insert(tx);
     }
 
     /// Release `tx`'s recovery hold (and its ordinary lock) on `key`.
@@ -437,7 +440,9 @@ impl RegionStore {
 
     /// True if `tx` holds a recovery lock on `key`.
     pub fn holds_recovery_lock(&self, tx: TxId, key: &[u8]) -> bool {
-        self.recovery_locks.get(key).is_some_and(|s| s.contains(&tx))
+        self.recovery_locks
+            .get(key)
+            .is_some_and(|s| s.contains(&tx))
     }
 
     /// FaRMv2 §4.7: a backup promoted to primary may lack versions older
@@ -468,10 +473,7 @@ impl RegionStore {
             None => Bound::Unbounded,
         };
         let mut out = Vec::new();
-        for (k, obj) in self
-            .objects
-            .range::<[u8], _>((lower, Bound::Unbounded))
-        {
+        for (k, obj) in self.objects.range::<[u8], _>((lower, Bound::Unbounded)) {
             if out.len() == max.max(1) {
                 return (out, false);
             }
@@ -592,12 +594,18 @@ mod tests {
         s.apply_backup(b"k", ts(10), Some(vec![1]));
         s.recovery_lock(tx(1), b"k");
         s.recovery_lock(tx(2), b"k");
-        let all = KeyRange { start: vec![], end: None };
+        let all = KeyRange {
+            start: vec![],
+            end: None,
+        };
         s.recovery_unlock(tx(1), b"k");
         assert_eq!(s.read(b"k", ts(20)), Err(Conflict::Locked));
         assert_eq!(s.lock(tx(3), b"k", ts(20)), Err(Conflict::Locked));
         assert_eq!(s.validate_key(tx(3), b"k", ts(20)), Err(Conflict::Locked));
-        assert_eq!(s.scan(&all, ts(20), 10, 1 << 20).map(|_| ()), Err(Conflict::Locked));
+        assert_eq!(
+            s.scan(&all, ts(20), 10, 1 << 20).map(|_| ()),
+            Err(Conflict::Locked)
+        );
         s.recovery_unlock(tx(2), b"k");
         assert_eq!(s.read(b"k", ts(20)).unwrap().unwrap().version, ts(10));
         s.check_invariants();

@@ -165,9 +165,8 @@ impl Participant {
         let held: std::collections::BTreeSet<RegionId> =
             primary_for.iter().chain(&backup_for).copied().collect();
         self.stores.retain(|r, _| held.contains(r));
-        let needed = |rec: &meridian_wire::LockRecord| {
-            rec.writes.iter().any(|w| held.contains(&w.region))
-        };
+        let needed =
+            |rec: &meridian_wire::LockRecord| rec.writes.iter().any(|w| held.contains(&w.region));
         self.log.primary.retain(|_, (rec, _)| needed(rec));
         self.log.backup.retain(|_, (rec, _)| needed(rec));
         self.recovery_held.retain(|(_, r), _| held.contains(r));
@@ -218,11 +217,13 @@ impl Participant {
             if tx.config >= config || !rec.writes.iter().any(|w| w.region == region) {
                 continue;
             }
-            let e = out.entry(*tx).or_insert_with(|| meridian_wire::RecoveringTx {
-                record: restrict(rec),
-                evidence: self.evidence(*tx, region),
-                write_ts: None,
-            });
+            let e = out
+                .entry(*tx)
+                .or_insert_with(|| meridian_wire::RecoveringTx {
+                    record: restrict(rec),
+                    evidence: self.evidence(*tx, region),
+                    write_ts: None,
+                });
             e.write_ts = e.write_ts.or(wts).or(self.recovered.get(tx).copied());
         }
         out.into_values().collect()
@@ -303,8 +304,10 @@ impl Participant {
     /// never aborts a transaction a primary exposed.
     pub fn abort_recovery(&mut self, tx: TxId, region: RegionId) {
         assert!(
-            !matches!(self.log.primary.get(&tx), Some((_, LockState::Committed(_))))
-                && !self.recovered.contains_key(&tx),
+            !matches!(
+                self.log.primary.get(&tx),
+                Some((_, LockState::Committed(_)))
+            ) && !self.recovered.contains_key(&tx),
             "ABORT-RECOVERY of {tx}, which committed at this replica"
         );
         let _ = region; // the decision is per transaction: release everywhere
