@@ -412,7 +412,7 @@ impl RecoveryFlow {
                 from,
             } if c == config => {
                 p.commit_recovery(region, &record, write_ts);
-                self.decided_here(tx, region);
+                self.decided_here(tx);
                 self.ack_decision(tx, region, from);
             }
             RecoveryMessage::AbortRecovery {
@@ -422,7 +422,7 @@ impl RecoveryFlow {
                 from,
             } if c == config => {
                 p.abort_recovery(tx, region);
-                self.decided_here(tx, region);
+                self.decided_here(tx);
                 self.ack_decision(tx, region, from);
             }
             RecoveryMessage::DecisionAck {
@@ -521,7 +521,7 @@ impl RecoveryFlow {
         }
     }
 
-    fn decided_here(&mut self, tx: TxId, region: RegionId) {
+    fn decided_here(&mut self, tx: TxId) {
         // The decision reached this node: stop resending any vote of ours
         // for this transaction.
         let keys: Vec<(TxId, RegionId)> = self
@@ -534,7 +534,6 @@ impl RecoveryFlow {
                 v.decided = true;
             }
         }
-        let _ = region;
     }
 
     fn ack_decision(&mut self, tx: TxId, region: RegionId, to: NodeId) {
