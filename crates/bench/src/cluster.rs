@@ -70,6 +70,10 @@ fn read_pid(path: &Path) -> Option<i32> {
 }
 
 /// Find a free base port with `n` consecutive free ports on 127.0.0.1.
+///
+/// Racy (another process may take a port between this check and the
+/// node's bind); [`start`] uses OS-assigned ports instead when no base port
+/// is given.
 pub fn free_base_port(n: u16) -> u16 {
     let start = 20000 + (std::process::id() % 20000) as u16;
     let mut base = start;
@@ -80,6 +84,22 @@ pub fn free_base_port(n: u16) -> u16 {
         }
         base = if base > 60000 { 20000 } else { base + n + 7 };
     }
+}
+
+/// `n` distinct ports the OS assigned on 127.0.0.1, with their listeners
+/// still open: the caller holds them until its nodes are about to bind, so
+/// two clusters started at once (tests run in parallel) cannot pick the
+/// same port, as two processes with neighbouring pids could with
+/// [`free_base_port`].
+///
+/// Errors: the bind error.
+pub fn os_ports(n: usize) -> Result<Vec<(u16, std::net::TcpListener)>, std::io::Error> {
+    (0..n)
+        .map(|_| {
+            let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+            Ok((l.local_addr()?.port(), l))
+        })
+        .collect()
 }
 
 /// Write a configuration for `nodes` local nodes and start them.
@@ -119,10 +139,25 @@ pub fn start_with_exe(
             }
         }
     }
-    let base = base_port.unwrap_or_else(|| free_base_port(nodes as u16));
-    let cfg = Configuration::local(nodes, base, replication, regions, &dir);
+    let (cfg, held) = match base_port {
+        Some(base) => (
+            Configuration::local(nodes, base, replication, regions, &dir),
+            Vec::new(),
+        ),
+        None => {
+            let held = os_ports(nodes as usize).map_err(io("picking free ports"))?;
+            let mut cfg = Configuration::local(nodes, 0, replication, regions, &dir);
+            for (n, (port, _)) in cfg.nodes.iter_mut().zip(&held) {
+                n.addr = format!("127.0.0.1:{port}");
+            }
+            (cfg, held)
+        }
+    };
     cfg.check_invariants();
     std::fs::write(config_path(&dir), cfg.to_toml()?).map_err(io("writing cluster.toml"))?;
+    // Release the held ports just before the nodes bind them.
+    drop(held);
+    let mut children = Vec::new();
     for n in &cfg.nodes {
         let nd = node_dir(&cfg, &dir, n.id);
         std::fs::create_dir_all(&nd).map_err(io(format!("creating {}", nd.display())))?;
@@ -142,16 +177,26 @@ pub fn start_with_exe(
             .spawn()
             .map_err(io(format!("starting node {}", n.id)))?;
         std::fs::write(nd.join("pid"), child.id().to_string()).map_err(io("writing pid file"))?;
+        children.push(child);
     }
-    for n in &cfg.nodes {
-        wait_ready(&n.addr, Duration::from_secs(10)).map_err(|_| ClusterError::NotReady {
+    for (n, child) in cfg.nodes.iter().zip(&mut children) {
+        let not_ready = || ClusterError::NotReady {
             node: n.id,
             secs: 10,
             log: node_dir(&cfg, &dir, n.id)
                 .join("node.log")
                 .display()
                 .to_string(),
-        })?;
+        };
+        // A node that exited (it could not bind its port, say) must not
+        // pass for ready because something else answers at its address.
+        if wait_ready(&n.addr, Duration::from_secs(10)).is_err()
+            || !matches!(child.try_wait(), Ok(None))
+        {
+            // Stop what this call started: no orphan nodes.
+            let _ = stop(&dir);
+            return Err(not_ready());
+        }
     }
     Ok(cfg)
 }

@@ -11,6 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 fn test_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("meridian-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -159,8 +165,8 @@ fn bench_tatp_main_job_runs_and_reports() {
         .arg(dir.join("cluster"))
         .arg("--json")
         .arg(&json)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stdout(std::fs::File::create(dir.join("bench.out")).expect("stdout file"))
+        .stderr(std::fs::File::create(dir.join("bench.err")).expect("stderr file"))
         .spawn()
         .expect("spawn bench");
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
@@ -175,7 +181,27 @@ fn bench_tatp_main_job_runs_and_reports() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(status.success(), "bench tatp failed");
+    if !status.success() {
+        // Say why: the bench's own output and the tail of every node log.
+        let mut why = String::new();
+        for name in ["bench.out", "bench.err"] {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+            why.push_str(&format!("--- {name}\n{}\n", tail(&text, 40)));
+        }
+        if let Ok(entries) = std::fs::read_dir(dir.join("cluster")) {
+            let mut logs: Vec<_> = entries
+                .flatten()
+                .map(|e| e.path().join("node.log"))
+                .collect();
+            logs.sort();
+            for log in logs.iter().filter(|p| p.exists()) {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                why.push_str(&format!("--- {}\n{}\n", log.display(), tail(&text, 20)));
+            }
+        }
+        let _ = cluster::stop(&dir.join("cluster"));
+        panic!("bench tatp failed ({status}):\n{why}");
+    }
     let text = std::fs::read_to_string(&json).expect("results json");
     let v: serde_json::Value = serde_json::from_str(&text).expect("valid json");
     assert!(v["committed"].as_u64().unwrap_or(0) > 100, "{text}");
