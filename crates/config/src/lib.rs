@@ -165,6 +165,37 @@ impl Default for LeaseConfig {
     }
 }
 
+/// The coordination service that stores configurations (FaRM §3, §5.2
+/// step 3): a Raft group embedded in the first `replicas` nodes of the node
+/// list (by id), so a cluster needs no outside service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CoordinationConfig {
+    /// Raft replicas: 1, 3 or 5 (0 = an outside service answers the
+    /// node's compare-and-swap effects, as in the simulator's register).
+    /// Clusters with fewer nodes use the largest odd number that fits.
+    pub replicas: usize,
+    /// Raft tick, ms.
+    pub tick_ms: u64,
+    /// Ticks without a leader before a replica campaigns (the replica of
+    /// rank r waits `election_ticks + 2r`, which keeps elections
+    /// deterministic and staggered).
+    pub election_ticks: usize,
+    /// Ticks between leader heartbeats.
+    pub heartbeat_ticks: usize,
+}
+
+impl Default for CoordinationConfig {
+    fn default() -> Self {
+        CoordinationConfig {
+            replicas: 3,
+            tick_ms: 5,
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+        }
+    }
+}
+
 /// Clock settings (FaRMv2 §4.1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -277,6 +308,9 @@ pub struct Configuration {
     /// Lease and reconfiguration timing.
     #[serde(default)]
     pub lease: LeaseConfig,
+    /// The coordination service (Raft group) holding configurations.
+    #[serde(default)]
+    pub coordination: CoordinationConfig,
     /// Limits.
     #[serde(default)]
     pub limits: Limits,
@@ -380,8 +414,23 @@ impl Configuration {
             placement: Vec::new(),
             clock: ClockConfig::default(),
             lease: LeaseConfig::default(),
+            coordination: CoordinationConfig::default(),
             limits: Limits::default(),
         }
+    }
+
+    /// The nodes holding the coordination service's Raft replicas: the
+    /// first `coordination.replicas` nodes by id (fewer in small clusters:
+    /// the largest odd count that fits). Empty when an outside service is
+    /// used. Fixed for the cluster's life (every configuration inherits it).
+    pub fn coordination_group(&self) -> Vec<NodeId> {
+        let mut ids: Vec<u32> = self.nodes.iter().map(|n| n.id).collect();
+        ids.sort_unstable();
+        let mut k = self.coordination.replicas.min(ids.len());
+        if k > 0 && k.is_multiple_of(2) {
+            k -= 1;
+        }
+        ids.into_iter().take(k).map(NodeId).collect()
     }
 
     /// The configuration identifier.
@@ -446,6 +495,21 @@ impl Configuration {
             > meridian_wire::MAX_FRAME_BYTES
         {
             return bad("max_value_bytes too large for the frame limit".into());
+        }
+        if ![0, 1, 3, 5].contains(&self.coordination.replicas) {
+            return bad(format!(
+                "coordination.replicas {} must be 0, 1, 3 or 5",
+                self.coordination.replicas
+            ));
+        }
+        if self.coordination.replicas > 0
+            && (self.coordination.tick_ms == 0
+                || self.coordination.heartbeat_ticks == 0
+                || self.coordination.election_ticks <= self.coordination.heartbeat_ticks)
+        {
+            return bad(
+                "coordination needs tick_ms > 0 and election_ticks > heartbeat_ticks > 0".into(),
+            );
         }
         if self.clock.drift_ppm >= 1_000_000 {
             return bad("clock.drift_ppm must be below 1000000".into());

@@ -48,6 +48,14 @@ pub enum NodeError {
         /// Cause.
         source: std::io::Error,
     },
+    /// The coordination replica's persisted state could not be read.
+    #[error("coordination state {path}: {why}")]
+    Coordination {
+        /// The file.
+        path: String,
+        /// Cause.
+        why: String,
+    },
     /// The incarnation counter in the data directory could not be used.
     #[error("incarnation file {path}: {source}")]
     Incarnation {
@@ -63,10 +71,30 @@ struct Shell {
     conns: Mutex<BTreeMap<u64, Outbox>>,
     /// Links to the other nodes (the embedded coordinator's requests).
     links: BTreeMap<NodeId, mpsc::Sender<Vec<u8>>>,
-    /// The link to the clock master for clock syncs (none on the master).
-    clock_link: Option<mpsc::Sender<Vec<u8>>>,
+    /// A link of its own to the first clock master for clock syncs (none
+    /// on the master); syncs to a later master (after a CM failover) go on
+    /// the ordinary link.
+    clock_link: Option<(NodeId, mpsc::Sender<Vec<u8>>)>,
+    /// Where the coordination replica's state is kept (none: no data
+    /// directory, so it lives in memory only).
+    coordination_file: Option<std::path::PathBuf>,
     next_conn: AtomicU64,
     config: Configuration,
+}
+
+/// Write `bytes` to `path` durably: a temporary file, fsync, rename, fsync
+/// of the directory.
+fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -135,7 +163,35 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
             addr: me.addr.clone(),
             source,
         })?;
-    let process = NodeProcess::new(config.clone(), id, incarnation)?;
+    // Memory durability (FaRM's non-volatile DRAM assumption): a node that
+    // ran before lost its memory with its process, so it comes back as a
+    // new, empty node and joins again (FaRM §5.2, §5.4).
+    let mut process = if incarnation > 1 {
+        NodeProcess::restarted(config.clone(), id, incarnation)?
+    } else {
+        NodeProcess::new(config.clone(), id, incarnation)?
+    };
+    // The coordination replica's Raft state is always on disk.
+    let coordination_file = me.data_dir.as_ref().map(|d| d.join("coordination.state"));
+    if let (Some(path), Some(_)) = (&coordination_file, process.coordination()) {
+        match std::fs::read(path) {
+            Ok(state) => {
+                process
+                    .restore_coordination(&state)
+                    .map_err(|e| NodeError::Coordination {
+                        path: path.display().to_string(),
+                        why: e.to_string(),
+                    })?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(NodeError::Coordination {
+                    path: path.display().to_string(),
+                    why: e.to_string(),
+                })
+            }
+        }
+    }
     let is_master = process.is_clock_master();
     let depth = config.limits.max_inflight_per_connection.max(16);
     let batch = config.limits.max_batch_bytes;
@@ -152,13 +208,14 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         let (tx, rx) = mpsc::channel(64);
         let master = config.cm();
         receivers.push((master, config.node(master)?.addr.clone(), rx));
-        Some(tx)
+        Some((master, tx))
     };
     let shell = Arc::new(Shell {
         process: Mutex::new(process),
         conns: Mutex::new(BTreeMap::new()),
         links,
         clock_link,
+        coordination_file,
         next_conn: AtomicU64::new(1),
         config: config.clone(),
     });
@@ -169,7 +226,7 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
     let effects = {
         let mut p = lock(&shell.process);
         p.tick(mono_ns());
-        p.drain_effects()
+        drain(&mut p, &shell)
     };
     route(&shell, effects).await;
     loop {
@@ -214,7 +271,11 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                         ..
                     }
                 );
-                let buf = if sync && shell.clock_link.is_some() {
+                let to_first_master = shell
+                    .clock_link
+                    .as_ref()
+                    .is_some_and(|(m, _)| to == Peer::Node(*m));
+                let buf = if sync && to_first_master {
                     &mut clock
                 } else {
                     out.entry(to).or_default()
@@ -229,15 +290,16 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                     }
                 }
             }
+            // Written by `drain`, under the process lock.
+            NodeEffect::PersistCoordination(_) => {}
             NodeEffect::Cas { expected, proposed } => {
-                // The embedded Raft group is not built yet: without a
-                // coordination service no configuration can follow this
-                // one, so the CAS loses (the cluster keeps its
-                // configuration, as before fault tolerance).
+                // `[coordination] replicas = 0` names an outside service,
+                // which the tokio node does not speak to: no configuration
+                // can follow this one, so the CAS loses.
                 tracing::warn!(
                     expected = expected.0,
                     proposed = proposed.id().0,
-                    "reconfiguration needs the coordination service, which the tokio node does not run yet"
+                    "reconfiguration needs a coordination service; set [coordination] replicas"
                 );
                 let sh = shell.clone();
                 tokio::spawn(async move {
@@ -245,7 +307,7 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                         let mut p = lock(&sh.process);
                         let current = Box::new(p.config().clone());
                         p.on_cas_result(mono_ns(), Err(current));
-                        p.drain_effects()
+                        drain(&mut p, &sh)
                     };
                     route(&sh, effects).await;
                 });
@@ -258,7 +320,7 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                     let effects = {
                         let mut p = lock(&sh.process);
                         p.tick(mono_ns());
-                        p.drain_effects()
+                        drain(&mut p, &sh)
                     };
                     route(&sh, effects).await;
                 });
@@ -288,7 +350,7 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
             },
         }
     }
-    if let (false, Some(l)) = (clock.is_empty(), &shell.clock_link) {
+    if let (false, Some((_, l))) = (clock.is_empty(), &shell.clock_link) {
         if let Err(e) = l.try_send(clock) {
             tracing::warn!("clock link cannot take a sync ({e}); it will time out");
         }
@@ -333,7 +395,29 @@ fn feed(shell: &Shell, from: Peer, frames: &mut Vec<Frame>) -> Vec<NodeEffect> {
     for f in frames.drain(..) {
         p.on_message(now, from, f);
     }
-    p.drain_effects()
+    drain(&mut p, shell)
+}
+
+/// The process's effects, with its coordination state already written
+/// (under the process lock, so states land on disk in the order the
+/// process produced them, before any frame that depends on them).
+fn drain(p: &mut NodeProcess, shell: &Shell) -> Vec<NodeEffect> {
+    let mut effects = p.drain_effects();
+    effects.retain(|e| match e {
+        NodeEffect::PersistCoordination(state) => {
+            if let Some(path) = &shell.coordination_file {
+                if let Err(e) = write_durably(path, state) {
+                    // A replica that cannot persist must not go on voting:
+                    // stop the node, as on a failed disk.
+                    tracing::error!(path = %path.display(), "cannot persist the coordination state: {e}; stopping");
+                    std::process::exit(3);
+                }
+            }
+            false
+        }
+        _ => true,
+    });
+    effects
 }
 
 /// One link to node `node` ([`meridian_transport::run_link`]): responses
@@ -367,7 +451,7 @@ async fn link(
             let effects = {
                 let mut p = lock(&sh.process);
                 p.on_disconnect(mono_ns(), node);
-                p.drain_effects()
+                drain(&mut p, &sh)
             };
             tokio::spawn(async move { route(&sh, effects).await });
             true

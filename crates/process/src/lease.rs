@@ -82,6 +82,12 @@ impl LeaseParams {
         (self.lease_ns as u128 * (1_000_000 - self.drift_ppm) as u128 / 1_000_000) as u64
     }
 
+    /// `ns` measured on one clock, stretched to surely cover the same span
+    /// on another: two drifts of ε, `ns × (1 + 3ε)`, rounded up.
+    pub fn stretch_ns(&self, ns: u64) -> u64 {
+        (ns as u128 * (1_000_000 + 3 * self.drift_ppm) as u128).div_ceil(1_000_000) as u64
+    }
+
     /// How long the granter waits, from the grant's send time on its own
     /// clock, before the lease has surely ended at the holder:
     /// `lease × (1 + ε)`, rounded up.
@@ -101,6 +107,9 @@ pub struct LeaseClient {
     next_renew_ns: u64,
     /// Requests sent: (seq, local send time).
     sent: VecDeque<(u64, u64)>,
+    /// When this holder last granted its CM a lease (sent a `GrantAck`),
+    /// local ns; never reset, so it bounds the lease of any earlier CM too.
+    last_grant_ack_ns: Option<u64>,
     /// My lease at the CM ends at this local time (0: none).
     lease_until_ns: u64,
     /// The CM's lease at me ends here: later, the CM is suspected.
@@ -127,6 +136,7 @@ impl LeaseClient {
             next_seq: 1,
             next_renew_ns: now,
             sent: VecDeque::new(),
+            last_grant_ack_ns: None,
             lease_until_ns: 0,
             cm_until_ns: now.saturating_add(params.lease_ns),
             grants: 0,
@@ -215,10 +225,23 @@ impl LeaseClient {
             .cm_until_ns
             .max(now.saturating_add(self.params.lease_ns));
         self.grants += 1;
+        self.last_grant_ack_ns = Some(now);
         Some(LeaseMessage::GrantAck {
             config,
             holder: self.me,
             seq,
+        })
+    }
+
+    /// How much longer, on this holder's clock, a lease it granted a CM may
+    /// last: from the last `GrantAck` it sent, a lease measured on the CM's
+    /// clock is surely over after `lease × (1 + ε)` here. A new CM waits
+    /// this out (reported in NEW-CONFIG-ACK) before committing, so the
+    /// replaced CM has stopped serving whatever it was granted late.
+    pub fn cm_lease_left_ns(&self, now: u64) -> u64 {
+        self.last_grant_ack_ns.map_or(0, |t| {
+            t.saturating_add(self.params.surely_over_ns())
+                .saturating_sub(now)
         })
     }
 

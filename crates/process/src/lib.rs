@@ -39,6 +39,7 @@ pub mod client;
 pub mod coordination;
 pub mod lease;
 pub mod node;
+pub mod raft_service;
 pub mod reconfig;
 pub mod recovery;
 

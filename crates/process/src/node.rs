@@ -50,6 +50,7 @@
 
 use crate::client::{CallResult, ClientProcess, TxnHandle};
 use crate::lease::{LeaseClient, LeaseManager, LeaseParams};
+use crate::raft_service::{CasClient, CasOutput, ServiceError, ServiceOutput, ServiceReplica};
 use crate::reconfig::{Reconfig, ReconfigOutput, ReconfigParams};
 use crate::recovery::RecoveryFlow;
 use crate::{CallId, Effect};
@@ -57,9 +58,9 @@ use meridian_config::Configuration;
 use meridian_txn::{Participant, TxnError, TxnOptions};
 use meridian_wire::{
     AdminRequest, AdminResponse, ClientOp, ClientOpResult, ClockRequest, ClockResponse, CmRequest,
-    CmResponse, ConfigId, Conflict, ExecuteError, Executed, Frame, LeaseHolder, LeaseMessage,
-    NodeId, NodeStatus, ReconfigMessage, Rejection, Request, Response, ThinRequest, ThinResponse,
-    Timestamp, TxnRequest, TxnResponse,
+    CmResponse, ConfigId, Conflict, CoordMessage, ExecuteError, Executed, Frame, LeaseHolder,
+    LeaseMessage, NodeId, NodeStatus, ReconfigMessage, Rejection, Request, Response, ThinRequest,
+    ThinResponse, Timestamp, TxnRequest, TxnResponse,
 };
 use std::collections::{BTreeMap, VecDeque};
 
@@ -101,6 +102,11 @@ pub enum NodeEffect {
         /// Its successor.
         proposed: Box<Configuration>,
     },
+    /// Write the coordination replica's state durably, replacing the
+    /// last one, before carrying out any later effect (Raft's hard state
+    /// and log; see [`crate::raft_service`]). Hand it back through
+    /// [`NodeProcess::restore_coordination`] after a restart.
+    PersistCoordination(Vec<u8>),
     /// Something an operator or a timeline wants to see (FaRM Figure 9's
     /// markers).
     Event(NodeEvent),
@@ -214,6 +220,10 @@ pub struct NodeProcess {
     /// Frames from this node to itself (embedded coordinator ↔ participant).
     loopback: VecDeque<Frame>,
     requests: u64,
+    /// This node's replica of the coordination service, if it holds one.
+    service: Option<ServiceReplica>,
+    /// Compare-and-swaps this node sends to the coordination service.
+    cas: CasClient,
     effects: Vec<NodeEffect>,
 }
 
@@ -264,7 +274,17 @@ impl NodeProcess {
             },
             config.clone(),
         );
+        let service = if config.coordination_group().contains(&id) {
+            Some(
+                ServiceReplica::new(&config, id, None)
+                    .map_err(|e| meridian_config::ConfigError::Invalid(e.to_string()))?,
+            )
+        } else {
+            None
+        };
         Ok(NodeProcess {
+            service,
+            cas: CasClient::new(&config, id),
             id,
             standing: Standing::Member,
             lease_params,
@@ -290,6 +310,70 @@ impl NodeProcess {
             effects: Vec::new(),
             config,
         })
+    }
+
+    /// Resume this node's coordination replica from the state it last
+    /// persisted ([`NodeEffect::PersistCoordination`]); call before the
+    /// first input.
+    ///
+    /// Errors: [`ServiceError`] if the state is corrupt or this node holds
+    /// no replica.
+    pub fn restore_coordination(&mut self, state: &[u8]) -> Result<(), ServiceError> {
+        if self.service.is_none() {
+            return Err(ServiceError::NotAReplica(self.id));
+        }
+        // The group and initial register come from the cluster's first
+        // configuration; the persisted state replaces them.
+        self.service = Some(ServiceReplica::new(&self.config, self.id, Some(state))?);
+        Ok(())
+    }
+
+    /// The coordination replica hosted here, if any.
+    pub fn coordination(&self) -> Option<&ServiceReplica> {
+        self.service.as_ref()
+    }
+
+    /// Carry out the coordination replica's outputs.
+    fn after_service(&mut self) {
+        let outs = match &mut self.service {
+            Some(s) => s.drain(),
+            None => return,
+        };
+        for o in outs {
+            match o {
+                ServiceOutput::Send { to, msg } => self.send_oneway(to, Request::Coord(msg)),
+                ServiceOutput::Persist(state) => {
+                    self.effects.push(NodeEffect::PersistCoordination(state))
+                }
+            }
+        }
+    }
+
+    /// Carry out the CAS client's outputs.
+    fn after_cas(&mut self, now: u64) {
+        for o in self.cas.drain() {
+            match o {
+                CasOutput::Send { to, msg } => self.send_oneway(to, Request::Coord(msg)),
+                CasOutput::Done(result) => self.on_cas_result(now, result),
+            }
+        }
+    }
+
+    /// A coordination-service message: Raft and CAS requests go to the
+    /// replica hosted here, answers to the CAS client.
+    fn on_coord(&mut self, now: u64, m: CoordMessage) {
+        match m {
+            CoordMessage::Raft { .. } | CoordMessage::Cas { .. } => {
+                if let Some(s) = &mut self.service {
+                    s.on_message(now, m);
+                }
+                self.after_service();
+            }
+            CoordMessage::CasReply { .. } | CoordMessage::NotLeader { .. } => {
+                self.cas.on_message(now, &m);
+                self.after_cas(now);
+            }
+        }
     }
 
     /// Node `id` restarted with its memory lost (a new `incarnation`): it
@@ -465,6 +549,7 @@ impl NodeProcess {
             },
             Request::Admin(AdminRequest::Ping) => AdminResponse::Pong.into(),
             Request::Lease(m) => return self.on_lease(now, from, m),
+            Request::Coord(m) => return self.on_coord(now, m),
             Request::Reconfig(m) => return self.on_reconfig(now, from, m),
             Request::Recovery(meridian_wire::RecoveryMessage::ReplicaReady {
                 config,
@@ -638,7 +723,7 @@ impl NodeProcess {
                     self.participant = Participant::without_regions(self.id, &self.config);
                     self.reconfig.rejoin();
                     let upper = self.gateway.clock_mut().fast_forward_value(now);
-                    self.reconfig.on_message(now, m, upper);
+                    self.reconfig.on_message(now, m, upper, 0);
                     self.after_engines(now);
                 }
             }
@@ -661,7 +746,11 @@ impl NodeProcess {
             }
         }
         let upper = self.gateway.clock_mut().fast_forward_value(now);
-        if self.reconfig.on_message(now, m, upper) {
+        let left = match &self.lease {
+            LeaseRole::Member(c) => c.cm_lease_left_ns(now),
+            LeaseRole::Cm(_) => 0,
+        };
+        if self.reconfig.on_message(now, m, upper, left) {
             if let LeaseRole::Member(c) = &mut self.lease {
                 c.pause_renewals(now);
             }
@@ -710,6 +799,11 @@ impl NodeProcess {
             LeaseRole::Member(_) => now,
         };
         self.reconfig.on_cas(now, result.map_err(|c| *c), surely);
+        if let LeaseRole::Member(c) = &self.lease {
+            // This node too may have granted the replaced CM a lease.
+            self.reconfig
+                .extend_commit_wait(now, c.cm_lease_left_ns(now));
+        }
         self.after_engines(now);
         self.pump(now);
     }
@@ -727,7 +821,12 @@ impl NodeProcess {
                         self.send_oneway(to, Request::Reconfig(msg))
                     }
                     ReconfigOutput::Cas { expected, proposed } => {
-                        self.effects.push(NodeEffect::Cas { expected, proposed })
+                        if self.cas.is_external() {
+                            self.effects.push(NodeEffect::Cas { expected, proposed })
+                        } else {
+                            self.cas.start(now, expected, *proposed);
+                            self.after_cas(now);
+                        }
                     }
                     ReconfigOutput::Applied { config, cm_changed } => {
                         self.apply_config(now, *config, cm_changed)
@@ -836,10 +935,16 @@ impl NodeProcess {
         if self.config.cm() != self.id {
             return self.wrong_role("the CM");
         }
-        if self.next_coordinator_seq == u32::MAX {
-            return Response::Error("coordinator ids of this CM incarnation exhausted".into());
+        // Unique across CMs, restarts and configurations: (this node, its
+        // incarnation, a counter), 15 + 16 + 32 bits; the top bit stays
+        // clear for embedded coordinators. (It used to be the incarnation
+        // and counter only, which a new CM after a failover repeated: two
+        // clients then shared transaction ids.)
+        let (node, inc) = (self.id.0 as u64, self.incarnation as u64);
+        if self.next_coordinator_seq == u32::MAX || node >= 1 << 15 || inc >= 1 << 16 {
+            return Response::Error("coordinator ids exhausted at this CM".into());
         }
-        let coordinator = ((self.incarnation as u64) << 32) | self.next_coordinator_seq as u64;
+        let coordinator = (node << 48) | (inc << 32) | self.next_coordinator_seq as u64;
         match self.config.to_toml() {
             Ok(config_toml) => {
                 self.next_coordinator_seq += 1;
@@ -1075,6 +1180,13 @@ impl NodeProcess {
             }
         }
         self.gateway.tick(now);
+        // The coordination service serves whatever this node's standing.
+        if let Some(s) = &mut self.service {
+            s.tick(now);
+        }
+        self.after_service();
+        self.cas.tick(now, &self.config);
+        self.after_cas(now);
         if self.standing == Standing::Member {
             self.lease_tick(now);
             let upper = self.gateway.clock_mut().fast_forward_value(now);
@@ -1103,6 +1215,8 @@ impl NodeProcess {
         // The earliest future timer (a timer already past, like a suspected
         // CM's expired lease, must not make the node spin).
         let mut timers = vec![self.next_gc_ns];
+        timers.extend(self.service.as_ref().and_then(|s| s.next_wake_ns()));
+        timers.extend(self.cas.next_wake_ns());
         if self.standing != Standing::Member {
             timers.push(self.next_join_ns);
         } else {
@@ -1181,6 +1295,9 @@ impl NodeProcess {
 
     /// Panics (release builds too) if an invariant is broken.
     pub fn check_invariants(&self) {
+        if let Some(s) = &self.service {
+            s.check_invariants();
+        }
         self.reconfig.check_invariants();
         self.recovery.check_invariants();
         assert!(
@@ -1237,13 +1354,20 @@ mod tests {
     /// Review finding 6: coordinator ids came from an in-memory counter at
     /// the CM and restarted with it, so a restarted CM handed out ids whose
     /// transactions nodes still held records for.
+    /// The simulator (seed 149) found the next flaw: a backup CM that took
+    /// over handed out the ids the failed CM had, since both counted from
+    /// the same incarnation.
     #[test]
     fn coordinator_ids_are_unique_across_cm_restarts() {
         let mut seen = std::collections::BTreeSet::new();
-        for incarnation in 1..=3 {
-            let mut cm = NodeProcess::new(config(), NodeId(0), incarnation).unwrap();
-            for _ in 0..5 {
-                assert!(seen.insert(register(&mut cm)), "coordinator id reused");
+        for cm_node in 0..2 {
+            let mut c = config();
+            c.cm = cm_node;
+            for incarnation in 1..=3 {
+                let mut cm = NodeProcess::new(c.clone(), NodeId(cm_node), incarnation).unwrap();
+                for _ in 0..5 {
+                    assert!(seen.insert(register(&mut cm)), "coordinator id reused");
+                }
             }
         }
         for n in 0..3 {

@@ -523,7 +523,13 @@ impl Reconfig {
     /// the upper bound of this node's clock interval now (0 if none).
     /// Returns `true` if this node answered a probe from a node other than
     /// its CM (its lease client must stop renewing with the old CM).
-    pub fn on_message(&mut self, now: u64, msg: ReconfigMessage, clock_upper_ns: u64) -> bool {
+    pub fn on_message(
+        &mut self,
+        now: u64,
+        msg: ReconfigMessage,
+        clock_upper_ns: u64,
+        cm_lease_left_ns: u64,
+    ) -> bool {
         if self.removed {
             return false;
         }
@@ -576,6 +582,7 @@ impl Reconfig {
                                 config,
                                 from: me,
                                 clock_upper_ns,
+                                cm_lease_left_ns,
                             },
                         );
                     }
@@ -603,6 +610,7 @@ impl Reconfig {
                         config,
                         from: me,
                         clock_upper_ns,
+                        cm_lease_left_ns,
                     },
                 );
             }
@@ -610,10 +618,21 @@ impl Reconfig {
                 config,
                 from,
                 clock_upper_ns,
+                cm_lease_left_ns,
             } => {
-                if let State::Proposing { proposed, acks, .. } = &mut self.state {
+                let stretched = self.params.lease.stretch_ns(cm_lease_left_ns);
+                if let State::Proposing {
+                    proposed,
+                    acks,
+                    commit_after_ns,
+                    ..
+                } = &mut self.state
+                {
                     if proposed.id() == config && proposed.is_member(from) {
                         acks.insert(from, clock_upper_ns);
+                        // Leases the member granted the replaced CM (even
+                        // late, after a probe) must be over before commit.
+                        *commit_after_ns = (*commit_after_ns).max(now.saturating_add(stretched));
                     }
                 }
                 self.maybe_commit(now, clock_upper_ns);
@@ -654,6 +673,17 @@ impl Reconfig {
             }
         }
         false
+    }
+
+    /// The new CM's own grants to the replaced CM: wait `left_ns` (on this
+    /// node's clock) before committing the proposed configuration.
+    pub fn extend_commit_wait(&mut self, now: u64, left_ns: u64) {
+        if let State::Proposing {
+            commit_after_ns, ..
+        } = &mut self.state
+        {
+            *commit_after_ns = (*commit_after_ns).max(now.saturating_add(left_ns));
+        }
     }
 
     fn maybe_commit(&mut self, now: u64, own_upper_ns: u64) {
@@ -906,10 +936,12 @@ mod tests {
             }
             for (from, to, msg) in std::mem::take(&mut self.queue) {
                 if self.reachable(from, to) {
-                    self.nodes
-                        .get_mut(&to)
-                        .unwrap()
-                        .on_message(now, msg, now / 1000 + to.0 as u64);
+                    self.nodes.get_mut(&to).unwrap().on_message(
+                        now,
+                        msg,
+                        now / 1000 + to.0 as u64,
+                        0,
+                    );
                     self.collect(to);
                 }
             }
@@ -1053,6 +1085,7 @@ mod tests {
                 from: NodeId(0),
                 config_toml: toml,
             },
+            0,
             0,
         );
         net.collect(NodeId(3));

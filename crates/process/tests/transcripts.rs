@@ -114,6 +114,9 @@ fn config() -> Configuration {
     c.limits.max_value_bytes = 16;
     c.limits.rpc_timeout_ms = 1;
     c.limits.max_concurrent_executes = 2;
+    // The configuration CAS shows as a `cas` effect (an outside service);
+    // the embedded Raft group has its own tests in `raft_service`.
+    c.coordination.replicas = 0;
     c
 }
 
@@ -226,6 +229,9 @@ fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
             }
             NodeEffect::Event(ev) => {
                 let _ = writeln!(s, "{} event {ev:?}", n.id());
+            }
+            NodeEffect::PersistCoordination(state) => {
+                let _ = writeln!(s, "{} persist coordination ({} bytes)", n.id(), state.len());
             }
         }
     }

@@ -140,7 +140,7 @@ impl Faults {
         let duplicate_permille = pick(30);
         let long_delay_permille = pick(30);
         let stall_permille = pick(100);
-        let mut f = Faults {
+        Faults {
             loss_permille,
             duplicate_permille,
             long_delay_permille,
@@ -151,16 +151,7 @@ impl Faults {
             client_crashes: rng.gen_bool(0.5),
             node_pauses: rng.gen_bool(0.5),
             wide_drift: rng.gen_bool(0.5),
-        };
-        // KNOWN BUG (issue 6, open): node pauses combined with node crashes
-        // (reconfiguration while a node is stalled) still break strict
-        // serializability in a few seeds (155 among the first 400;
-        // `pause_with_crash_known_bug` replays it). Until it is found, the
-        // swarm does not combine the two.
-        if f.node_crashes {
-            f.node_pauses = false;
         }
-        f
     }
 
     /// True when a fault can lose a message or a process's memory, so the
@@ -912,6 +903,9 @@ enum Event {
 
 struct NodeSlot {
     process: Option<NodeProcess>,
+    /// What the node persisted (its coordination replica's state): it
+    /// survives crashes, as a disk would.
+    disk: Option<Vec<u8>>,
     inc: u32,
     clock: SimClock,
     paused_until: u64,
@@ -981,6 +975,8 @@ impl Sim {
         // time (long delays still cause false suspicions, on purpose).
         config.lease.lease_ms = 10;
         config.lease.probe_timeout_ms = 1;
+        // The embedded Raft group runs on simulated time: 1 ms ticks.
+        config.coordination.tick_ms = 1;
         config.lease.resend_ms = 1;
         let share = if cfg.faults.wide_drift { 99 } else { 45 };
         let bound_ppb = (cfg.drift_ppm as i64) * 1000 * share / 100;
@@ -997,6 +993,7 @@ impl Sim {
                 let clock = clock(&mut rng, NodeId(n) == config.cm());
                 NodeSlot {
                     process: NodeProcess::new(config.clone(), NodeId(n), 1).ok(),
+                    disk: None,
                     inc: 1,
                     clock,
                     paused_until: 0,
@@ -1400,6 +1397,11 @@ impl Sim {
                     slot.inc += 1;
                     slot.process =
                         NodeProcess::restarted(self.config.clone(), NodeId(n), slot.inc).ok();
+                    if let (Some(p), Some(disk)) = (slot.process.as_mut(), slot.disk.as_ref()) {
+                        if let Err(e) = p.restore_coordination(disk) {
+                            panic!("node {n} cannot restore its coordination state: {e}");
+                        }
+                    }
                     let inc = slot.inc;
                     let now = self.now();
                     self.schedule(now, Event::NodeTick(n, inc));
@@ -1471,6 +1473,9 @@ impl Sim {
                         * 3;
                     let inc = self.nodes[n as usize].inc;
                     self.schedule(now + delay, Event::CasReply(n, inc, result));
+                }
+                NodeEffect::PersistCoordination(state) => {
+                    self.nodes[n as usize].disk = Some(state);
                 }
                 NodeEffect::Event(ev) => {
                     if self.trace {
@@ -1805,6 +1810,34 @@ pub fn run_and_check(cfg: SimConfig) -> Result<SimReport, String> {
         }
     };
     let check = meridian_checker::check(&report.history);
+    // `MERIDIAN_SIM_DUMP=12,40`: print those transactions (the checker's
+    // T-numbers) to stderr, to read a failure.
+    if let Some(list) = std::env::var_os("MERIDIAN_SIM_DUMP") {
+        for t in list.to_string_lossy().split(',') {
+            if let Some(rec) = t
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| report.history.txns.get(i))
+            {
+                eprintln!("T{t}: {rec:?}");
+            }
+        }
+    }
+    // `MERIDIAN_SIM_DUMP_KEY=85,83,0,0,0,8`: print every transaction that
+    // wrote or deleted that key.
+    if let Some(k) = std::env::var_os("MERIDIAN_SIM_DUMP_KEY") {
+        let key: Vec<u8> = k
+            .to_string_lossy()
+            .split(',')
+            .filter_map(|b| b.trim().parse().ok())
+            .collect();
+        for (i, t) in report.history.txns.iter().enumerate() {
+            if t.writes.iter().chain(&t.deletes).any(|(k, _)| *k == key) {
+                eprintln!("T{i}: {t:?}");
+            }
+        }
+    }
     if !check.is_ok() || !report.workload_failures.is_empty() {
         return Err(format!(
             "seed {seed} (faults: {faults}) FAILED (replay with this seed)\n{check}\nworkload failures: {:?}",

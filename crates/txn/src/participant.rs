@@ -804,7 +804,21 @@ impl Participant {
 
     /// Advance GC on every replica to `safe_point` (time-window GC: the
     /// runtime passes its clock's lower bound minus `gc_window_ms`).
+    ///
+    /// The safe point is held below the oldest COMMIT-BACKUP record not yet
+    /// applied: backups apply at truncation, in any order across
+    /// coordinators, and a tombstone collected before an older write
+    /// arrives would let that write resurrect the deleted key (found by the
+    /// simulator, seed 233).
     pub fn gc(&mut self, safe_point: Timestamp) {
+        let oldest_pending = self
+            .log
+            .backup
+            .values()
+            .map(|(_, wts)| *wts)
+            .min()
+            .map_or(safe_point, |w| Timestamp(w.0.saturating_sub(1)));
+        let safe_point = safe_point.min(oldest_pending);
         for s in self.stores.values_mut() {
             s.gc(safe_point);
         }
@@ -1162,5 +1176,43 @@ mod tests {
         });
         assert_eq!(p.evidence(tx(40), ra), E::Truncated, "below the low bound");
         p.check_invariants();
+    }
+
+    /// Simulator seed 233: a backup applied a delete (truncated first), GC
+    /// collected the tombstone, then an older write of the same key was
+    /// truncated and applied — resurrecting the deleted key. GC now stays
+    /// below the oldest COMMIT-BACKUP record not yet applied.
+    #[test]
+    fn gc_never_lets_an_older_backup_write_resurrect_a_deleted_key() {
+        let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
+        let mut b = Participant::new(NodeId(1), &two);
+        let key: &[u8] = &[1];
+        let older = record(&b, tx(1), 5, &[key]);
+        let region = older.writes[0].region;
+        let mut delete = record(&b, tx(2), 15, &[key]);
+        delete.writes[0].value = None;
+        for (rec, wts) in [(older, 10), (delete, 20)] {
+            let r = b.handle(
+                &[],
+                &TxnRequest::CommitBackup {
+                    record: rec,
+                    write_ts: Timestamp(wts),
+                },
+            );
+            assert_eq!(r, Response::Txn(TxnResponse::Ack));
+        }
+        // The delete's coordinator truncates first; GC runs far ahead.
+        b.handle(&[tx(2)], &TxnRequest::Truncate { txs: vec![] });
+        b.gc(Timestamp(1_000));
+        // Then the older write is truncated and applied.
+        b.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
+        b.gc(Timestamp(2_000));
+        let store = b.stores.get(&region).expect("backup store");
+        assert_eq!(
+            store.read(key, Timestamp(3_000)),
+            Ok(None),
+            "the deleted key stays deleted"
+        );
+        b.check_invariants();
     }
 }

@@ -376,6 +376,52 @@ pub enum Request {
     /// Transaction-state and data recovery between members (FaRM §5.3,
     /// §5.4), sent one-way; each side retransmits until it hears back.
     Recovery(RecoveryMessage),
+    /// The coordination service (FaRM §5.2 step 3): Raft between its
+    /// replicas, and compare-and-swap of the configuration from any node.
+    /// One-way, and outside precise membership: the service outlives
+    /// configurations.
+    Coord(CoordMessage),
+}
+
+/// Messages of the coordination service (an embedded Raft group, FaRM §3
+/// and §5.2 step 3). All one-way.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CoordMessage {
+    /// A Raft message between replicas, protobuf-encoded by raft-rs.
+    Raft {
+        /// The sending replica.
+        from: NodeId,
+        /// The encoded `eraftpb::Message`.
+        bytes: Vec<u8>,
+    },
+    /// Replace the configuration `expected` by `proposed_toml` (whose id is
+    /// `expected + 1`) if it is still current.
+    Cas {
+        /// The requesting node (the answer goes there).
+        from: NodeId,
+        /// The requester's number for this request.
+        req: u64,
+        /// The configuration the requester runs.
+        expected: ConfigId,
+        /// Its proposed successor, TOML.
+        proposed_toml: String,
+    },
+    /// The outcome of a `Cas`, decided in Raft log order.
+    CasReply {
+        /// The request answered.
+        req: u64,
+        /// True if the swap happened.
+        swapped: bool,
+        /// The service's configuration after the request, TOML.
+        current_toml: String,
+    },
+    /// This replica is not the leader; try `leader` (if known).
+    NotLeader {
+        /// The request answered.
+        req: u64,
+        /// The leader this replica knows of.
+        leader: Option<NodeId>,
+    },
 }
 
 /// One replica's records of a recovering transaction in one region, sent
@@ -639,6 +685,10 @@ pub enum ReconfigMessage {
         /// Upper bound of the member's global-time interval, ns (0 if it
         /// has none).
         clock_upper_ns: u64,
+        /// How much longer a lease this member granted the previous CM may
+        /// last, ns on the member's clock (the new CM waits it out before
+        /// NEW-CONFIG-COMMIT).
+        cm_lease_left_ns: u64,
     },
     /// Step 7: the configuration is committed; clocks advance to at least
     /// `clock_ff_ns` (FaRMv2 §4.3).
