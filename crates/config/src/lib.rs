@@ -152,6 +152,10 @@ pub struct LeaseConfig {
     /// Backup CMs: the CM's successors allowed to start a reconfiguration
     /// first (FaRM §5.2 step 1).
     pub backup_cms: usize,
+    /// How long the CM of a cluster's first configuration waits for every
+    /// member to ask for its first lease before suspecting it, ms: node
+    /// processes of a fresh cluster start over hundreds of milliseconds.
+    pub formation_grace_ms: u64,
 }
 
 impl Default for LeaseConfig {
@@ -161,6 +165,7 @@ impl Default for LeaseConfig {
             probe_timeout_ms: 2,
             resend_ms: 2,
             backup_cms: 2,
+            formation_grace_ms: 2000,
         }
     }
 }

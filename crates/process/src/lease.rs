@@ -143,6 +143,13 @@ impl LeaseClient {
         }
     }
 
+    /// Do not suspect the CM before `until_ns` unless it answered once
+    /// (a fresh cluster's CM may start after this member).
+    pub fn with_grace(mut self, until_ns: u64) -> Self {
+        self.cm_until_ns = self.cm_until_ns.max(until_ns);
+        self
+    }
+
     /// The CM this holder renews with.
     pub fn cm(&self) -> NodeId {
         self.cm
@@ -221,9 +228,13 @@ impl LeaseClient {
                 .lease_until_ns
                 .max(sent_ns.saturating_add(self.params.held_ns()));
         }
-        self.cm_until_ns = self
-            .cm_until_ns
-            .max(now.saturating_add(self.params.lease_ns));
+        // The first grant ends a formation grace (see `with_grace`).
+        self.cm_until_ns = if self.grants == 0 {
+            now.saturating_add(self.params.lease_ns)
+        } else {
+            self.cm_until_ns
+                .max(now.saturating_add(self.params.lease_ns))
+        };
         self.grants += 1;
         self.last_grant_ack_ns = Some(now);
         Some(LeaseMessage::GrantAck {
@@ -283,6 +294,8 @@ impl LeaseClient {
 /// What the CM knows about one holder.
 #[derive(Clone, Debug, Default)]
 struct Held {
+    /// Whether the holder has asked at least once.
+    heard: bool,
     /// Local time of the holder's last request (for suspicion).
     last_request_ns: u64,
     /// Local send time of the CM's last grant (the holder's lease surely
@@ -393,7 +406,14 @@ impl LeaseManager {
                 }
                 let majority = self.holds_majority(now);
                 let h = self.held.get_mut(&holder)?;
-                h.last_request_ns = h.last_request_ns.max(now);
+                // The first request ends a formation grace (a start time
+                // set in the future); later ones only move forward.
+                h.last_request_ns = if h.heard {
+                    h.last_request_ns.max(now)
+                } else {
+                    now
+                };
+                h.heard = true;
                 if majority {
                     h.last_grant_ns = Some(now);
                 }

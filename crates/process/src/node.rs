@@ -467,22 +467,32 @@ impl NodeProcess {
             return;
         }
         let c = &self.config;
+        // A fresh cluster's members start at different times: the first
+        // CM gives each a grace period to ask for its first lease.
+        let grace_ns = if c.id() == ConfigId(1) && self.standing == Standing::Member {
+            c.lease.formation_grace_ms * 1_000_000
+        } else {
+            0
+        };
         self.lease = if c.cm() == self.id {
             LeaseRole::Cm(LeaseManager::new(
                 self.lease_params,
                 c.id(),
                 self.id,
                 &c.members(),
-                now,
+                now.saturating_add(grace_ns),
             ))
         } else {
-            LeaseRole::Member(LeaseClient::new(
-                self.lease_params,
-                LeaseHolder::Node(self.id),
-                c.id(),
-                c.cm(),
-                now,
-            ))
+            LeaseRole::Member(
+                LeaseClient::new(
+                    self.lease_params,
+                    LeaseHolder::Node(self.id),
+                    c.id(),
+                    c.cm(),
+                    now,
+                )
+                .with_grace(now.saturating_add(grace_ns)),
+            )
         };
     }
 
