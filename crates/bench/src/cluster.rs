@@ -59,6 +59,35 @@ fn node_dir(cfg: &Configuration, dir: &Path, id: u32) -> PathBuf {
         .unwrap_or_else(|| dir.join(format!("node{id}")))
 }
 
+/// `kill -9` nodes `ids` of the cluster in `dir` (a real crash: no
+/// cleanup runs). Returns the ids killed.
+///
+/// Errors: the configuration cannot be read, a node is unknown, or it has
+/// no live process.
+pub fn kill_nodes(dir: &Path, ids: &[u32]) -> Result<Vec<u32>, ClusterError> {
+    let cfg = Configuration::load(&config_path(dir))?;
+    let mut killed = Vec::new();
+    for &id in ids {
+        cfg.node(NodeId(id))?;
+        let pid_file = node_dir(&cfg, dir, id).join("pid");
+        let pid = read_pid(&pid_file)
+            .filter(|p| alive(*p))
+            .ok_or_else(|| ClusterError::Io {
+                what: format!("node {id}"),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no live process"),
+            })?;
+        // SAFETY: sending a signal to a pid has no memory effects here.
+        if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+            return Err(ClusterError::Io {
+                what: format!("kill -9 of node {id} (pid {pid})"),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        killed.push(id);
+    }
+    Ok(killed)
+}
+
 /// Is process `pid` alive?
 pub fn alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence/permission.

@@ -14,3 +14,4 @@
 
 pub mod cluster;
 pub mod run;
+pub mod timeline;

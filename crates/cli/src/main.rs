@@ -213,9 +213,24 @@ struct BenchOpts {
     /// Where to write the JSON results.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Directory for the local cluster (when --cm is omitted).
+    /// Directory for the local cluster (when --cm is omitted), or of the
+    /// running cluster `--cm` names (for `--kill` and timeline markers).
     #[arg(long, default_value = ".meridian/bench")]
     dir: PathBuf,
+    /// Nodes of the local cluster (3-way replication, or fewer nodes).
+    #[arg(long, default_value_t = 3)]
+    nodes: u32,
+    /// `kill -9` these nodes (comma-separated ids) during the run (bank
+    /// only for now): FaRM Figure 9's experiment.
+    #[arg(long, value_delimiter = ',')]
+    kill: Vec<u32>,
+    /// When to kill, seconds into the run (default: half the duration).
+    #[arg(long)]
+    kill_at: Option<f64>,
+    /// Write the 1 ms throughput timeline here (`.json` and `.png` are
+    /// added), with the nodes' reconfiguration milestones as markers.
+    #[arg(long)]
+    timeline: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -279,6 +294,76 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The bank run's 1 ms commit timeline, with the fault at `fault_ns`
+/// (monotonic; 0 = none) and the cluster's node milestones; written as
+/// JSON and PNG when `--timeline` is given.
+fn bank_timeline(
+    history: &meridian_checker::History,
+    opts: &BenchOpts,
+    fault_ns: u64,
+) -> Result<meridian_bench::timeline::Timeline, String> {
+    use meridian_checker::Outcome;
+    let committed: Vec<u64> = history
+        .txns
+        .iter()
+        .filter(|t| t.outcome == Outcome::Committed)
+        .map(|t| t.complete_ns)
+        .collect();
+    let start = history.txns.iter().map(|t| t.invoke_ns).min().unwrap_or(0);
+    let end = history
+        .txns
+        .iter()
+        .map(|t| t.complete_ns)
+        .max()
+        .unwrap_or(start);
+    let mut tl = meridian_bench::timeline::Timeline::from_commits(start, end, committed);
+    if fault_ns > start {
+        tl.fault_ms = Some((fault_ns - start) as f64 / 1e6);
+        tl.fault = Some(format!("kill -9 of node(s) {:?}", opts.kill));
+    }
+    tl.add_node_events(&opts.dir)
+        .map_err(|e| format!("reading node events in {}: {e}", opts.dir.display()))?;
+    if let Some(prefix) = &opts.timeline {
+        if let Some(parent) = prefix.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let json = prefix.with_extension("json");
+        tl.write_json(&json)
+            .map_err(|e| format!("{}: {e}", json.display()))?;
+        let png = prefix.with_extension("png");
+        match tl.plot_png(&png, Some(500.0)) {
+            Ok(()) => println!(
+                "timeline written to {} and {}",
+                json.display(),
+                png.display()
+            ),
+            Err(e) => println!(
+                "timeline written to {}; the plot failed: {e}",
+                json.display()
+            ),
+        }
+    }
+    if let Some(r) = tl.recovery_ms(0.8, 1000.0, 10.0) {
+        println!("throughput back to 80% of its pre-fault level {r:.1} ms after the fault");
+    } else if tl.fault_ms.is_some() {
+        println!("throughput did not come back to 80% of its pre-fault level");
+    }
+    for m in tl
+        .markers
+        .iter()
+        .filter(|m| tl.fault_ms.is_some_and(|f| m.t_ms >= f))
+        .take(12)
+    {
+        println!(
+            "  +{:.1} ms node {}: {}",
+            m.t_ms - tl.fault_ms.unwrap_or(0.0),
+            m.node,
+            m.detail
+        );
+    }
+    Ok(tl)
 }
 
 fn rt_current() -> Result<tokio::runtime::Runtime, String> {
@@ -530,11 +615,16 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
     let _cluster = match &opts.cm {
         Some(_) => None,
         None => {
+            let replication = opts.nodes.clamp(1, 3) as usize;
             eprintln!(
-                "starting a local 3-node cluster (3-way replication) in {}",
+                "starting a local {}-node cluster ({replication}-way replication) in {}",
+                opts.nodes,
                 opts.dir.display()
             );
-            Some(cluster::LocalCluster::start(&opts.dir, 3, 3, 12).map_err(|e| e.to_string())?)
+            Some(
+                cluster::LocalCluster::start(&opts.dir, opts.nodes, replication, 12)
+                    .map_err(|e| e.to_string())?,
+            )
         }
     };
     let cm = match (&opts.cm, &_cluster) {
@@ -547,7 +637,9 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
+    let opts_in = opts.clone();
     let result = rt.block_on(async move {
+        let opts = opts_in;
         let client = meridian_client::Client::connect(&cm)
             .await
             .map_err(|e| e.to_string())?;
@@ -609,9 +701,38 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                     initial_balance: 1000,
                     audit_percent: 20,
                 };
+                let fault_ns = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+                let killer = if opts.kill.is_empty() {
+                    None
+                } else {
+                    let at = opts.kill_at.unwrap_or(opts.duration as f64 / 2.0);
+                    let (dir, victims, fault_ns) =
+                        (opts.dir.clone(), opts.kill.clone(), fault_ns.clone());
+                    Some(tokio::spawn(async move {
+                        tokio::time::sleep(std::time::Duration::from_secs_f64(at)).await;
+                        fault_ns.store(
+                            meridian_client::mono_ns(),
+                            std::sync::atomic::Ordering::SeqCst,
+                        );
+                        cluster::kill_nodes(&dir, &victims)
+                    }))
+                };
                 let out = meridian_bench::run::bank(&client, cfg, opts.clients, opts.duration)
                     .await
                     .map_err(|e| e.to_string())?;
+                if let Some(k) = killer {
+                    let killed = k
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| e.to_string())?;
+                    println!("killed (kill -9) nodes {killed:?}");
+                }
+                let fault = fault_ns.load(std::sync::atomic::Ordering::SeqCst);
+                let timeline = if opts.timeline.is_some() || fault > 0 {
+                    Some(bank_timeline(&out.history, &opts, fault)?)
+                } else {
+                    None
+                };
                 let t0 = std::time::Instant::now();
                 let report = meridian_checker::check(&out.history);
                 println!(
@@ -628,6 +749,30 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                     println!("history written to {}", p.display());
                 }
                 let mut r = out.result;
+                if let Some(tl) = &timeline {
+                    if let Some(ms) = tl.recovery_ms(0.8, 1000.0, 10.0) {
+                        r.extra.insert("recovery_ms".into(), ms);
+                    }
+                    for (name, kind) in [
+                        ("suspect_ms", "Suspect"),
+                        ("config_cas_ms", "ConfigCas"),
+                        ("config_commit_ms", "Committed"),
+                        ("regions_active_ms", "RegionsActive"),
+                        ("data_recovered_ms", "DataRecovered"),
+                    ] {
+                        if let (Some(t), Some(f)) = (tl.first_after_fault(kind), tl.fault_ms) {
+                            r.extra.insert(name.into(), t - f);
+                        }
+                    }
+                    if let (Some(a), Some(c)) = (
+                        tl.first_after_fault("Applied"),
+                        tl.first_after_fault("Committed"),
+                    ) {
+                        // Clocks are disabled from applying a CM-changing
+                        // configuration until its commit (FaRMv2 §4.3).
+                        r.extra.insert("apply_to_commit_ms".into(), c - a);
+                    }
+                }
                 r.extra.insert("audits".into(), out.audits as f64);
                 r.extra
                     .insert("audit_failures".into(), out.failures.len() as f64);

@@ -78,8 +78,31 @@ struct Shell {
     /// Where the coordination replica's state is kept (none: no data
     /// directory, so it lives in memory only).
     coordination_file: Option<std::path::PathBuf>,
+    /// `events.jsonl` in the data directory: one line per reconfiguration
+    /// or recovery milestone, stamped with the system-wide monotonic clock
+    /// (the markers of a bench's throughput timeline, FaRM Figure 9).
+    events: Mutex<Option<std::fs::File>>,
+    node_id: NodeId,
     next_conn: AtomicU64,
     config: Configuration,
+}
+
+/// Append `ev` to the node's `events.jsonl` (see [`Shell::events`]).
+fn record_event(shell: &Shell, ev: &meridian_process::node::NodeEvent) {
+    use std::io::Write;
+    let debug = format!("{ev:?}");
+    let kind = debug.split('(').next().unwrap_or("").to_string();
+    let line = serde_json::json!({
+        "mono_ns": mono_ns(),
+        "node": shell.node_id.0,
+        "event": kind,
+        "detail": debug,
+    });
+    if let Some(f) = lock(&shell.events).as_mut() {
+        if let Err(e) = writeln!(f, "{line}") {
+            tracing::warn!("cannot append to events.jsonl: {e}");
+        }
+    }
 }
 
 /// Write `bytes` to `path` durably: a temporary file, fsync, rename, fsync
@@ -216,6 +239,15 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         links,
         clock_link,
         coordination_file,
+        events: Mutex::new(me.data_dir.as_ref().and_then(|d| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(d.join("events.jsonl"))
+                .map_err(|e| tracing::warn!("cannot open events.jsonl: {e}; markers not recorded"))
+                .ok()
+        })),
+        node_id: id,
         next_conn: AtomicU64::new(1),
         config: config.clone(),
     });
@@ -312,7 +344,10 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                     route(&sh, effects).await;
                 });
             }
-            NodeEffect::Event(ev) => tracing::info!(?ev, "reconfiguration"),
+            NodeEffect::Event(ev) => {
+                tracing::info!(?ev, "reconfiguration");
+                record_event(shell, &ev);
+            }
             NodeEffect::Wake { at_local_ns } => {
                 let sh = shell.clone();
                 tokio::spawn(async move {

@@ -224,6 +224,8 @@ pub struct NodeProcess {
     service: Option<ServiceReplica>,
     /// Compare-and-swaps this node sends to the coordination service.
     cas: CasClient,
+    /// The last suspicion reported, and when (events are rate-limited).
+    last_suspect: Option<(Vec<NodeId>, u64)>,
     effects: Vec<NodeEffect>,
 }
 
@@ -285,6 +287,7 @@ impl NodeProcess {
         Ok(NodeProcess {
             service,
             cas: CasClient::new(&config, id),
+            last_suspect: None,
             id,
             standing: Standing::Member,
             lease_params,
@@ -1255,8 +1258,7 @@ impl NodeProcess {
                     self.send_oneway(cm, Request::Lease(m));
                 }
                 if suspected && self.reconfig.may_start() {
-                    self.effects
-                        .push(NodeEffect::Event(NodeEvent::Suspect(vec![cm])));
+                    self.note_suspect(now, vec![cm]);
                     self.reconfig.suspect_cm(now);
                 }
             }
@@ -1273,12 +1275,26 @@ impl NodeProcess {
                     if self.reconfig.reconfiguring() {
                         self.reconfig.abandon_unacked(now, &suspects);
                     } else if self.reconfig.may_start() {
-                        self.effects
-                            .push(NodeEffect::Event(NodeEvent::Suspect(suspects.clone())));
+                        self.note_suspect(now, suspects.clone());
                         self.reconfig.suspect_members(now, &suspects);
                     }
                 }
             }
+        }
+    }
+
+    /// Report a suspicion once per set of suspects and lease (retries of
+    /// the same suspicion every tick are not news).
+    fn note_suspect(&mut self, now: u64, who: Vec<NodeId>) {
+        let lease = self.lease_params.lease_ns;
+        let repeat = self
+            .last_suspect
+            .as_ref()
+            .is_some_and(|(set, at)| *set == who && now < at.saturating_add(lease));
+        if !repeat {
+            self.effects
+                .push(NodeEffect::Event(NodeEvent::Suspect(who.clone())));
+            self.last_suspect = Some((who, now));
         }
     }
 
