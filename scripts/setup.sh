@@ -9,3 +9,16 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "installed Rust; run: export PATH=\$HOME/.cargo/bin:\$PATH" >&2
   fi
 fi
+# The bench plots timelines with plotters, whose text rendering links
+# fontconfig and freetype (and needs a font at run time).
+if ! pkg-config --exists fontconfig freetype2 2>/dev/null || ! fc-list 2>/dev/null | grep -q .; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      pkg-config libfontconfig1-dev libfreetype6-dev fonts-dejavu-core >/dev/null
+  else
+    echo "install pkg-config, fontconfig and freetype development files and a font" >&2
+  fi
+fi
