@@ -312,6 +312,21 @@ impl ClientProcess {
             let ff = self.clock.fast_forward_value(now);
             self.clock.follow_new_master(ff, config.clock.drift_ppm);
             self.next_sync_ns = None;
+            // A sync still in flight to the old master is abandoned: it
+            // would hold off every sync with the new one until its RPC
+            // timeout (10 s by default; found killing the CM of a real
+            // cluster), and a late answer must not be taken as the new
+            // master's time.
+            let stale: Vec<u64> = self
+                .rpcs
+                .iter()
+                .filter(|(_, r)| matches!(r.purpose, Purpose::ClockSync { .. }))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in stale {
+                self.remove_rpc(id);
+            }
+            self.sync_inflight = false;
         }
         self.stats.config_changes += 1;
         true
