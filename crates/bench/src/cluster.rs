@@ -157,6 +157,23 @@ pub fn start_with_exe(
     regions: u32,
     base_port: Option<u16>,
 ) -> Result<Configuration, ClusterError> {
+    start_tuned(dir, exe, nodes, replication, regions, base_port, |_| {})
+}
+
+/// As [`start_with_exe`], with `tune` applied to the configuration before
+/// it is written (lease length and the like, for experiments).
+///
+/// Errors: as [`start`], or [`ClusterError::Config`] if the tuned
+/// configuration is invalid.
+pub fn start_tuned(
+    dir: &Path,
+    exe: &Path,
+    nodes: u32,
+    replication: usize,
+    regions: u32,
+    base_port: Option<u16>,
+    tune: impl FnOnce(&mut Configuration),
+) -> Result<Configuration, ClusterError> {
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
     let dir = dir
         .canonicalize()
@@ -168,7 +185,7 @@ pub fn start_with_exe(
             }
         }
     }
-    let (cfg, held) = match base_port {
+    let (mut cfg, held) = match base_port {
         Some(base) => (
             Configuration::local(nodes, base, replication, regions, &dir),
             Vec::new(),
@@ -182,7 +199,9 @@ pub fn start_with_exe(
             (cfg, held)
         }
     };
+    tune(&mut cfg);
     cfg.check_invariants();
+    cfg.validate_all()?;
     std::fs::write(config_path(&dir), cfg.to_toml()?).map_err(io("writing cluster.toml"))?;
     // Release the held ports just before the nodes bind them.
     drop(held);
@@ -190,6 +209,17 @@ pub fn start_with_exe(
     for n in &cfg.nodes {
         let nd = node_dir(&cfg, &dir, n.id);
         std::fs::create_dir_all(&nd).map_err(io(format!("creating {}", nd.display())))?;
+        // A fresh configuration is a fresh cluster: state a previous
+        // cluster in this directory left (its incarnation counter, Raft
+        // state and milestones) would make the node a restarted member of
+        // that old cluster.
+        for stale in ["incarnation", "coordination.state", "events.jsonl"] {
+            match std::fs::remove_file(nd.join(stale)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(format!("removing {stale} in {}", nd.display()))(e)),
+            }
+        }
         let log = std::fs::File::create(nd.join("node.log")).map_err(io("creating node.log"))?;
         let log2 = log.try_clone().map_err(io("cloning the log handle"))?;
         use std::os::unix::process::CommandExt;
@@ -373,6 +403,26 @@ impl LocalCluster {
         regions: u32,
     ) -> Result<Self, ClusterError> {
         let config = start(dir, nodes, replication, regions, None)?;
+        Ok(LocalCluster {
+            dir: dir.to_path_buf(),
+            config,
+        })
+    }
+
+    /// Start `nodes` nodes in `dir` with the lease set to `lease_ms`.
+    ///
+    /// Errors: as [`start`].
+    pub fn start_with_lease(
+        dir: &Path,
+        nodes: u32,
+        replication: usize,
+        regions: u32,
+        lease_ms: u64,
+    ) -> Result<Self, ClusterError> {
+        let exe = std::env::current_exe().map_err(io("finding the meridian binary"))?;
+        let config = start_tuned(dir, &exe, nodes, replication, regions, None, |c| {
+            c.lease.lease_ms = lease_ms
+        })?;
         Ok(LocalCluster {
             dir: dir.to_path_buf(),
             config,

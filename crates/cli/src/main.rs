@@ -227,6 +227,11 @@ struct BenchOpts {
     /// When to kill, seconds into the run (default: half the duration).
     #[arg(long)]
     kill_at: Option<f64>,
+    /// The local cluster's lease, ms (default: `[lease] lease_ms`), for
+    /// FaRM Figure 16's false-positive measurement: suspicions without a
+    /// fault are counted from the nodes' `events.jsonl`.
+    #[arg(long)]
+    lease_ms: Option<u64>,
     /// Write the 1 ms throughput timeline here (`.json` and `.png` are
     /// added), with the nodes' reconfiguration milestones as markers.
     #[arg(long)]
@@ -294,6 +299,33 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Suspicions and configuration commits (counted once per configuration)
+/// in the `events.jsonl` files of the cluster in `dir`.
+fn count_events(dir: &std::path::Path) -> (u64, u64) {
+    let (mut suspicions, mut configs) = (0, std::collections::BTreeSet::new());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    for e in entries.flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path().join("events.jsonl")) else {
+            continue;
+        };
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            match v["event"].as_str() {
+                Some("Suspect") => suspicions += 1,
+                Some("Committed") => {
+                    configs.insert(v["detail"].as_str().unwrap_or("").to_string());
+                }
+                _ => {}
+            }
+        }
+    }
+    (suspicions, configs.len() as u64)
 }
 
 /// The bank run's 1 ms commit timeline, with the fault at `fault_ns`
@@ -622,8 +654,17 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 opts.dir.display()
             );
             Some(
-                cluster::LocalCluster::start(&opts.dir, opts.nodes, replication, 12)
-                    .map_err(|e| e.to_string())?,
+                match opts.lease_ms {
+                    Some(l) => cluster::LocalCluster::start_with_lease(
+                        &opts.dir,
+                        opts.nodes,
+                        replication,
+                        12,
+                        l,
+                    ),
+                    None => cluster::LocalCluster::start(&opts.dir, opts.nodes, replication, 12),
+                }
+                .map_err(|e| e.to_string())?,
             )
         }
     };
@@ -795,6 +836,20 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         }
         Ok::<_, String>(Some(result))
     })?;
+    let mut result = result;
+    if let Some(r) = result.as_mut() {
+        // Lease false positives (FaRM Figure 16): suspicions and new
+        // configurations the nodes recorded, whether or not a fault was
+        // injected on purpose.
+        let (suspicions, configs) = count_events(&opts.dir);
+        r.extra.insert("suspicions".into(), suspicions as f64);
+        r.extra.insert("config_commits".into(), configs as f64);
+        if opts.kill.is_empty() && suspicions > 0 {
+            println!(
+                "{suspicions} lease suspicion(s) and {configs} configuration commit(s) without an injected fault (lease false positives)"
+            );
+        }
+    }
     if let Some(r) = result {
         print_result(&r);
         let path = opts

@@ -109,6 +109,18 @@ fn cli_one_shot_operations_status_and_bad_input() {
             .all(|(_, _, pid, _)| pid.is_none()),
         "nodes still running after stop"
     );
+    // A fresh cluster in the same directory starts clean: the old
+    // incarnation counters and Raft state must not make its nodes
+    // "restarted" members of the old cluster (a regression caught by
+    // running the bench twice).
+    let c = LocalCluster::start_with_exe(&dir, Path::new(env!("CARGO_BIN_EXE_meridian")), 3, 3, 12)
+        .expect("start a second cluster in the same directory");
+    let r = meridian(&["put", "--dir", d, "again", "yes"]);
+    assert!(r.0, "put on the second cluster failed: {} {}", r.1, r.2);
+    let (ok, out, _) = meridian(&["get", "--dir", d, "again"]);
+    assert!(ok && out.trim() == "yes", "{out}");
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

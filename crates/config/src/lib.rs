@@ -458,6 +458,14 @@ impl Configuration {
             .ok_or(ConfigError::UnknownNode(id.0))
     }
 
+    /// Check everything [`Configuration::from_toml`] checks (for a
+    /// configuration built or changed in code).
+    ///
+    /// Errors: [`ConfigError::Invalid`] naming the first problem.
+    pub fn validate_all(&self) -> Result<(), ConfigError> {
+        self.validate()
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.nodes.is_empty() {
@@ -500,6 +508,9 @@ impl Configuration {
             > meridian_wire::MAX_FRAME_BYTES
         {
             return bad("max_value_bytes too large for the frame limit".into());
+        }
+        if self.lease.lease_ms == 0 {
+            return bad("lease.lease_ms must be positive".into());
         }
         if ![0, 1, 3, 5].contains(&self.coordination.replicas) {
             return bad(format!(
