@@ -466,17 +466,19 @@ pub async fn bank(
     let rows = cfg.population();
     let mut s = client.session();
     let start_load = mono_ns();
-    let load_info = loop {
-        let mut tx = s.begin(TxnOptions::default()).await?;
-        for (k, v) in rows.clone() {
-            tx.put(k, v).await?;
-        }
-        match tx.commit().await {
-            Ok(info) => break info,
-            Err(e) if e.is_abort() => continue,
-            Err(e) => return Err(e),
-        }
-    };
+    // Aborts (a reconfiguration during the load among them) are retried
+    // with back-off, up to `limits.retry_attempts`.
+    let ((), load_info) = s
+        .run_info(TxnOptions::default(), |tx| {
+            let rows = rows.clone();
+            Box::pin(async move {
+                for (k, v) in rows {
+                    tx.put(k, v).await?;
+                }
+                Ok(())
+            })
+        })
+        .await?;
     let mut history = History::default();
     history.push(bank::load_record(
         &cfg.population(),

@@ -63,6 +63,11 @@ pub enum AbortReason {
     /// The coordinator gave up after an operational failure (timeout, lost
     /// connection) before the commit decision; its locks were released.
     Abandoned,
+    /// A participant refused the transaction because the configuration
+    /// changed since it began (FaRM §5.2 precise membership): a request of
+    /// an older configuration, or one sent to a node that left. Retry in
+    /// the new configuration.
+    Reconfigured,
 }
 
 impl std::fmt::Display for AbortReason {
@@ -73,6 +78,9 @@ impl std::fmt::Display for AbortReason {
             AbortReason::Validate(c) => write!(f, "validation failed: {c}"),
             AbortReason::User => f.write_str("aborted by the application"),
             AbortReason::Abandoned => f.write_str("abandoned after an operational failure"),
+            AbortReason::Reconfigured => {
+                f.write_str("the configuration changed; retry in the new one")
+            }
         }
     }
 }
@@ -155,6 +163,26 @@ impl TxnError {
     pub fn is_abort(&self) -> bool {
         matches!(self, TxnError::Aborted(_))
     }
+}
+
+/// True for a participant's refusal because the request belongs to another
+/// configuration or the node is not a member (FaRM §5.2): before the commit
+/// decision such a refusal aborts the transaction.
+fn refused_for_configuration(r: &Response) -> bool {
+    matches!(
+        r,
+        Response::Rejected(
+            meridian_wire::Rejection::ConfigMismatch { .. } | meridian_wire::Rejection::NotMember(_)
+        )
+    )
+}
+
+fn is_lock_outcome(r: &Response) -> bool {
+    matches!(r, Response::Txn(TxnResponse::Lock(_))) || refused_for_configuration(r)
+}
+
+fn is_validate_outcome(r: &Response) -> bool {
+    matches!(r, Response::Txn(TxnResponse::Validate(_))) || refused_for_configuration(r)
 }
 
 /// What `get` needs.
@@ -363,6 +391,7 @@ impl Transaction {
                 Ok(v)
             }
             Response::Txn(TxnResponse::Read(Err(c))) => Err(self.fail(AbortReason::Read(c))),
+            r if refused_for_configuration(&r) => Err(self.fail(AbortReason::Reconfigured)),
             other => Err(TxnError::Protocol {
                 node: from,
                 detail: format!("{other:?}"),
@@ -558,6 +587,7 @@ impl Transaction {
                 Ok(self.next_scan_step())
             }
             Response::Txn(TxnResponse::Scan(Err(c))) => Err(self.fail(AbortReason::Read(c))),
+            r if refused_for_configuration(&r) => Err(self.fail(AbortReason::Reconfigured)),
             other => Err(TxnError::Protocol {
                 node: from,
                 detail: format!("{other:?}"),
@@ -844,9 +874,17 @@ impl Transaction {
             });
         }
         match (self.phase, resp) {
-            (Phase::Locking, Response::Txn(TxnResponse::Lock(r))) => {
-                if let Err(c) = r {
-                    self.failure.get_or_insert(AbortReason::Lock(c));
+            (Phase::Locking, resp) if is_lock_outcome(&resp) => {
+                match resp {
+                    Response::Txn(TxnResponse::Lock(Err(c))) => {
+                        self.failure.get_or_insert(AbortReason::Lock(c));
+                    }
+                    Response::Txn(TxnResponse::Lock(Ok(()))) => {}
+                    _ => {
+                        // Refused for the configuration: this node logged
+                        // nothing; the others' LOCKs get ABORT.
+                        self.failure.get_or_insert(AbortReason::Reconfigured);
+                    }
                 }
                 if !self.pending.is_empty() {
                     return Ok(None);
@@ -858,9 +896,15 @@ impl Transaction {
                 self.phase = Phase::AwaitWriteTs;
                 Ok(Some(CommitStep::GetWriteTs))
             }
-            (Phase::Validating, Response::Txn(TxnResponse::Validate(r))) => {
-                if let Err(c) = r {
-                    self.failure.get_or_insert(AbortReason::Validate(c));
+            (Phase::Validating, resp) if is_validate_outcome(&resp) => {
+                match resp {
+                    Response::Txn(TxnResponse::Validate(Err(c))) => {
+                        self.failure.get_or_insert(AbortReason::Validate(c));
+                    }
+                    Response::Txn(TxnResponse::Validate(Ok(()))) => {}
+                    _ => {
+                        self.failure.get_or_insert(AbortReason::Reconfigured);
+                    }
                 }
                 if !self.pending.is_empty() {
                     return Ok(None);
@@ -1128,5 +1172,58 @@ mod tests {
             ),
             Err(TxnError::Protocol { .. })
         ));
+    }
+
+    /// A participant that moved to a newer configuration refuses LOCK with
+    /// `ConfigMismatch` (FaRM §5.2 precise membership). Before the commit
+    /// decision that is an abort to retry, not a protocol error (a real
+    /// cluster's bank test failed on it after a false suspicion), and the
+    /// other participant's lock is released by ABORT.
+    #[test]
+    fn a_lock_refused_for_the_configuration_aborts_and_releases_the_others() {
+        let c = config(10_000);
+        let mut net = Net::new(&c, &c);
+        let mut t = net.begin(20);
+        t.put(b"\x10".to_vec(), b"a".to_vec()).unwrap();
+        t.put(b"\x90".to_vec(), b"b".to_vec()).unwrap();
+        let CommitStep::Send(msgs) = t.commit().expect("commit starts") else {
+            panic!("expected LOCKs");
+        };
+        assert_eq!(msgs.len(), 2);
+        let mut done = None;
+        for (n, req) in msgs {
+            let resp = if n == NodeId(1) {
+                Response::Rejected(meridian_wire::Rejection::ConfigMismatch {
+                    sent: ConfigId(1),
+                    current: ConfigId(2),
+                })
+            } else {
+                net.call(n, &req)
+            };
+            if let Some(s) = t.on_reply(n, resp).expect("a normal outcome") {
+                done = Some(s);
+            }
+        }
+        assert_eq!(
+            done,
+            Some(CommitStep::Done(Err(AbortReason::Reconfigured)))
+        );
+        let aborts = t.abort_messages();
+        assert!(aborts.iter().any(|(n, _)| *n == NodeId(0)), "{aborts:?}");
+        for (n, req) in aborts {
+            net.call(n, &req);
+        }
+        // The key n0 locked is free again: a later writer commits.
+        net.write(&[b"\x10"], 30);
+        // A refused read aborts the same way.
+        let mut u = net.begin(40);
+        let err = u
+            .on_read_reply(
+                NodeId(0),
+                b"\x10",
+                Response::Rejected(meridian_wire::Rejection::NotMember("n0".into())),
+            )
+            .unwrap_err();
+        assert_eq!(err, TxnError::Aborted(AbortReason::Reconfigured));
     }
 }
