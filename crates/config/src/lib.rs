@@ -209,6 +209,13 @@ pub struct ClockConfig {
     pub drift_ppm: u64,
     /// How often each process synchronises with the clock master, µs.
     pub sync_interval_us: u64,
+    /// A process uses no synchronisation older than this, µs (default
+    /// 10,000; at least twice `sync_interval_us`). A client cut off from
+    /// the clock master stops handing out timestamps this long after its
+    /// last synchronisation, and a new master enables its clock only after
+    /// the old master stopped answering plus this (FaRMv2 §4.3: "servers
+    /// removed from the configuration have stopped giving out timestamps").
+    pub max_sample_age_us: u64,
 }
 
 impl Default for ClockConfig {
@@ -216,6 +223,7 @@ impl Default for ClockConfig {
         ClockConfig {
             drift_ppm: 1000,
             sync_interval_us: 1000,
+            max_sample_age_us: 10_000,
         }
     }
 }
@@ -508,6 +516,12 @@ impl Configuration {
             > meridian_wire::MAX_FRAME_BYTES
         {
             return bad("max_value_bytes too large for the frame limit".into());
+        }
+        if self.clock.max_sample_age_us < 2 * self.clock.sync_interval_us.max(100) {
+            return bad(format!(
+                "clock.max_sample_age_us {} must be at least twice sync_interval_us {}",
+                self.clock.max_sample_age_us, self.clock.sync_interval_us
+            ));
         }
         if self.lease.lease_ms == 0 {
             return bad("lease.lease_ms must be positive".into());

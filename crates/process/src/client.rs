@@ -257,7 +257,8 @@ impl ClientProcess {
             limits: Arc::new(config.limits.clone()),
             sync_interval_ns: config.clock.sync_interval_us.max(100) * 1000,
             coordinator,
-            clock: ClockSync::new(config.clock.drift_ppm),
+            clock: ClockSync::new(config.clock.drift_ppm)
+                .with_max_sample_age(config.clock.max_sample_age_us * 1000),
             rng: SmallRng::seed_from_u64(seed),
             next_handle: 1,
             next_local: 0,
@@ -824,6 +825,7 @@ impl ClientProcess {
             ClockError::NotSynchronised
             | ClockError::StaleLocalTime { .. }
             | ClockError::Inconsistent { .. }
+            | ClockError::Expired { .. }
             | ClockError::Disabled => TxnError::ClockUnavailable,
         })?;
         self.stats.ts_count += 1;
@@ -1241,6 +1243,12 @@ impl ClientProcess {
                     if self.clock.on_sync(sample).is_err() {
                         self.stats.clock_rejected += 1;
                     }
+                } else if let Response::Rejected(Rejection::WrongRole(_)) = resp {
+                    // Not (or no longer) the clock master: the CM changed.
+                    // A client whose samples expired starts no transaction,
+                    // so this is how it learns the new configuration (YCSB
+                    // sim seed 3 stayed stuck without it).
+                    self.refresh_config(now, None);
                 }
             }
             Purpose::GetConfig => {

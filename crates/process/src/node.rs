@@ -273,6 +273,7 @@ impl NodeProcess {
                 probe_timeout_ns: config.lease.probe_timeout_ms.max(1) * 1_000_000,
                 resend_ns: config.lease.resend_ms.max(1) * 1_000_000,
                 backup_cms: config.lease.backup_cms,
+                clock_sample_age_ns: config.clock.max_sample_age_us * 1000,
             },
             config.clone(),
         );

@@ -69,6 +69,12 @@ pub struct ReconfigParams {
     /// Backup CMs: the CM's successors that may start a reconfiguration
     /// before anyone else (FaRM §5.2 step 1's "small number").
     pub backup_cms: usize,
+    /// The clock's maximum sample age (`clock.max_sample_age_us`), ns: when
+    /// the CM (the clock master) changes, the commit — and with it the new
+    /// master's clock — waits this much past the end of the old CM's
+    /// leases, so every process that synchronised with the old master has
+    /// stopped handing out its time (FaRMv2 §4.3's lease-expiry wait).
+    pub clock_sample_age_ns: u64,
 }
 
 /// What the engine asks of its node.
@@ -620,7 +626,9 @@ impl Reconfig {
                 clock_upper_ns,
                 cm_lease_left_ns,
             } => {
-                let stretched = self.params.lease.stretch_ns(cm_lease_left_ns);
+                let old_cm = self.config.cm();
+                let age_ns = self.params.clock_sample_age_ns;
+                let lease = self.params.lease;
                 if let State::Proposing {
                     proposed,
                     acks,
@@ -628,6 +636,10 @@ impl Reconfig {
                     ..
                 } = &mut self.state
                 {
+                    // The old master answered syncs until it lost its lease
+                    // majority; samples taken from it expire `age_ns` later.
+                    let extra = if proposed.cm() != old_cm { age_ns } else { 0 };
+                    let stretched = lease.stretch_ns(cm_lease_left_ns.saturating_add(extra));
                     if proposed.id() == config && proposed.is_member(from) {
                         acks.insert(from, clock_upper_ns);
                         // Leases the member granted the replaced CM (even
@@ -678,11 +690,17 @@ impl Reconfig {
     /// The new CM's own grants to the replaced CM: wait `left_ns` (on this
     /// node's clock) before committing the proposed configuration.
     pub fn extend_commit_wait(&mut self, now: u64, left_ns: u64) {
+        let old_cm = self.config.cm();
+        let age_ns = self.params.clock_sample_age_ns;
         if let State::Proposing {
-            commit_after_ns, ..
+            commit_after_ns,
+            proposed,
+            ..
         } = &mut self.state
         {
-            *commit_after_ns = (*commit_after_ns).max(now.saturating_add(left_ns));
+            let extra = if proposed.cm() != old_cm { age_ns } else { 0 };
+            *commit_after_ns =
+                (*commit_after_ns).max(now.saturating_add(left_ns.saturating_add(extra)));
         }
     }
 
@@ -850,6 +868,7 @@ mod tests {
             probe_timeout_ns: 2 * MS,
             resend_ns: MS,
             backup_cms: 2,
+            clock_sample_age_ns: 0,
         }
     }
 

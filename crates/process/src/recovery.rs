@@ -411,6 +411,13 @@ impl RecoveryFlow {
                 write_ts,
                 from,
             } if c == config => {
+                if self.gathering.contains_key(&region) {
+                    // Lock recovery of this region is not done: it would
+                    // take the lock again after the commit released it
+                    // (seed 369 stayed stuck on it). No ack: the decision
+                    // is resent and applied once the locks are back.
+                    return;
+                }
                 p.commit_recovery(region, &record, write_ts);
                 self.decided_here(tx);
                 self.ack_decision(tx, region, from);
@@ -421,6 +428,9 @@ impl RecoveryFlow {
                 region,
                 from,
             } if c == config => {
+                if self.gathering.contains_key(&region) {
+                    return; // as for COMMIT-RECOVERY: after lock recovery
+                }
                 p.abort_recovery(tx, region);
                 self.decided_here(tx);
                 self.ack_decision(tx, region, from);

@@ -128,18 +128,16 @@ fn swarm_seeds_pass_the_checker() {
 /// pass once fixed, by the ignored tests below.
 const QUARANTINED: [u64; 0] = [];
 
-/// Seeds beyond the CI subset that still fail (issue 6; 179, 398, 461 and
-/// 3515 were fixed by the grant-ack commit wait, the unique coordinator ids and
-/// the backup-aware GC safe point).
-const QUARANTINED_REGRESSIONS: [u64; 1] = [1379];
+/// Seeds beyond the CI subset that still fail (issue 6). Empty: 179, 398,
+/// 461 and 3515 were fixed by the grant-ack commit wait, the unique
+/// coordinator ids and the backup-aware GC safe point; 1379 passes since
+/// the fixes of seeds 2, 27, 369 and 780.
+const QUARANTINED_REGRESSIONS: [u64; 0] = [];
 
 /// Seeds that stay stuck after healing for a known liveness bug (issue 6,
-/// open): a transaction whose commit spans a configuration change keeps its
-/// LOCK in a region whose replicas did not change; the node refuses its
-/// coordinator's COMMIT-PRIMARY/ABORT as coming from an older
-/// configuration, and recovery only covers regions whose replicas changed
-/// (FaRM §5.3 step 3 continues such non-recovering transactions instead).
-const STUCK_KNOWN: [u64; 1] = [369];
+/// open). Empty: 369 (a recovery hold never released for a transaction the
+/// primary had truncated) is fixed.
+const STUCK_KNOWN: [u64; 0] = [];
 
 /// KNOWN BUGS (issue 6, open). Run with `cargo test -- --ignored`; once
 /// fixed they must pass and the quarantine must go. (Node pauses combined
@@ -193,9 +191,16 @@ fn ycsb_runs_in_the_simulator_with_and_without_faults() {
 /// - 3515: a rejected COMMIT-PRIMARY ack from a restarted node left the
 ///   other ack RPCs of a forgotten transaction behind (ClientProcess
 ///   invariant).
+/// - 780: after the CM (the clock master) was cut off, a client that had
+///   not heard of the new configuration kept handing out timestamps from
+///   the old master's samples, below the new master's fast-forwarded time:
+///   a read missed a write that had completed before it began
+///   (strict-serializability violation). Samples now expire
+///   (`clock.max_sample_age_us`) and the new master waits for them.
+/// - 1379: safety after reconfiguration (passes since the fixes above).
 #[test]
 fn regression_seeds_pass_the_checker() {
-    for seed in [3515] {
+    for seed in [3515, 780, 1379] {
         if QUARANTINED_REGRESSIONS.contains(&seed) {
             eprintln!("seed {seed}: QUARANTINED (known safety bug after reconfiguration, issue 6)");
             continue;

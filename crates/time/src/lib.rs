@@ -110,6 +110,13 @@ pub enum ClockError {
         /// The oldest usable sample's receive time, ns.
         oldest_usable_ns: u64,
     },
+    /// Every synchronisation is older than the maximum sample age: this
+    /// process lost touch with the clock master (which may have been
+    /// replaced) and hands out no time until it synchronises again.
+    Expired {
+        /// Age of the newest sample, ns.
+        age_ns: u64,
+    },
     /// A synchronisation contradicts what is already known: the master's
     /// clock went backwards, or a clock drifted past the bound. The sample is
     /// rejected and counted in [`ClockStats::inconsistent`].
@@ -136,6 +143,10 @@ impl std::fmt::Display for ClockError {
             } => write!(
                 f,
                 "local time {local_ns} ns predates every usable synchronisation (oldest {oldest_usable_ns} ns)"
+            ),
+            ClockError::Expired { age_ns } => write!(
+                f,
+                "no synchronisation with the clock master for {age_ns} ns (samples expired)"
             ),
             ClockError::Inconsistent { lower_ns, upper_ns } => write!(
                 f,
@@ -183,6 +194,14 @@ pub struct ClockSync {
     best_lower: Vec<SyncSample>,
     /// Syncs giving the lowest upper bound, likewise.
     best_upper: Vec<SyncSample>,
+    /// The most recent synchronisation (used when every best sample is too
+    /// old).
+    latest: Option<SyncSample>,
+    /// A sample older than this (local ns since its request was sent) is
+    /// not used; 0 = no limit. Bounds how long a process that lost touch
+    /// with the clock master keeps handing out time from it (FaRMv2 §4.3:
+    /// the new master enables only after every such sample expired).
+    max_sample_age_ns: u64,
     /// Highest lower bound ever returned (monotonicity guard / invariant).
     last_lower: u64,
     /// Local time at which `last_lower` was computed.
@@ -208,6 +227,8 @@ impl ClockSync {
             awaiting_new_master: false,
             best_lower: Vec::new(),
             best_upper: Vec::new(),
+            latest: None,
+            max_sample_age_ns: 0,
             last_lower: 0,
             last_local_ns: 0,
             stats: ClockStats::default(),
@@ -225,10 +246,20 @@ impl ClockSync {
             awaiting_new_master: false,
             best_lower: Vec::new(),
             best_upper: Vec::new(),
+            latest: None,
+            max_sample_age_ns: 0,
             last_lower: 0,
             last_local_ns: 0,
             stats: ClockStats::default(),
         }
+    }
+
+    /// Use no sample older than `ns` (local time since its request was
+    /// sent; 0 = no limit). Past it `time()` fails with
+    /// [`ClockError::Expired`] until the next synchronisation.
+    pub fn with_max_sample_age(mut self, ns: u64) -> Self {
+        self.max_sample_age_ns = ns;
+        self
     }
 
     /// True for the clock master.
@@ -297,6 +328,9 @@ impl ClockSync {
             self.awaiting_new_master = false;
             self.disabled = false;
         }
+        if self.latest.is_none_or(|l| sample.recv_local_ns >= l.recv_local_ns) {
+            self.latest = Some(sample);
+        }
         let better_lower = match self.best_lower.first() {
             None => true,
             Some(b) => self.lower_at(&sample, t) > self.lower_at(b, t),
@@ -325,11 +359,21 @@ impl ClockSync {
             return Err(ClockError::NotSynchronised);
         };
         let known = |s: &&SyncSample| s.recv_local_ns <= t;
-        match (
-            self.best_lower.iter().find(known),
-            self.best_upper.iter().find(known),
-        ) {
-            (Some(l), Some(u)) => Ok((*l, *u)),
+        let max_age = self.max_sample_age_ns;
+        let fresh = |s: &&SyncSample| max_age == 0 || t.saturating_sub(s.send_local_ns) <= max_age;
+        let latest = self.latest.as_ref().filter(known);
+        let pick = |best: &[SyncSample]| {
+            best.iter()
+                .filter(known)
+                .find(fresh)
+                .or(latest.filter(fresh))
+                .copied()
+        };
+        match (pick(&self.best_lower), pick(&self.best_upper)) {
+            (Some(l), Some(u)) => Ok((l, u)),
+            _ if latest.is_some() && max_age > 0 => Err(ClockError::Expired {
+                age_ns: latest.map_or(0, |l| t.saturating_sub(l.send_local_ns)),
+            }),
             _ => Err(ClockError::StaleLocalTime {
                 local_ns: t,
                 oldest_usable_ns: l0.recv_local_ns.max(u0.recv_local_ns),
@@ -455,6 +499,7 @@ impl ClockSync {
         self.master_offset_ns = start as i128 - local_ns as i128;
         self.fast_forward_ns = start;
         self.best_lower.clear();
+        self.latest = None;
         self.best_upper.clear();
         self.disabled = false;
         self.awaiting_new_master = false;
@@ -469,6 +514,7 @@ impl ClockSync {
         self.master_offset_ns = 0;
         self.drift_ppm = drift_ppm;
         self.best_lower.clear();
+        self.latest = None;
         self.best_upper.clear();
         self.disabled = true;
         self.awaiting_new_master = true;
@@ -744,5 +790,39 @@ mod tests {
         b.become_master(lb(later + 1_000_000), ff2);
         assert!(b.get_ts(lb(later + 1_000_000)).unwrap().ts.0 >= a.master_time(later + 1_000_000));
         b.check_invariants(lb(later + 1_000_000));
+    }
+
+    /// Seed 780: a process cut off from the clock master must stop handing
+    /// out its time once its samples are older than the maximum age, and a
+    /// fresh sample brings it back even when an older one still gives the
+    /// best bound.
+    #[test]
+    fn samples_older_than_the_maximum_age_are_not_used() {
+        const MS: u64 = 1_000_000;
+        let mut c = ClockSync::new(1000).with_max_sample_age(10 * MS);
+        let sync = |c: &mut ClockSync, send: u64, master: u64, recv: u64| {
+            c.on_sync(SyncSample {
+                send_local_ns: send,
+                master_ns: master,
+                recv_local_ns: recv,
+            })
+            .unwrap()
+        };
+        sync(&mut c, 0, 1_000, 10_000);
+        assert!(c.time(5 * MS).is_ok());
+        assert!(c.get_ts(10 * MS).is_ok(), "exactly the maximum age is usable");
+        assert_eq!(
+            c.time(10 * MS + 1),
+            Err(ClockError::Expired { age_ns: 10 * MS + 1 })
+        );
+        assert!(c.get_ts(20 * MS).is_err());
+        // A later, looser sample (long round trip) is fresh: it is used.
+        sync(&mut c, 19 * MS, 19 * MS + 500_000, 20 * MS);
+        let iv = c.time(21 * MS).expect("fresh again");
+        assert!(iv.lower <= 21 * MS && 21 * MS <= iv.upper + MS, "{iv:?}");
+        // Without a limit the old sample stays usable forever.
+        let mut u = ClockSync::new(1000);
+        sync(&mut u, 0, 1_000, 10_000);
+        assert!(u.time(1_000 * MS).is_ok());
     }
 }

@@ -152,7 +152,16 @@ impl Participant {
             } else {
                 continue;
             }
-            if !self.stores.contains_key(&r.id) {
+            // A replica listed as filling starts empty and is filled by data
+            // recovery, even if this node still holds an old copy: a node
+            // removed and added back (or one that missed configurations)
+            // would otherwise serve stale versions and keep stale locks
+            // (seed 27: a lock of config 6 survived into config 8). A fill
+            // interrupted by a configuration change restarts from scratch
+            // anyway, and everything it applied is at the primary too
+            // (backups apply at truncation, after the primary installed).
+            let refill = r.filling.contains(&self.node);
+            if refill || !self.stores.contains_key(&r.id) {
                 self.stores
                     .insert(r.id, RegionStore::new(self.limits.max_versions_per_object));
                 added.push(r.id);
@@ -262,6 +271,10 @@ impl Participant {
     ) {
         let tx = record.tx;
         if self.finished.get(&tx) == Some(&Finish::Truncated) {
+            // Applied and truncated here already; the holds lock recovery
+            // took from other replicas' reports still go (seed 369 kept a
+            // key locked forever).
+            self.release_recovery_holds(tx);
             return;
         }
         assert!(
@@ -272,13 +285,25 @@ impl Participant {
         // its own LOCK or COMMIT-BACKUP record): the decision is per
         // transaction, so all of them are applied and released now, and a
         // later COMMIT-RECOVERY for another region is a no-op.
+        //
+        // Writes this node already installed as primary (COMMIT-PRIMARY
+        // reached it before the configuration changed) are not installed
+        // again: GC may have collected a later tombstone of the key since,
+        // and the old write would bring the deleted key back (seed 2).
+        let installed_here = |w: &meridian_wire::WriteOp| match self.log.primary.get(&tx) {
+            Some((rec, LockState::Committed(_))) => rec
+                .writes
+                .iter()
+                .any(|i| i.region == w.region && i.key == w.key),
+            _ => false,
+        };
         let mut writes: Vec<meridian_wire::WriteOp> = record
             .writes
             .iter()
-            .filter(|w| w.region == region)
+            .filter(|w| w.region == region && !installed_here(w))
             .cloned()
             .collect();
-        if let Some((rec, _)) = self.log.primary.get(&tx) {
+        if let Some((rec, LockState::Locked)) = self.log.primary.get(&tx) {
             writes.extend(rec.writes.iter().cloned());
         }
         if let Some((rec, _)) = self.log.backup.get(&tx) {
@@ -870,8 +895,15 @@ impl Participant {
             "a blocked region this node is not primary of"
         );
         assert_eq!(
-            locks, expected,
-            "locks in storage and Locked LOCK records disagree"
+            locks,
+            expected,
+            "locks in storage and Locked LOCK records disagree at {} (primary of {:?}): {:?}",
+            self.node,
+            self.primary_for,
+            self.stores
+                .iter()
+                .flat_map(|(r, s)| s.iter().filter_map(move |(k, o)| o.lock.map(|t| (*r, k.clone(), t))))
+                .collect::<Vec<_>>()
         );
         assert!(
             self.log.len() <= 2 * self.limits.max_log_records,
@@ -1213,6 +1245,123 @@ mod tests {
             Ok(None),
             "the deleted key stays deleted"
         );
+        b.check_invariants();
+    }
+
+    /// Seed 2: a transaction committed at its primary (COMMIT-PRIMARY) but
+    /// not truncated was recovered after a configuration change; a later
+    /// delete of the same key had been collected by GC meanwhile, and
+    /// COMMIT-RECOVERY installed the old write again — the deleted key came
+    /// back. A primary does not reinstall writes it already installed.
+    #[test]
+    fn commit_recovery_never_reinstalls_a_write_the_primary_installed() {
+        let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
+        let mut p = Participant::new(NodeId(0), &two);
+        let key: &[u8] = &[1];
+        let older = record(&p, tx(1), 5, &[key]);
+        let region = older.writes[0].region;
+        let mut delete = record(&p, tx(2), 15, &[key]);
+        delete.writes[0].value = None;
+        for (rec, wts) in [(older.clone(), 10), (delete, 20)] {
+            let t = rec.tx;
+            assert_eq!(
+                p.handle(&[], &TxnRequest::Lock(rec)),
+                Response::Txn(TxnResponse::Lock(Ok(())))
+            );
+            assert_eq!(
+                p.handle(
+                    &[],
+                    &TxnRequest::CommitPrimary {
+                        tx: t,
+                        write_ts: Timestamp(wts)
+                    }
+                ),
+                Response::Txn(TxnResponse::Ack)
+            );
+        }
+        // The delete is truncated and collected; the older write is not
+        // truncated (its TRUNCATE was lost) and is recovered later.
+        p.handle(&[tx(2)], &TxnRequest::Truncate { txs: vec![] });
+        p.gc(Timestamp(1_000));
+        p.commit_recovery(region, &older, Timestamp(10));
+        let store = p.stores.get(&region).expect("primary store");
+        assert_eq!(
+            store.read(key, Timestamp(3_000)),
+            Ok(None),
+            "the deleted key stays deleted"
+        );
+        p.check_invariants();
+    }
+
+    /// Seed 369: the primary had applied and truncated a transaction; a
+    /// backup still reported its record, so lock recovery held its keys;
+    /// COMMIT-RECOVERY returned early for the truncated transaction and the
+    /// hold was never released (readers saw `Locked` forever).
+    #[test]
+    fn commit_recovery_of_a_truncated_transaction_releases_its_recovery_holds() {
+        let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
+        let mut p = Participant::new(NodeId(0), &two);
+        let key: &[u8] = &[1];
+        let rec = record(&p, tx(1), 5, &[key]);
+        let region = rec.writes[0].region;
+        p.handle(&[], &TxnRequest::Lock(rec.clone()));
+        p.handle(
+            &[],
+            &TxnRequest::CommitPrimary {
+                tx: tx(1),
+                write_ts: Timestamp(10),
+            },
+        );
+        p.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
+        p.recover_locks(
+            region,
+            &[meridian_wire::RecoveringTx {
+                record: rec.clone(),
+                evidence: meridian_wire::Evidence::CommitBackup,
+                write_ts: Some(Timestamp(10)),
+            }],
+        );
+        let store = p.stores.get(&region).expect("store");
+        assert_eq!(store.read(key, Timestamp(20)), Err(Conflict::Locked));
+        p.commit_recovery(region, &rec, Timestamp(10));
+        let store = p.stores.get(&region).expect("store");
+        assert!(
+            matches!(store.read(key, Timestamp(20)), Ok(Some(_))),
+            "the hold is released"
+        );
+        p.check_invariants();
+    }
+
+    /// Seed 27: a node removed from the configuration and added back kept
+    /// its old copy of a region, with a lock taken two configurations
+    /// earlier. A replica listed as filling starts from an empty store.
+    #[test]
+    fn a_replica_listed_as_filling_starts_empty() {
+        let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
+        let mut b = Participant::new(NodeId(1), &two);
+        let key: &[u8] = &[1];
+        let rec = record(&b, tx(1), 5, &[key]);
+        let region = rec.writes[0].region;
+        b.handle(
+            &[],
+            &TxnRequest::CommitBackup {
+                record: rec,
+                write_ts: Timestamp(10),
+            },
+        );
+        b.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
+        let store = b.stores.get(&region).expect("backup store");
+        assert!(matches!(store.read(key, Timestamp(20)), Ok(Some(_))));
+        let mut next = two.clone();
+        next.placement = two.regions();
+        next.config_id = 3;
+        for r in next.placement.iter_mut().filter(|r| r.id == region) {
+            r.filling = vec![NodeId(1)];
+        }
+        let added = b.reconfigure(&next);
+        assert!(added.contains(&region));
+        let store = b.stores.get(&region).expect("backup store");
+        assert_eq!(store.read(key, Timestamp(20)), Ok(None), "stale copy dropped");
         b.check_invariants();
     }
 }
