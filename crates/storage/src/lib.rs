@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
 /// One version of an object.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Version {
     /// The writing transaction's `write_ts`.
     pub ts: Timestamp,
@@ -45,7 +45,7 @@ pub struct Version {
 }
 
 /// An object: lock word plus version chain (oldest first, head last).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Object {
     /// Transaction holding the commit lock, if any.
     pub lock: Option<TxId>,
@@ -74,7 +74,7 @@ impl Object {
 }
 
 /// Counters of one region replica.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StoreStats {
     /// Versions freed by GC or by the chain bound.
     pub versions_freed: u64,
@@ -82,8 +82,9 @@ pub struct StoreStats {
     pub objects_removed: u64,
 }
 
-/// One replica of a region.
-#[derive(Clone, Debug)]
+/// One replica of a region (serialisable for checkpoints, disk
+/// durability).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RegionStore {
     objects: BTreeMap<Key, Object>,
     /// FaRM §5.3 step 4 lock recovery: keys written by recovering

@@ -17,7 +17,7 @@ use meridian_wire::{LockRecord, Timestamp, TxId};
 use std::collections::BTreeMap;
 
 /// State of a LOCK record at a primary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LockState {
     /// Locks held, outcome not yet known here.
     Locked,
@@ -26,7 +26,7 @@ pub enum LockState {
 }
 
 /// A node's log of un-truncated records.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TxLog {
     /// LOCK records at this node as primary.
     pub primary: BTreeMap<TxId, (LockRecord, LockState)>,

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 /// How a transaction finished at this participant (FaRM §5.3 step 6 tells
 /// "aborted" from "truncated" apart).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Finish {
     Aborted,
     Truncated,
@@ -92,9 +92,286 @@ pub struct Participant {
     /// truncated, with their `write_ts` (their evidence is commit-primary).
     recovered: BTreeMap<TxId, Timestamp>,
     stats: ParticipantStats,
+    /// The configuration last applied ([`Participant::reconfigure`]), kept
+    /// for checkpoints.
+    config: Configuration,
+    /// Disk durability: every state-changing input since the last drain, in
+    /// order ([`Participant::enable_journal`]); `None` when off.
+    journal: Option<Vec<Mutation>>,
+    /// The last GC safe point journaled (GC calls that change nothing are
+    /// not journaled).
+    journaled_gc: Timestamp,
+}
+
+/// One input that changed a participant's state: the unit of the
+/// write-ahead log of disk durability (issue 6). The participant is
+/// deterministic, so replaying the mutations logged after a checkpoint, in
+/// order, on that checkpoint ([`Participant::restore`]) rebuilds the state
+/// exactly. Configurations travel as TOML (their serde form is TOML's).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Mutation {
+    /// [`Participant::handle`] of a state-changing request (LOCK,
+    /// COMMIT-BACKUP, COMMIT-PRIMARY, ABORT, TRUNCATE, or any request with
+    /// piggybacked truncations).
+    Request {
+        /// Piggybacked truncations.
+        truncate: Vec<TxId>,
+        /// The request.
+        req: TxnRequest,
+    },
+    /// [`Participant::truncate_piggybacked`].
+    Truncation(meridian_wire::Truncation),
+    /// [`Participant::reconfigure`], the configuration as TOML.
+    Reconfigure(String),
+    /// [`Participant::recover_locks`].
+    RecoverLocks {
+        /// Region.
+        region: RegionId,
+        /// The recovering transactions' records.
+        txs: Vec<meridian_wire::RecoveringTx>,
+    },
+    /// [`Participant::commit_recovery`].
+    CommitRecovery {
+        /// Region.
+        region: RegionId,
+        /// The record.
+        record: meridian_wire::LockRecord,
+        /// Its `write_ts`.
+        write_ts: Timestamp,
+    },
+    /// [`Participant::abort_recovery`].
+    AbortRecovery {
+        /// Transaction.
+        tx: TxId,
+        /// Region.
+        region: RegionId,
+    },
+    /// [`Participant::truncate_recovery`].
+    TruncateRecovery(TxId),
+    /// [`Participant::merge_copies`].
+    MergeCopies {
+        /// Region.
+        region: RegionId,
+        /// Copied objects.
+        objects: Vec<meridian_wire::ObjectCopy>,
+    },
+    /// [`Participant::gc`].
+    Gc(Timestamp),
+}
+
+/// Errors of checkpoints and their restoration.
+#[derive(Debug, thiserror::Error)]
+pub enum DurabilityError {
+    /// The checkpoint or a logged mutation does not decode.
+    #[error("corrupt checkpoint or log: {0}")]
+    Corrupt(String),
+    /// The configuration inside does not parse.
+    #[error("checkpoint configuration: {0}")]
+    Config(String),
+    /// The checkpoint belongs to another node.
+    #[error("checkpoint of {found}, not of {expected}")]
+    WrongNode {
+        /// This node.
+        expected: NodeId,
+        /// The checkpoint's node.
+        found: NodeId,
+    },
+}
+
+/// A participant's whole state, as written by a checkpoint.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Checkpoint {
+    node: NodeId,
+    config_toml: String,
+    stores: BTreeMap<RegionId, RegionStore>,
+    primary_for: Vec<RegionId>,
+    backup_for: Vec<RegionId>,
+    log: TxLog,
+    finished: BTreeMap<TxId, Finish>,
+    finished_order: std::collections::VecDeque<TxId>,
+    low_bounds: BTreeMap<u64, u64>,
+    blocked: std::collections::BTreeSet<RegionId>,
+    recovery_held: BTreeMap<(TxId, RegionId), Vec<meridian_wire::Key>>,
+    recovered: BTreeMap<TxId, Timestamp>,
+    journaled_gc: Timestamp,
 }
 
 impl Participant {
+    /// Start journaling every state-changing input ([`Mutation`]) for
+    /// [`Participant::drain_journal`] (disk durability).
+    pub fn enable_journal(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// True while journaling.
+    pub fn journaling(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// The mutations since the last drain, in order (empty when not
+    /// journaling). They must be durable before any reply that followed
+    /// them is sent.
+    pub fn drain_journal(&mut self) -> Vec<Mutation> {
+        self.journal.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn journal(&mut self, m: impl FnOnce() -> Mutation) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push(m());
+        }
+    }
+
+    /// The whole state as bytes (bincode): a checkpoint. Mutations drained
+    /// before it are covered by it.
+    ///
+    /// Errors: [`DurabilityError::Config`] if the configuration does not
+    /// serialise, [`DurabilityError::Corrupt`] if the state does not encode.
+    pub fn checkpoint(&self) -> Result<Vec<u8>, DurabilityError> {
+        let c = Checkpoint {
+            node: self.node,
+            config_toml: self
+                .config
+                .to_toml()
+                .map_err(|e| DurabilityError::Config(e.to_string()))?,
+            stores: self.stores.clone(),
+            primary_for: self.primary_for.clone(),
+            backup_for: self.backup_for.clone(),
+            log: self.log.clone(),
+            finished: self.finished.clone(),
+            finished_order: self.finished_order.clone(),
+            low_bounds: self.low_bounds.clone(),
+            blocked: self.blocked.clone(),
+            recovery_held: self.recovery_held.clone(),
+            recovered: self.recovered.clone(),
+            journaled_gc: self.journaled_gc,
+        };
+        bincode::serialize(&c).map_err(|e| DurabilityError::Corrupt(e.to_string()))
+    }
+
+    /// Rebuild node `node`'s participant from a checkpoint (`None`: from
+    /// the empty participant of `initial`) and the mutations logged after
+    /// it, in order. Journaling is off in the result.
+    ///
+    /// Errors: [`DurabilityError`] for a checkpoint that does not decode,
+    /// belongs to another node, or holds a configuration that does not
+    /// parse.
+    pub fn restore(
+        node: NodeId,
+        initial: &Configuration,
+        checkpoint: Option<&[u8]>,
+        log: &[Mutation],
+    ) -> Result<Self, DurabilityError> {
+        let mut p = match checkpoint {
+            None => Participant::new(node, initial),
+            Some(bytes) => {
+                let c: Checkpoint = bincode::deserialize(bytes)
+                    .map_err(|e| DurabilityError::Corrupt(e.to_string()))?;
+                if c.node != node {
+                    return Err(DurabilityError::WrongNode {
+                        expected: node,
+                        found: c.node,
+                    });
+                }
+                let config = Configuration::from_toml(&c.config_toml)
+                    .map_err(|e| DurabilityError::Config(e.to_string()))?;
+                Participant {
+                    node,
+                    map: Arc::new(RegionMap::new(&config)),
+                    limits: config.limits.clone(),
+                    stores: c.stores,
+                    primary_for: c.primary_for,
+                    backup_for: c.backup_for,
+                    log: c.log,
+                    finished: c.finished,
+                    finished_order: c.finished_order,
+                    low_bounds: c.low_bounds,
+                    blocked: c.blocked,
+                    recovery_held: c.recovery_held,
+                    recovered: c.recovered,
+                    stats: ParticipantStats::default(),
+                    config,
+                    journal: None,
+                    journaled_gc: c.journaled_gc,
+                }
+            }
+        };
+        for m in log {
+            p.replay(m)?;
+        }
+        Ok(p)
+    }
+
+    /// Apply one logged mutation (journaling is suspended meanwhile).
+    ///
+    /// Errors: [`DurabilityError::Config`] for a configuration that does
+    /// not parse.
+    pub fn replay(&mut self, m: &Mutation) -> Result<(), DurabilityError> {
+        let journal = self.journal.take();
+        let r = match m {
+            Mutation::Request { truncate, req } => {
+                self.handle(truncate, req);
+                Ok(())
+            }
+            Mutation::Truncation(t) => {
+                self.truncate_piggybacked(t);
+                Ok(())
+            }
+            Mutation::Reconfigure(toml) => match Configuration::from_toml(toml) {
+                Ok(c) => {
+                    self.reconfigure(&c);
+                    Ok(())
+                }
+                Err(e) => Err(DurabilityError::Config(e.to_string())),
+            },
+            Mutation::RecoverLocks { region, txs } => {
+                self.recover_locks(*region, txs);
+                Ok(())
+            }
+            Mutation::CommitRecovery {
+                region,
+                record,
+                write_ts,
+            } => {
+                self.commit_recovery(*region, record, *write_ts);
+                Ok(())
+            }
+            Mutation::AbortRecovery { tx, region } => {
+                self.abort_recovery(*tx, *region);
+                Ok(())
+            }
+            Mutation::TruncateRecovery(tx) => {
+                self.truncate_recovery(*tx);
+                Ok(())
+            }
+            Mutation::MergeCopies { region, objects } => {
+                self.merge_copies(*region, objects);
+                Ok(())
+            }
+            Mutation::Gc(sp) => {
+                self.gc(*sp);
+                Ok(())
+            }
+        };
+        self.journal = journal;
+        r
+    }
+
+    /// True if `self` and `other` hold the same state (statistics aside):
+    /// for tests of checkpoint and replay.
+    pub fn same_state(&self, other: &Participant) -> bool {
+        self.node == other.node
+            && self.stores == other.stores
+            && self.primary_for == other.primary_for
+            && self.backup_for == other.backup_for
+            && self.log == other.log
+            && self.finished == other.finished
+            && self.finished_order == other.finished_order
+            && self.low_bounds == other.low_bounds
+            && self.blocked == other.blocked
+            && self.recovery_held == other.recovery_held
+            && self.recovered == other.recovered
+    }
+
     /// The participant of `node` under configuration `cfg`, holding empty
     /// replicas of every region the node is primary or backup for.
     pub fn new(node: NodeId, cfg: &Configuration) -> Self {
@@ -126,6 +403,9 @@ impl Participant {
             recovery_held: BTreeMap::new(),
             recovered: BTreeMap::new(),
             stats: ParticipantStats::default(),
+            config: cfg.clone(),
+            journal: None,
+            journaled_gc: Timestamp::ZERO,
         }
     }
 
@@ -137,6 +417,14 @@ impl Participant {
     /// [`Participant::recover_locks`] (if this node is its primary).
     /// Returns the regions this node newly holds.
     pub fn reconfigure(&mut self, cfg: &Configuration) -> Vec<RegionId> {
+        if self.journal.is_some() {
+            // A configuration that cannot be written as TOML was never
+            // valid; checkpoint() reports it.
+            if let Ok(t) = cfg.to_toml() {
+                self.journal(|| Mutation::Reconfigure(t));
+            }
+        }
+        self.config = cfg.clone();
         let map = Arc::new(RegionMap::new(cfg));
         let (mut primary_for, mut backup_for, mut added) = (Vec::new(), Vec::new(), Vec::new());
         self.blocked.clear();
@@ -241,6 +529,10 @@ impl Participant {
     /// FaRM §5.3 step 4 at `region`'s primary: hold every key the
     /// recovering transactions wrote there, then unblock the region.
     pub fn recover_locks(&mut self, region: RegionId, txs: &[meridian_wire::RecoveringTx]) {
+        self.journal(|| Mutation::RecoverLocks {
+            region,
+            txs: txs.to_vec(),
+        });
         if let Some(store) = self.stores.get_mut(&region) {
             for t in txs {
                 let keys: Vec<meridian_wire::Key> = t
@@ -269,6 +561,11 @@ impl Participant {
         record: &meridian_wire::LockRecord,
         write_ts: Timestamp,
     ) {
+        self.journal(|| Mutation::CommitRecovery {
+            region,
+            record: record.clone(),
+            write_ts,
+        });
         let tx = record.tx;
         if self.finished.get(&tx) == Some(&Finish::Truncated) {
             // Applied and truncated here already; the holds lock recovery
@@ -328,6 +625,7 @@ impl Participant {
     /// Panics (release builds too) if this replica committed it: recovery
     /// never aborts a transaction a primary exposed.
     pub fn abort_recovery(&mut self, tx: TxId, region: RegionId) {
+        self.journal(|| Mutation::AbortRecovery { tx, region });
         assert!(
             !matches!(
                 self.log.primary.get(&tx),
@@ -360,6 +658,7 @@ impl Participant {
     /// FaRM §5.3 step 7: TRUNCATE-RECOVERY: drop the transaction's records
     /// (applying a backup record first) and remember it truncated.
     pub fn truncate_recovery(&mut self, tx: TxId) {
+        self.journal(|| Mutation::TruncateRecovery(tx));
         if self.finished.get(&tx) == Some(&Finish::Aborted) {
             return;
         }
@@ -393,6 +692,10 @@ impl Participant {
 
     /// FaRM §5.4, new replica: merge copied objects into `region`.
     pub fn merge_copies(&mut self, region: RegionId, objects: &[meridian_wire::ObjectCopy]) {
+        self.journal(|| Mutation::MergeCopies {
+            region,
+            objects: objects.to_vec(),
+        });
         if let Some(s) = self.stores.get_mut(&region) {
             for o in objects {
                 s.merge_copy(o);
@@ -488,6 +791,21 @@ impl Participant {
     /// [`Response::Rejected`] before it touches any state.
     pub fn handle(&mut self, truncate: &[TxId], req: &TxnRequest) -> Response {
         self.stats.requests += 1;
+        let mutates = !truncate.is_empty()
+            || matches!(
+                req,
+                TxnRequest::Lock(_)
+                    | TxnRequest::CommitBackup { .. }
+                    | TxnRequest::CommitPrimary { .. }
+                    | TxnRequest::Abort { .. }
+                    | TxnRequest::Truncate { .. }
+            );
+        if mutates {
+            self.journal(|| Mutation::Request {
+                truncate: truncate.to_vec(),
+                req: req.clone(),
+            });
+        }
         if !truncate.is_empty() {
             self.truncate(truncate);
         }
@@ -547,6 +865,9 @@ impl Participant {
 
     /// Process a piggybacked TRUNCATE record: its ids, then its low bound.
     pub fn truncate_piggybacked(&mut self, t: &meridian_wire::Truncation) {
+        if !t.txs.is_empty() || t.low.is_some() {
+            self.journal(|| Mutation::Truncation(t.clone()));
+        }
         if !t.txs.is_empty() {
             self.truncate(&t.txs);
         }
@@ -836,6 +1157,10 @@ impl Participant {
     /// arrives would let that write resurrect the deleted key (found by the
     /// simulator, seed 233).
     pub fn gc(&mut self, safe_point: Timestamp) {
+        if self.journal.is_some() && safe_point != self.journaled_gc {
+            self.journaled_gc = safe_point;
+            self.journal(|| Mutation::Gc(safe_point));
+        }
         let oldest_pending = self
             .log
             .backup
@@ -1363,5 +1688,88 @@ mod tests {
         let store = b.stores.get(&region).expect("backup store");
         assert_eq!(store.read(key, Timestamp(20)), Ok(None), "stale copy dropped");
         b.check_invariants();
+    }
+
+    /// Disk durability: a checkpoint plus the mutations journaled after it
+    /// rebuild exactly the state a participant reached, whatever the mix
+    /// of LOCK, COMMIT-PRIMARY, COMMIT-BACKUP, ABORT, TRUNCATE, GC and
+    /// recovery calls; so does the full journal from an empty start.
+    #[test]
+    fn a_checkpoint_and_the_journal_after_it_rebuild_the_state() {
+        let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
+        for node in [NodeId(0), NodeId(1)] {
+            let mut p = Participant::new(node, &two);
+            p.enable_journal();
+            let mut all: Vec<Mutation> = Vec::new();
+            let mut after: Vec<Mutation> = Vec::new();
+            let mut checkpoint = None;
+            let mut z: u64 = 0x9e37_79b9 + u64::from(node.0);
+            let mut next = || {
+                z ^= z << 13;
+                z ^= z >> 7;
+                z ^= z << 17;
+                z
+            };
+            for i in 1..400u64 {
+                let key = [(next() % 8) as u8 * 32, (next() % 4) as u8];
+                let mut rec = record(&p, tx(i), 10 * i, &[&key]);
+                if next() % 5 == 0 {
+                    rec.writes[0].value = None;
+                }
+                let wts = Timestamp(10 * i + 5);
+                match next() % 6 {
+                    0 | 1 => {
+                        p.handle(&[], &TxnRequest::Lock(rec.clone()));
+                        let req = if next() % 3 == 0 {
+                            TxnRequest::Abort { tx: tx(i) }
+                        } else {
+                            TxnRequest::CommitPrimary {
+                                tx: tx(i),
+                                write_ts: wts,
+                            }
+                        };
+                        p.handle(&[], &req);
+                    }
+                    2 | 3 => {
+                        p.handle(
+                            &[],
+                            &TxnRequest::CommitBackup {
+                                record: rec,
+                                write_ts: wts,
+                            },
+                        );
+                    }
+                    4 => {
+                        let old = tx(1 + next() % i);
+                        p.handle(&[old], &TxnRequest::Truncate { txs: vec![] });
+                    }
+                    _ => p.gc(Timestamp(10 * i.saturating_sub(50))),
+                }
+                let drained = p.drain_journal();
+                all.extend(drained.iter().cloned());
+                after.extend(drained);
+                if i == 200 {
+                    checkpoint = Some(p.checkpoint().expect("checkpoint"));
+                    after.clear();
+                }
+            }
+            assert!(all.len() > 300, "journal too short: {}", all.len());
+            let from_start = Participant::restore(node, &two, None, &all).expect("replay");
+            assert!(from_start.same_state(&p), "full replay differs at {node}");
+            let from_cp =
+                Participant::restore(node, &two, checkpoint.as_deref(), &after).expect("restore");
+            assert!(from_cp.same_state(&p), "checkpoint + tail differs at {node}");
+            from_cp.check_invariants();
+            // A checkpoint of another node is refused.
+            let other = NodeId(1 - node.0);
+            assert!(matches!(
+                Participant::restore(other, &two, checkpoint.as_deref(), &[]),
+                Err(DurabilityError::WrongNode { .. })
+            ));
+            assert!(matches!(
+                Participant::restore(node, &two, Some(b"garbage"), &[]),
+                Err(DurabilityError::Corrupt(_))
+            ));
+        }
     }
 }
