@@ -201,6 +201,40 @@ impl Default for CoordinationConfig {
     }
 }
 
+/// Where a node keeps what it acknowledged (issue 6, durability).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DurabilityMode {
+    /// In memory only, as FaRM with non-volatile DRAM: an acknowledged
+    /// commit survives up to f failures per region (f+1 replicas), not a
+    /// crash of every replica of a region.
+    Memory,
+    /// A write-ahead log, fsynced with group commit before any reply that
+    /// depends on it, plus periodic checkpoints: a node restarts from disk,
+    /// and a crash of the whole cluster loses no acknowledged commit.
+    Disk,
+}
+
+/// `[durability]`: how nodes persist their state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DurabilityConfig {
+    /// `"disk"` (default) or `"memory"`.
+    pub mode: DurabilityMode,
+    /// A checkpoint is written after this many logged mutations (default
+    /// 100,000); the log before it is then dropped.
+    pub checkpoint_records: u64,
+}
+
+impl Default for DurabilityConfig {
+    fn default() -> Self {
+        DurabilityConfig {
+            mode: DurabilityMode::Disk,
+            checkpoint_records: 100_000,
+        }
+    }
+}
+
 /// Clock settings (FaRMv2 §4.1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -327,6 +361,9 @@ pub struct Configuration {
     /// Limits.
     #[serde(default)]
     pub limits: Limits,
+    /// How nodes persist their state.
+    #[serde(default)]
+    pub durability: DurabilityConfig,
 }
 
 fn one() -> u64 {
@@ -428,6 +465,7 @@ impl Configuration {
             clock: ClockConfig::default(),
             lease: LeaseConfig::default(),
             coordination: CoordinationConfig::default(),
+            durability: DurabilityConfig::default(),
             limits: Limits::default(),
         }
     }
@@ -800,6 +838,18 @@ impl Configuration {
                 r.last_replica_change = next;
             }
         }
+    }
+
+    /// The same members and placement under the next identifier: what a
+    /// CM restarted from disk proposes, so that every transaction of the
+    /// configuration it crashed in goes through recovery (FaRM §5.3) and
+    /// every member re-establishes its leases.
+    pub fn renewed(&self) -> Configuration {
+        let mut out = self.clone();
+        out.placement = self.regions();
+        out.members = self.members().iter().map(|m| m.0).collect();
+        out.config_id += 1;
+        out
     }
 
     /// The next configuration with `node` joined (FaRM §5.2: joins are

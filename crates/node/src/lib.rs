@@ -323,7 +323,9 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                 }
             }
             // Written by `drain`, under the process lock.
-            NodeEffect::PersistCoordination(_) => {}
+            NodeEffect::PersistCoordination(_)
+            | NodeEffect::AppendLog { .. }
+            | NodeEffect::Checkpoint { .. } => {}
             NodeEffect::Cas { expected, proposed } => {
                 // `[coordination] replicas = 0` names an outside service,
                 // which the tokio node does not speak to: no configuration

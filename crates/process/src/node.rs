@@ -107,9 +107,59 @@ pub enum NodeEffect {
     /// and log; see [`crate::raft_service`]). Hand it back through
     /// [`NodeProcess::restore_coordination`] after a restart.
     PersistCoordination(Vec<u8>),
+    /// Disk durability: append `records` (sequence numbers `first_seq`,
+    /// `first_seq + 1`, …) to the write-ahead log and make them durable
+    /// before carrying out any later effect (group commit: one fsync may
+    /// cover many). Always first in a drain that has it.
+    AppendLog {
+        /// Sequence number of the first record.
+        first_seq: u64,
+        /// The records.
+        records: Vec<DurableRecord>,
+    },
+    /// Disk durability: `state` covers every record up to `through_seq`;
+    /// write it durably, then drop those records from the log. Hand both
+    /// back to [`NodeProcess::restore`] after a restart.
+    Checkpoint {
+        /// The last record covered.
+        through_seq: u64,
+        /// The checkpoint ([`NodeProcess::restore`] reads it).
+        state: Vec<u8>,
+    },
     /// Something an operator or a timeline wants to see (FaRM Figure 9's
     /// markers).
     Event(NodeEvent),
+}
+
+/// One record of a node's write-ahead log (disk durability).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum DurableRecord {
+    /// A participant state change.
+    Participant(meridian_txn::Mutation),
+    /// This node became the clock master with this offset from its local
+    /// clock to global time (FaRMv2 §4.3), ns.
+    MasterClock {
+        /// Offset, ns.
+        offset_ns: i64,
+    },
+}
+
+/// A node checkpoint: the participant's and the clock master's state.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct NodeCheckpoint {
+    participant: Vec<u8>,
+    master_offset_ns: i64,
+}
+
+/// Why a node could not be restored from disk.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The checkpoint or a log record is corrupt, or of another node.
+    #[error(transparent)]
+    Durability(#[from] meridian_txn::DurabilityError),
+    /// The restored configuration does not hold this node.
+    #[error(transparent)]
+    Config(#[from] meridian_config::ConfigError),
 }
 
 /// Reconfiguration and recovery milestones at one node, for timelines.
@@ -226,6 +276,17 @@ pub struct NodeProcess {
     cas: CasClient,
     /// The last suspicion reported, and when (events are rate-limited).
     last_suspect: Option<(Vec<NodeId>, u64)>,
+    /// Disk durability: the last log sequence number handed out, records
+    /// since the last checkpoint, node-level records not yet drained, and
+    /// the clock master offset last logged.
+    log_seq: u64,
+    since_checkpoint: u64,
+    node_records: Vec<DurableRecord>,
+    master_offset_ns: i64,
+    /// Restored from disk: the leases get the formation grace, and the CM
+    /// proposes a fresh configuration at once (so every transaction of the
+    /// one it crashed in recovers).
+    restored: bool,
     effects: Vec<NodeEffect>,
 }
 
@@ -311,9 +372,81 @@ impl NodeProcess {
             next_call: 1,
             loopback: VecDeque::new(),
             requests: 0,
+            log_seq: 0,
+            since_checkpoint: 0,
+            node_records: Vec::new(),
+            master_offset_ns: 0,
+            restored: false,
             effects: Vec::new(),
             config,
         })
+        .map(|mut p| {
+            if p.config.durability.mode == meridian_config::DurabilityMode::Disk {
+                p.participant.enable_journal();
+            }
+            p
+        })
+    }
+
+    /// Node `id` restarted from disk (a new `incarnation`): its participant
+    /// is rebuilt from the last checkpoint and the log records after it
+    /// (records at or below the checkpoint's sequence number are skipped),
+    /// its configuration is the last one it applied, and a clock master
+    /// keeps its offset. It rejoins that configuration as a member; if it
+    /// was its CM it proposes a fresh configuration at once, so every
+    /// transaction of the crashed one recovers (FaRM §5.3). If the cluster
+    /// moved on meanwhile, the CAS or the leases tell it, and it rejoins
+    /// empty like a node that lost its memory.
+    ///
+    /// Errors: [`RestoreError`] for a corrupt checkpoint or log.
+    pub fn restore(
+        initial: Configuration,
+        id: NodeId,
+        incarnation: u32,
+        checkpoint: Option<(u64, &[u8])>,
+        log: &[(u64, DurableRecord)],
+    ) -> Result<Self, RestoreError> {
+        let (cp_seq, participant_cp, mut offset) = match checkpoint {
+            Some((seq, bytes)) => {
+                let c: NodeCheckpoint = bincode::deserialize(bytes).map_err(|e| {
+                    meridian_txn::DurabilityError::Corrupt(format!("node checkpoint: {e}"))
+                })?;
+                (seq, Some(c.participant), c.master_offset_ns)
+            }
+            None => (0, None, 0),
+        };
+        let tail: Vec<&(u64, DurableRecord)> = log.iter().filter(|(s, _)| *s > cp_seq).collect();
+        let mutations: Vec<meridian_txn::Mutation> = tail
+            .iter()
+            .filter_map(|(_, r)| match r {
+                DurableRecord::Participant(m) => Some(m.clone()),
+                DurableRecord::MasterClock { .. } => None,
+            })
+            .collect();
+        for (_, r) in &tail {
+            if let DurableRecord::MasterClock { offset_ns } = r {
+                offset = *offset_ns;
+            }
+        }
+        let participant =
+            Participant::restore(id, &initial, participant_cp.as_deref(), &mutations)?;
+        let config = participant.config().clone();
+        let mut p = Self::new(config, id, incarnation)?;
+        p.participant = participant;
+        p.participant.enable_journal();
+        p.log_seq = log.last().map_or(cp_seq, |(s, _)| (*s).max(cp_seq));
+        p.master_offset_ns = offset;
+        p.restored = true;
+        if p.config.cm() != id {
+            // Outside any configuration until the restarted CM renews this
+            // one (whole-cluster restart) or this node joins again with
+            // empty replicas (the cluster went on without it; its data is
+            // stale). Meanwhile it serves nothing.
+            p.standing = Standing::Restarted;
+            let drift = p.config.clock.drift_ppm;
+            p.gateway.clock_mut().follow_new_master(0, drift);
+        }
+        Ok(p)
     }
 
     /// Resume this node's coordination replica from the state it last
@@ -448,7 +581,38 @@ impl NodeProcess {
 
     /// Take the effects produced so far, in order.
     pub fn drain_effects(&mut self) -> Vec<NodeEffect> {
-        std::mem::take(&mut self.effects)
+        let mutations = self.participant.drain_journal();
+        if mutations.is_empty() && self.node_records.is_empty() {
+            return std::mem::take(&mut self.effects);
+        }
+        let mut records = std::mem::take(&mut self.node_records);
+        records.extend(mutations.into_iter().map(DurableRecord::Participant));
+        let first_seq = self.log_seq + 1;
+        self.log_seq += records.len() as u64;
+        self.since_checkpoint += records.len() as u64;
+        let mut out = Vec::with_capacity(self.effects.len() + 2);
+        out.push(NodeEffect::AppendLog { first_seq, records });
+        if self.since_checkpoint >= self.config.durability.checkpoint_records.max(1) {
+            // A checkpoint that cannot be written leaves the log growing;
+            // it is retried after the next batch.
+            if let Ok(state) = self.checkpoint_bytes() {
+                self.since_checkpoint = 0;
+                out.push(NodeEffect::Checkpoint {
+                    through_seq: self.log_seq,
+                    state,
+                });
+            }
+        }
+        out.append(&mut self.effects);
+        out
+    }
+
+    fn checkpoint_bytes(&self) -> Result<Vec<u8>, meridian_txn::DurabilityError> {
+        let c = NodeCheckpoint {
+            participant: self.participant.checkpoint()?,
+            master_offset_ns: self.master_offset_ns,
+        };
+        bincode::serialize(&c).map_err(|e| meridian_txn::DurabilityError::Corrupt(e.to_string()))
     }
 
     fn send(&mut self, to: Peer, frame: Frame) {
@@ -473,7 +637,9 @@ impl NodeProcess {
         let c = &self.config;
         // A fresh cluster's members start at different times: the first
         // CM gives each a grace period to ask for its first lease.
-        let grace_ns = if c.id() == ConfigId(1) && self.standing == Standing::Member {
+        let grace_ns = if (c.id() == ConfigId(1) || self.restored)
+            && self.standing == Standing::Member
+        {
             c.lease.formation_grace_ms * 1_000_000
         } else {
             0
@@ -498,6 +664,27 @@ impl NodeProcess {
                 .with_grace(now.saturating_add(grace_ns)),
             )
         };
+        if self.restored && c.cm() == self.id {
+            // Global time continues where this master left it.
+            let start = (now as i128 + self.master_offset_ns as i128).max(0) as u64;
+            self.gateway.clock_mut().become_master(now, start);
+        }
+    }
+
+    /// A CM restored from disk renews its configuration (retried after a
+    /// failed attempt): every transaction of the crashed one then recovers
+    /// and every member re-establishes its leases.
+    fn renew_after_restart(&mut self, now: u64) {
+        if self.restored
+            && self.standing == Standing::Member
+            && self.config.cm() == self.id
+            && self.reconfig.may_start()
+            && self.reconfig.config().id() == self.config.id()
+        {
+            let next = self.config.renewed();
+            self.reconfig.propose(now, next);
+            self.after_engines(now);
+        }
     }
 
     /// A frame from `from`.
@@ -725,6 +912,23 @@ impl NodeProcess {
                 // gone); the CM removes it once its lease runs out, and then
                 // it joins.
                 let me = self.id;
+                // A restarted CM renewing the configuration this node was
+                // restored in (whole-cluster restart): same members and
+                // placement, next id. The node keeps its restored data.
+                let renews_mine = self.restored
+                    && config.0 == self.config.id().0 + 1
+                    && Configuration::from_toml(config_toml).is_ok_and(|c| {
+                        c.cm() == self.config.cm()
+                            && c.members() == self.config.members()
+                            && c.regions() == self.config.regions()
+                    });
+                if renews_mine {
+                    self.reconfig.rejoin();
+                    let upper = self.gateway.clock_mut().fast_forward_value(now);
+                    self.reconfig.on_message(now, m, upper, 0);
+                    self.after_engines(now);
+                    return;
+                }
                 let adds_me = *config > self.config.id()
                     && Configuration::from_toml(config_toml).is_ok_and(|c| {
                         c.is_member(me)
@@ -846,6 +1050,13 @@ impl NodeProcess {
                         self.apply_config(now, *config, cm_changed)
                     }
                     ReconfigOutput::Removed { config } => {
+                        // Whatever it holds is stale now (a restored CM
+                        // whose cluster went on, or a removed member).
+                        if self.restored {
+                            self.participant =
+                                Participant::without_regions(self.id, &self.config);
+                            self.restored = false;
+                        }
                         self.standing = Standing::Removed;
                         self.next_join_ns = now;
                         self.effects
@@ -915,6 +1126,7 @@ impl NodeProcess {
         }
         self.clock_failover |= cm_changed;
         self.standing = Standing::Member;
+        self.restored = false;
         self.regions_active_reported = false;
         self.data_recovered_reported = false;
         self.config = config;
@@ -929,6 +1141,13 @@ impl NodeProcess {
             let clock = self.gateway.clock_mut();
             if self.config.cm() == self.id {
                 clock.become_master(now, clock_ff_ns);
+                let offset = clock.master_offset_ns();
+                self.master_offset_ns = offset.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+                if self.participant.journaling() {
+                    self.node_records.push(DurableRecord::MasterClock {
+                        offset_ns: self.master_offset_ns,
+                    });
+                }
             } else {
                 clock.follow_new_master(clock_ff_ns, drift);
             }
@@ -1202,6 +1421,7 @@ impl NodeProcess {
         self.cas.tick(now, &self.config);
         self.after_cas(now);
         if self.standing == Standing::Member {
+            self.renew_after_restart(now);
             self.lease_tick(now);
             let upper = self.gateway.clock_mut().fast_forward_value(now);
             self.reconfig.tick(now, upper);

@@ -117,6 +117,9 @@ fn config() -> Configuration {
     // The configuration CAS shows as a `cas` effect (an outside service);
     // the embedded Raft group has its own tests in `raft_service`.
     c.coordination.replicas = 0;
+    // The transcripts show the protocol; disk durability's log effects are
+    // tested in the participant and the simulator.
+    c.durability.mode = meridian_config::DurabilityMode::Memory;
     c
 }
 
@@ -232,6 +235,17 @@ fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
             }
             NodeEffect::PersistCoordination(state) => {
                 let _ = writeln!(s, "{} persist coordination ({} bytes)", n.id(), state.len());
+            }
+            NodeEffect::AppendLog { first_seq, records } => {
+                let _ = writeln!(
+                    s,
+                    "{} log #{first_seq}..#{}",
+                    n.id(),
+                    first_seq + records.len() as u64 - 1
+                );
+            }
+            NodeEffect::Checkpoint { through_seq, .. } => {
+                let _ = writeln!(s, "{} checkpoint through #{through_seq}", n.id());
             }
         }
     }

@@ -117,6 +117,12 @@ pub struct Faults {
     pub node_pauses: bool,
     /// Clocks drift anywhere inside the bound (default: within ±45% of it).
     pub wide_drift: bool,
+    /// `durability = "disk"`: a crashed node restarts from its write-ahead
+    /// log and checkpoint instead of empty.
+    pub disk: bool,
+    /// Every node crashes at the same instant and restarts from disk (only
+    /// with `disk`): no acknowledged commit may be lost.
+    pub cluster_crash: bool,
 }
 
 impl Faults {
@@ -151,7 +157,18 @@ impl Faults {
             client_crashes: rng.gen_bool(0.5),
             node_pauses: rng.gen_bool(0.5),
             wide_drift: rng.gen_bool(0.5),
+            // Drawn last, so the faults above are those of earlier stops.
+            disk: rng.gen_bool(0.5),
+            cluster_crash: rng.gen_bool(0.25),
         }
+        .normalised()
+    }
+
+    /// `cluster_crash` needs `disk` (a cluster-wide crash in memory mode
+    /// loses everything, by definition).
+    pub fn normalised(mut self) -> Self {
+        self.cluster_crash &= self.disk;
+        self
     }
 
     /// True when a fault can lose a message or a process's memory, so the
@@ -165,6 +182,7 @@ impl Faults {
             || self.node_crashes
             || self.client_crashes
             || self.node_pauses
+            || self.cluster_crash
     }
 
     /// Short description, e.g. `loss=12‰ crash-node stall=40‰`.
@@ -186,6 +204,8 @@ impl Faults {
             (self.client_crashes, "crash-client"),
             (self.node_pauses, "pause-node"),
             (self.wide_drift, "wide-drift"),
+            (self.disk && (self.node_crashes || self.cluster_crash), "disk"),
+            (self.cluster_crash, "crash-cluster"),
         ] {
             if on {
                 v.push(name.to_string());
@@ -906,6 +926,10 @@ struct NodeSlot {
     /// What the node persisted (its coordination replica's state): it
     /// survives crashes, as a disk would.
     disk: Option<Vec<u8>>,
+    /// Disk durability: the last checkpoint (with the last record it
+    /// covers) and the write-ahead log after it; they survive crashes.
+    checkpoint: Option<(u64, Vec<u8>)>,
+    wal: Vec<(u64, meridian_process::node::DurableRecord)>,
     inc: u32,
     clock: SimClock,
     paused_until: u64,
@@ -978,6 +1002,13 @@ impl Sim {
         // The embedded Raft group runs on simulated time: 1 ms ticks.
         config.coordination.tick_ms = 1;
         config.lease.resend_ms = 1;
+        config.durability.mode = if cfg.faults.disk {
+            meridian_config::DurabilityMode::Disk
+        } else {
+            meridian_config::DurabilityMode::Memory
+        };
+        // Small, so checkpoints (and restores from them) happen in a run.
+        config.durability.checkpoint_records = 200;
         let share = if cfg.faults.wide_drift { 99 } else { 45 };
         let bound_ppb = (cfg.drift_ppm as i64) * 1000 * share / 100;
         let clock = |rng: &mut StdRng, master: bool| SimClock {
@@ -994,6 +1025,8 @@ impl Sim {
                 NodeSlot {
                     process: NodeProcess::new(config.clone(), NodeId(n), 1).ok(),
                     disk: None,
+                    checkpoint: None,
+                    wal: Vec::new(),
                     inc: 1,
                     clock,
                     paused_until: 0,
@@ -1125,6 +1158,16 @@ impl Sim {
                 let at = self.rng.gen_range(5_000_000..horizon);
                 let who = victims.remove(self.rng.gen_range(0..victims.len()));
                 let down = self.rng.gen_range(1_000_000..50_000_000);
+                self.schedule(at, Event::CrashNode(who));
+                self.schedule(at + down, Event::RestartNode(who));
+            }
+        }
+        if f.cluster_crash {
+            // Every node at once (a power cut); each restarts from disk
+            // after its own delay.
+            let at = self.rng.gen_range(5_000_000..horizon);
+            for who in 0..n {
+                let down = self.rng.gen_range(1_000_000..30_000_000);
                 self.schedule(at, Event::CrashNode(who));
                 self.schedule(at + down, Event::RestartNode(who));
             }
@@ -1395,8 +1438,21 @@ impl Sim {
                 let slot = &mut self.nodes[n as usize];
                 if slot.process.is_none() {
                     slot.inc += 1;
-                    slot.process =
-                        NodeProcess::restarted(self.config.clone(), NodeId(n), slot.inc).ok();
+                    slot.process = if self.cfg.faults.disk {
+                        let cp = slot.checkpoint.as_ref().map(|(s, b)| (*s, b.as_slice()));
+                        match NodeProcess::restore(
+                            self.config.clone(),
+                            NodeId(n),
+                            slot.inc,
+                            cp,
+                            &slot.wal,
+                        ) {
+                            Ok(p) => Some(p),
+                            Err(e) => panic!("node {n} cannot restore from disk: {e}"),
+                        }
+                    } else {
+                        NodeProcess::restarted(self.config.clone(), NodeId(n), slot.inc).ok()
+                    };
                     if let (Some(p), Some(disk)) = (slot.process.as_mut(), slot.disk.as_ref()) {
                         if let Err(e) = p.restore_coordination(disk) {
                             panic!("node {n} cannot restore its coordination state: {e}");
@@ -1476,6 +1532,17 @@ impl Sim {
                 }
                 NodeEffect::PersistCoordination(state) => {
                     self.nodes[n as usize].disk = Some(state);
+                }
+                NodeEffect::AppendLog { first_seq, records } => {
+                    let wal = &mut self.nodes[n as usize].wal;
+                    for (i, r) in records.into_iter().enumerate() {
+                        wal.push((first_seq + i as u64, r));
+                    }
+                }
+                NodeEffect::Checkpoint { through_seq, state } => {
+                    let slot = &mut self.nodes[n as usize];
+                    slot.wal.retain(|(s, _)| *s > through_seq);
+                    slot.checkpoint = Some((through_seq, state));
                 }
                 NodeEffect::Event(ev) => {
                     if self.trace {

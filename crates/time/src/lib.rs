@@ -467,6 +467,15 @@ impl ClockSync {
         (local_ns as i128 + self.master_offset_ns).clamp(0, u64::MAX as i128) as u64
     }
 
+    /// The master's offset from its local clock to global time, ns (0 for
+    /// the first master; set by [`ClockSync::become_master`]). Persisted
+    /// by disk durability so that a restarted master continues global time
+    /// where it was (the local monotonic clock keeps running across a
+    /// process restart on the same boot).
+    pub fn master_offset_ns(&self) -> i128 {
+        self.master_offset_ns
+    }
+
     /// True while the clock is disabled (FaRMv2 §4.3).
     pub fn is_disabled(&self) -> bool {
         self.disabled

@@ -203,6 +203,11 @@ impl Participant {
         self.journal.get_or_insert_with(Vec::new);
     }
 
+    /// The configuration last applied.
+    pub fn config(&self) -> &Configuration {
+        &self.config
+    }
+
     /// True while journaling.
     pub fn journaling(&self) -> bool {
         self.journal.is_some()
