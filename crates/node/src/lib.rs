@@ -57,6 +57,13 @@ pub enum NodeError {
         why: String,
     },
     /// The incarnation counter in the data directory could not be used.
+    #[error("durable state in {path}: {why}")]
+    Durability {
+        /// The data directory.
+        path: String,
+        /// Cause.
+        why: String,
+    },
     #[error("incarnation file {path}: {source}")]
     Incarnation {
         /// The file.
@@ -66,8 +73,13 @@ pub enum NodeError {
     },
 }
 
+pub mod wal;
+
 struct Shell {
     process: Mutex<NodeProcess>,
+    /// Disk durability's write-ahead log (none in memory mode or without a
+    /// data directory).
+    wal: Option<wal::Wal>,
     conns: Mutex<BTreeMap<u64, Outbox>>,
     /// Links to the other nodes (the embedded coordinator's requests).
     links: BTreeMap<NodeId, mpsc::Sender<Vec<u8>>>,
@@ -186,13 +198,67 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
             addr: me.addr.clone(),
             source,
         })?;
-    // Memory durability (FaRM's non-volatile DRAM assumption): a node that
-    // ran before lost its memory with its process, so it comes back as a
-    // new, empty node and joins again (FaRM §5.2, §5.4).
-    let mut process = if incarnation > 1 {
-        NodeProcess::restarted(config.clone(), id, incarnation)?
-    } else {
-        NodeProcess::new(config.clone(), id, incarnation)?
+    // Disk durability: the write-ahead log and checkpoint of the last run
+    // rebuild the node (NodeProcess::restore decides whether it rejoins
+    // with that data or empty). Memory durability (FaRM's non-volatile
+    // DRAM assumption): a node that ran before lost its memory with its
+    // process, so it comes back as a new, empty node and joins again (FaRM
+    // §5.2, §5.4).
+    let disk_dir = match (&config.durability.mode, me.data_dir.as_deref()) {
+        (meridian_config::DurabilityMode::Disk, Some(d)) => Some(d.to_path_buf()),
+        (meridian_config::DurabilityMode::Disk, None) => {
+            tracing::warn!("durability = \"disk\" needs a data_dir; running from memory");
+            None
+        }
+        _ => None,
+    };
+    let found = match &disk_dir {
+        Some(d) if incarnation > 1 => Some(wal::read(d).map_err(|e| NodeError::Durability {
+            path: d.display().to_string(),
+            why: e.to_string(),
+        })?),
+        Some(d) => {
+            wal::remove(d);
+            None
+        }
+        None => None,
+    };
+    let mut last_seq = 0;
+    let mut process = match &found {
+        Some(r) if r.checkpoint.is_some() || !r.records.is_empty() => {
+            let cp = r.checkpoint.as_ref().map(|(s, b)| (*s, b.as_slice()));
+            last_seq = r
+                .records
+                .last()
+                .map_or(0, |(s, _)| *s)
+                .max(cp.map_or(0, |(s, _)| s));
+            tracing::info!(
+                checkpoint = cp.map(|(s, _)| s),
+                records = r.records.len(),
+                "restoring from disk"
+            );
+            NodeProcess::restore(config.clone(), id, incarnation, cp, &r.records).map_err(
+                |e| NodeError::Durability {
+                    path: disk_dir
+                        .as_ref()
+                        .map(|d| d.display().to_string())
+                        .unwrap_or_default(),
+                    why: e.to_string(),
+                },
+            )?
+        }
+        _ if incarnation > 1 => NodeProcess::restarted(config.clone(), id, incarnation)?,
+        _ => NodeProcess::new(config.clone(), id, incarnation)?,
+    };
+    if disk_dir.is_none() {
+        process.participant_mut().disable_journal();
+    }
+    let wal = match &disk_dir {
+        Some(d) => Some(wal::Wal::open(d, last_seq).map_err(|e| NodeError::Durability {
+            path: d.display().to_string(),
+            why: e.to_string(),
+        })?),
+        None => None,
     };
     // The coordination replica's Raft state is always on disk.
     let coordination_file = me.data_dir.as_ref().map(|d| d.join("coordination.state"));
@@ -234,6 +300,7 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         Some((master, tx))
     };
     let shell = Arc::new(Shell {
+        wal,
         process: Mutex::new(process),
         conns: Mutex::new(BTreeMap::new()),
         links,
@@ -322,10 +389,15 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                     }
                 }
             }
+            // Queued by `drain` (its `first_seq` is now the last record):
+            // nothing of this batch leaves before it is durable.
+            NodeEffect::AppendLog { first_seq, .. } => {
+                if let Some(wal) = &shell.wal {
+                    wal.durable(first_seq).await;
+                }
+            }
             // Written by `drain`, under the process lock.
-            NodeEffect::PersistCoordination(_)
-            | NodeEffect::AppendLog { .. }
-            | NodeEffect::Checkpoint { .. } => {}
+            NodeEffect::PersistCoordination(_) | NodeEffect::Checkpoint { .. } => {}
             NodeEffect::Cas { expected, proposed } => {
                 // `[coordination] replicas = 0` names an outside service,
                 // which the tokio node does not speak to: no configuration
@@ -440,7 +512,32 @@ fn feed(shell: &Shell, from: Peer, frames: &mut Vec<Frame>) -> Vec<NodeEffect> {
 /// process produced them, before any frame that depends on them).
 fn drain(p: &mut NodeProcess, shell: &Shell) -> Vec<NodeEffect> {
     let mut effects = p.drain_effects();
-    effects.retain(|e| match e {
+    effects.retain_mut(|e| match e {
+        NodeEffect::AppendLog { first_seq, records } => {
+            let Some(wal) = &shell.wal else {
+                return false;
+            };
+            match wal::encode(*first_seq, records) {
+                Ok(bytes) => {
+                    let last = *first_seq + records.len() as u64 - 1;
+                    wal.append(bytes, last);
+                    // Kept (without its records) so `route` waits for it.
+                    records.clear();
+                    *first_seq = last;
+                    true
+                }
+                Err(e) => {
+                    tracing::error!("cannot encode a log record: {e}; stopping");
+                    std::process::exit(3);
+                }
+            }
+        }
+        NodeEffect::Checkpoint { through_seq, state } => {
+            if let Some(wal) = &shell.wal {
+                wal.checkpoint(*through_seq, std::mem::take(state));
+            }
+            false
+        }
         NodeEffect::PersistCoordination(state) => {
             if let Some(path) = &shell.coordination_file {
                 if let Err(e) = write_durably(path, state) {

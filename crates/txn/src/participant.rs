@@ -208,6 +208,11 @@ impl Participant {
         &self.config
     }
 
+    /// Stop journaling (memory durability).
+    pub fn disable_journal(&mut self) {
+        self.journal = None;
+    }
+
     /// True while journaling.
     pub fn journaling(&self) -> bool {
         self.journal.is_some()
