@@ -358,6 +358,48 @@ fn route(
 }
 
 async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
+    // Disk durability: replies that depend on this batch's log records wait
+    // for them; lease and clock traffic never depends on them and goes at
+    // once (a slow fsync must neither expire leases nor age clock samples
+    // past `clock.max_sample_age_us`).
+    let wait = effects.iter().find_map(|e| match e {
+        NodeEffect::AppendLog { first_seq, .. } => Some(*first_seq),
+        _ => None,
+    });
+    match (wait, &shell.wal) {
+        (Some(seq), Some(wal)) => {
+            let (free, held): (Vec<NodeEffect>, Vec<NodeEffect>) =
+                effects.into_iter().partition(independent_of_log);
+            send_effects(shell, free).await;
+            wal.durable(seq).await;
+            send_effects(shell, held).await;
+        }
+        _ => send_effects(shell, effects).await,
+    }
+}
+
+/// Effects that do not depend on the participant's logged state.
+fn independent_of_log(e: &NodeEffect) -> bool {
+    match e {
+        NodeEffect::Send { frame, .. } => matches!(
+            frame,
+            Frame::OneWay {
+                req: Request::Lease(_),
+                ..
+            } | Frame::Request {
+                req: Request::Clock(_),
+                ..
+            } | Frame::Response {
+                resp: Response::Clock(_),
+                ..
+            }
+        ),
+        NodeEffect::Wake { .. } | NodeEffect::Event(_) => true,
+        _ => false,
+    }
+}
+
+async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
     let mut out: BTreeMap<Peer, Vec<u8>> = BTreeMap::new();
     let mut clock: Vec<u8> = Vec::new();
     for e in effects {
@@ -389,15 +431,11 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                     }
                 }
             }
-            // Queued by `drain` (its `first_seq` is now the last record):
-            // nothing of this batch leaves before it is durable.
-            NodeEffect::AppendLog { first_seq, .. } => {
-                if let Some(wal) = &shell.wal {
-                    wal.durable(first_seq).await;
-                }
-            }
-            // Written by `drain`, under the process lock.
-            NodeEffect::PersistCoordination(_) | NodeEffect::Checkpoint { .. } => {}
+            // Queued by `drain` and waited for by `route_now`; written by
+            // `drain`, under the process lock.
+            NodeEffect::AppendLog { .. }
+            | NodeEffect::PersistCoordination(_)
+            | NodeEffect::Checkpoint { .. } => {}
             NodeEffect::Cas { expected, proposed } => {
                 // `[coordination] replicas = 0` names an outside service,
                 // which the tokio node does not speak to: no configuration
