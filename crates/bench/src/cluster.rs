@@ -88,10 +88,77 @@ pub fn kill_nodes(dir: &Path, ids: &[u32]) -> Result<Vec<u32>, ClusterError> {
     Ok(killed)
 }
 
+/// Start nodes `ids` of the cluster in `dir` again after a crash, keeping
+/// their data directories (with `durability = "disk"` they restore from
+/// their write-ahead log and checkpoint), and wait until they answer.
+///
+/// Errors: the configuration cannot be read, a node is unknown or still
+/// running, or it does not answer within 10 s.
+pub fn restart_nodes(dir: &Path, ids: &[u32]) -> Result<(), ClusterError> {
+    let exe = std::env::current_exe().map_err(|source| ClusterError::Io {
+        what: "finding the meridian executable".into(),
+        source,
+    })?;
+    restart_nodes_with_exe(dir, &exe, ids)
+}
+
+/// [`restart_nodes`] with an explicit `meridian` executable (tests).
+///
+/// Errors: as [`restart_nodes`].
+pub fn restart_nodes_with_exe(dir: &Path, exe: &Path, ids: &[u32]) -> Result<(), ClusterError> {
+    let cfg = &Configuration::load(&config_path(dir))?;
+    let io = |what: String| move |source| ClusterError::Io { what, source };
+    for &id in ids {
+        let n = cfg.node(NodeId(id))?.clone();
+        let nd = node_dir(cfg, dir, id);
+        if read_pid(&nd.join("pid")).is_some_and(alive) {
+            return Err(ClusterError::Io {
+                what: format!("restarting node {id}"),
+                source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, "still running"),
+            });
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(nd.join("node.log"))
+            .map_err(io("opening node.log".into()))?;
+        let log2 = log.try_clone().map_err(io("cloning the log handle".into()))?;
+        use std::os::unix::process::CommandExt;
+        let child = Command::new(exe)
+            .arg("node")
+            .arg("--config")
+            .arg(config_path(dir))
+            .arg("--id")
+            .arg(id.to_string())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .spawn()
+            .map_err(io(format!("starting node {id}")))?;
+        std::fs::write(nd.join("pid"), child.id().to_string())
+            .map_err(io("writing pid file".into()))?;
+        if wait_ready(&n.addr, Duration::from_secs(10)).is_err() {
+            return Err(ClusterError::NotReady {
+                node: id,
+                secs: 10,
+                log: nd.join("node.log").display().to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Is process `pid` alive?
 pub fn alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence/permission.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+    let exists = pid > 0 && unsafe { libc::kill(pid, 0) } == 0;
+    // A killed child not yet reaped by its parent is a zombie: dead.
+    exists
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+            != Some(true)
 }
 
 fn read_pid(path: &Path) -> Option<i32> {
