@@ -107,7 +107,6 @@ pub fn restart_nodes(dir: &Path, ids: &[u32]) -> Result<(), ClusterError> {
 /// Errors: as [`restart_nodes`].
 pub fn restart_nodes_with_exe(dir: &Path, exe: &Path, ids: &[u32]) -> Result<(), ClusterError> {
     let cfg = &Configuration::load(&config_path(dir))?;
-    let io = |what: String| move |source| ClusterError::Io { what, source };
     for &id in ids {
         let n = cfg.node(NodeId(id))?.clone();
         let nd = node_dir(cfg, dir, id);
@@ -117,27 +116,7 @@ pub fn restart_nodes_with_exe(dir: &Path, exe: &Path, ids: &[u32]) -> Result<(),
                 source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, "still running"),
             });
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(nd.join("node.log"))
-            .map_err(io("opening node.log".into()))?;
-        let log2 = log.try_clone().map_err(io("cloning the log handle".into()))?;
-        use std::os::unix::process::CommandExt;
-        let child = Command::new(exe)
-            .arg("node")
-            .arg("--config")
-            .arg(config_path(dir))
-            .arg("--id")
-            .arg(id.to_string())
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .process_group(0)
-            .spawn()
-            .map_err(io(format!("starting node {id}")))?;
-        std::fs::write(nd.join("pid"), child.id().to_string())
-            .map_err(io("writing pid file".into()))?;
+        spawn_node(exe, dir, &nd, id, false)?;
         if wait_ready(&n.addr, Duration::from_secs(10)).is_err() {
             return Err(ClusterError::NotReady {
                 node: id,
@@ -149,6 +128,45 @@ pub fn restart_nodes_with_exe(dir: &Path, exe: &Path, ids: &[u32]) -> Result<(),
     Ok(())
 }
 
+/// Start `meridian node` for node `id` of the cluster in `dir`, its output
+/// appended to (`fresh`: written over) `node.log` in `nd`, and record its
+/// pid there.
+fn spawn_node(
+    exe: &Path,
+    dir: &Path,
+    nd: &Path,
+    id: u32,
+    fresh: bool,
+) -> Result<std::process::Child, ClusterError> {
+    let io = |what: String| move |source| ClusterError::Io { what, source };
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(!fresh)
+        .truncate(fresh)
+        .open(nd.join("node.log"))
+        .map_err(io("opening node.log".into()))?;
+    let log2 = log
+        .try_clone()
+        .map_err(io("cloning the log handle".into()))?;
+    use std::os::unix::process::CommandExt;
+    let child = Command::new(exe)
+        .arg("node")
+        .arg("--config")
+        .arg(config_path(dir))
+        .arg("--id")
+        .arg(id.to_string())
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .process_group(0)
+        .spawn()
+        .map_err(io(format!("starting node {id}")))?;
+    std::fs::write(nd.join("pid"), child.id().to_string())
+        .map_err(io("writing pid file".into()))?;
+    Ok(child)
+}
+
 /// Is process `pid` alive?
 pub fn alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence/permission.
@@ -157,7 +175,10 @@ pub fn alive(pid: i32) -> bool {
     exists
         && std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
             != Some(true)
 }
 
@@ -287,22 +308,7 @@ pub fn start_tuned(
                 Err(e) => return Err(io(format!("removing {stale} in {}", nd.display()))(e)),
             }
         }
-        let log = std::fs::File::create(nd.join("node.log")).map_err(io("creating node.log"))?;
-        let log2 = log.try_clone().map_err(io("cloning the log handle"))?;
-        use std::os::unix::process::CommandExt;
-        let child = Command::new(&exe)
-            .arg("node")
-            .arg("--config")
-            .arg(config_path(&dir))
-            .arg("--id")
-            .arg(n.id.to_string())
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .process_group(0)
-            .spawn()
-            .map_err(io(format!("starting node {}", n.id)))?;
-        std::fs::write(nd.join("pid"), child.id().to_string()).map_err(io("writing pid file"))?;
+        let child = spawn_node(&exe, &dir, &nd, n.id, true)?;
         children.push(child);
     }
     for (n, child) in cfg.nodes.iter().zip(&mut children) {

@@ -369,7 +369,10 @@ fn kill_9_of_every_node_then_a_restart_from_disk_loses_no_acknowledged_commit() 
             Outcome::Committed if !t.writes.is_empty() => {
                 acknowledged_commits += 1;
                 for (k, id) in &t.writes {
-                    acked.entry(k.clone()).or_default().push((t.write_ts.unwrap_or(0), *id));
+                    acked
+                        .entry(k.clone())
+                        .or_default()
+                        .push((t.write_ts.unwrap_or(0), *id));
                 }
             }
             Outcome::Unknown => unknown.extend(t.writes.iter().map(|(_, id)| *id)),
@@ -427,9 +430,16 @@ fn kill_9_of_every_node_then_a_restart_from_disk_loses_no_acknowledged_commit() 
         rows.len(),
         lost.len()
     );
-    assert!(acknowledged_commits > 50, "too few commits: {acknowledged_commits}");
+    assert!(
+        acknowledged_commits > 50,
+        "too few commits: {acknowledged_commits}"
+    );
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
-    assert_eq!(total, i64::from(cfg.accounts) * cfg.initial_balance, "money created or lost");
+    assert_eq!(
+        total,
+        i64::from(cfg.accounts) * cfg.initial_balance,
+        "money created or lost"
+    );
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -237,15 +237,15 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
                 records = r.records.len(),
                 "restoring from disk"
             );
-            NodeProcess::restore(config.clone(), id, incarnation, cp, &r.records).map_err(
-                |e| NodeError::Durability {
+            NodeProcess::restore(config.clone(), id, incarnation, cp, &r.records).map_err(|e| {
+                NodeError::Durability {
                     path: disk_dir
                         .as_ref()
                         .map(|d| d.display().to_string())
                         .unwrap_or_default(),
                     why: e.to_string(),
-                },
-            )?
+                }
+            })?
         }
         _ if incarnation > 1 => NodeProcess::restarted(config.clone(), id, incarnation)?,
         _ => NodeProcess::new(config.clone(), id, incarnation)?,
@@ -254,10 +254,12 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         process.participant_mut().disable_journal();
     }
     let wal = match &disk_dir {
-        Some(d) => Some(wal::Wal::open(d, last_seq).map_err(|e| NodeError::Durability {
-            path: d.display().to_string(),
-            why: e.to_string(),
-        })?),
+        Some(d) => Some(
+            wal::Wal::open(d, last_seq).map_err(|e| NodeError::Durability {
+                path: d.display().to_string(),
+                why: e.to_string(),
+            })?,
+        ),
         None => None,
     };
     // The coordination replica's Raft state is always on disk.

@@ -308,7 +308,10 @@ mod tests {
         }
         let got = read(&d).expect("read");
         assert_eq!(got.checkpoint, Some((6, b"state".to_vec())));
-        assert_eq!(got.records.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![7]);
+        assert_eq!(
+            got.records.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+            vec![7]
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 }

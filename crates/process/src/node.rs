@@ -637,13 +637,12 @@ impl NodeProcess {
         let c = &self.config;
         // A fresh cluster's members start at different times: the first
         // CM gives each a grace period to ask for its first lease.
-        let grace_ns = if (c.id() == ConfigId(1) || self.restored)
-            && self.standing == Standing::Member
-        {
-            c.lease.formation_grace_ms * 1_000_000
-        } else {
-            0
-        };
+        let grace_ns =
+            if (c.id() == ConfigId(1) || self.restored) && self.standing == Standing::Member {
+                c.lease.formation_grace_ms * 1_000_000
+            } else {
+                0
+            };
         self.lease = if c.cm() == self.id {
             LeaseRole::Cm(LeaseManager::new(
                 self.lease_params,
@@ -1053,8 +1052,7 @@ impl NodeProcess {
                         // Whatever it holds is stale now (a restored CM
                         // whose cluster went on, or a removed member).
                         if self.restored {
-                            self.participant =
-                                Participant::without_regions(self.id, &self.config);
+                            self.participant = Participant::without_regions(self.id, &self.config);
                             self.restored = false;
                         }
                         self.standing = Standing::Removed;

@@ -145,6 +145,9 @@ enum State {
         proposed: Box<Configuration>,
         acks: BTreeMap<NodeId, u64>,
         commit_after_ns: u64,
+        /// The clock's maximum sample age when the CM (clock master)
+        /// changes, else 0: added to every lease wait before commit.
+        clock_wait_ns: u64,
         next_resend_ns: u64,
     },
     /// After step 7 at the CM: resend NEW-CONFIG-COMMIT until acknowledged.
@@ -441,13 +444,22 @@ impl Reconfig {
         } else {
             probe_end_ns.saturating_add(2 * over)
         };
+        // The old master answered clock syncs until its lease majority
+        // ended; samples taken from it expire `clock_sample_age_ns` later.
+        let clock_wait_ns = if proposed.cm() != old_cm {
+            self.params.clock_sample_age_ns
+        } else {
+            0
+        };
         let mut acks = BTreeMap::new();
         acks.insert(self.me, 0);
         self.state = State::Proposing {
             proposed_at_ns: now,
             proposed: proposed.clone(),
             acks,
-            commit_after_ns,
+            commit_after_ns: commit_after_ns
+                .saturating_add(self.params.lease.stretch_ns(clock_wait_ns)),
+            clock_wait_ns,
             next_resend_ns: now,
         };
         self.apply(*proposed);
@@ -626,20 +638,17 @@ impl Reconfig {
                 clock_upper_ns,
                 cm_lease_left_ns,
             } => {
-                let old_cm = self.config.cm();
-                let age_ns = self.params.clock_sample_age_ns;
                 let lease = self.params.lease;
                 if let State::Proposing {
                     proposed,
                     acks,
                     commit_after_ns,
+                    clock_wait_ns,
                     ..
                 } = &mut self.state
                 {
-                    // The old master answered syncs until it lost its lease
-                    // majority; samples taken from it expire `age_ns` later.
-                    let extra = if proposed.cm() != old_cm { age_ns } else { 0 };
-                    let stretched = lease.stretch_ns(cm_lease_left_ns.saturating_add(extra));
+                    let stretched =
+                        lease.stretch_ns(cm_lease_left_ns.saturating_add(*clock_wait_ns));
                     if proposed.id() == config && proposed.is_member(from) {
                         acks.insert(from, clock_upper_ns);
                         // Leases the member granted the replaced CM (even
@@ -690,17 +699,14 @@ impl Reconfig {
     /// The new CM's own grants to the replaced CM: wait `left_ns` (on this
     /// node's clock) before committing the proposed configuration.
     pub fn extend_commit_wait(&mut self, now: u64, left_ns: u64) {
-        let old_cm = self.config.cm();
-        let age_ns = self.params.clock_sample_age_ns;
         if let State::Proposing {
             commit_after_ns,
-            proposed,
+            clock_wait_ns,
             ..
         } = &mut self.state
         {
-            let extra = if proposed.cm() != old_cm { age_ns } else { 0 };
             *commit_after_ns =
-                (*commit_after_ns).max(now.saturating_add(left_ns.saturating_add(extra)));
+                (*commit_after_ns).max(now.saturating_add(left_ns.saturating_add(*clock_wait_ns)));
         }
     }
 
@@ -1040,6 +1046,35 @@ mod tests {
             "{:?}",
             net.log
         );
+    }
+
+    /// Seed 780: when the CM (the clock master) changes, the commit — and
+    /// the new master's clock — waits the clock's maximum sample age past
+    /// the members' acks, so a process no NEW-CONFIG reached has stopped
+    /// handing out the old master's time.
+    #[test]
+    fn a_new_clock_master_waits_out_the_old_masters_samples() {
+        let mut net = Net::new(5);
+        for r in net.nodes.values_mut() {
+            r.params.clock_sample_age_ns = 20 * MS;
+        }
+        net.dead.insert(NodeId(0));
+        net.nodes.get_mut(&NodeId(1)).unwrap().suspect_cm(MS);
+        net.collect(NodeId(1));
+        net.run_ms(60);
+        let commit = net
+            .log
+            .iter()
+            .find(|l| l.starts_with("n1 committed"))
+            .unwrap();
+        // Without the sample age: 11 ms (one lease after the probe).
+        let at_ms: u64 = commit
+            .split(" at ")
+            .nth(1)
+            .and_then(|r| r.split("ms").next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(at_ms >= 21, "{commit}");
     }
 
     #[test]

@@ -411,13 +411,6 @@ impl RecoveryFlow {
                 write_ts,
                 from,
             } if c == config => {
-                if self.gathering.contains_key(&region) {
-                    // Lock recovery of this region is not done: it would
-                    // take the lock again after the commit released it
-                    // (seed 369 stayed stuck on it). No ack: the decision
-                    // is resent and applied once the locks are back.
-                    return;
-                }
                 p.commit_recovery(region, &record, write_ts);
                 self.decided_here(tx);
                 self.ack_decision(tx, region, from);
@@ -428,9 +421,6 @@ impl RecoveryFlow {
                 region,
                 from,
             } if c == config => {
-                if self.gathering.contains_key(&region) {
-                    return; // as for COMMIT-RECOVERY: after lock recovery
-                }
                 p.abort_recovery(tx, region);
                 self.decided_here(tx);
                 self.ack_decision(tx, region, from);
@@ -588,7 +578,9 @@ impl RecoveryFlow {
                 vote: region_vote(&evidence),
                 record: Some(t.record),
                 write_ts: t.write_ts,
-                decided: false,
+                // The decision may have reached this replica before its
+                // lock recovery ended: no vote to resend then.
+                decided: p.outcome_known(tx),
             };
             self.send_vote(tx, region, &v);
             self.votes.insert((tx, region), v);

@@ -204,7 +204,10 @@ impl Faults {
             (self.client_crashes, "crash-client"),
             (self.node_pauses, "pause-node"),
             (self.wide_drift, "wide-drift"),
-            (self.disk && (self.node_crashes || self.cluster_crash), "disk"),
+            (
+                self.disk && (self.node_crashes || self.cluster_crash),
+                "disk",
+            ),
             (self.cluster_crash, "crash-cluster"),
         ] {
             if on {

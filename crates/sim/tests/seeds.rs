@@ -307,9 +307,15 @@ fn a_whole_cluster_crash_loses_no_acknowledged_commit() {
         };
         let nodes = cfg.nodes as u64;
         let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!r.timed_out, "seed {seed}: stuck after the cluster restarted");
+        assert!(
+            !r.timed_out,
+            "seed {seed}: stuck after the cluster restarted"
+        );
         assert_eq!(r.crashes, nodes, "seed {seed}: every node crashes once");
-        assert!(r.last_config > 1, "seed {seed}: the restarted CM renews its configuration");
+        assert!(
+            r.last_config > 1,
+            "seed {seed}: the restarted CM renews its configuration"
+        );
         crashes += r.crashes;
         committed_after += r.committed;
     }

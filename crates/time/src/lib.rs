@@ -328,7 +328,10 @@ impl ClockSync {
             self.awaiting_new_master = false;
             self.disabled = false;
         }
-        if self.latest.is_none_or(|l| sample.recv_local_ns >= l.recv_local_ns) {
+        if self
+            .latest
+            .is_none_or(|l| sample.recv_local_ns >= l.recv_local_ns)
+        {
             self.latest = Some(sample);
         }
         let better_lower = match self.best_lower.first() {
@@ -819,10 +822,15 @@ mod tests {
         };
         sync(&mut c, 0, 1_000, 10_000);
         assert!(c.time(5 * MS).is_ok());
-        assert!(c.get_ts(10 * MS).is_ok(), "exactly the maximum age is usable");
+        assert!(
+            c.get_ts(10 * MS).is_ok(),
+            "exactly the maximum age is usable"
+        );
         assert_eq!(
             c.time(10 * MS + 1),
-            Err(ClockError::Expired { age_ns: 10 * MS + 1 })
+            Err(ClockError::Expired {
+                age_ns: 10 * MS + 1
+            })
         );
         assert!(c.get_ts(20 * MS).is_err());
         // A later, looser sample (long round trip) is fresh: it is used.

@@ -172,7 +172,8 @@ fn refused_for_configuration(r: &Response) -> bool {
     matches!(
         r,
         Response::Rejected(
-            meridian_wire::Rejection::ConfigMismatch { .. } | meridian_wire::Rejection::NotMember(_)
+            meridian_wire::Rejection::ConfigMismatch { .. }
+                | meridian_wire::Rejection::NotMember(_)
         )
     )
 }
@@ -1204,10 +1205,7 @@ mod tests {
                 done = Some(s);
             }
         }
-        assert_eq!(
-            done,
-            Some(CommitStep::Done(Err(AbortReason::Reconfigured)))
-        );
+        assert_eq!(done, Some(CommitStep::Done(Err(AbortReason::Reconfigured))));
         let aborts = t.abort_messages();
         assert!(aborts.iter().any(|(n, _)| *n == NodeId(0)), "{aborts:?}");
         for (n, req) in aborts {

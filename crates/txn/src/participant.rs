@@ -222,7 +222,10 @@ impl Participant {
     /// journaling). They must be durable before any reply that followed
     /// them is sent.
     pub fn drain_journal(&mut self) -> Vec<Mutation> {
-        self.journal.as_mut().map(std::mem::take).unwrap_or_default()
+        self.journal
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn journal(&mut self, m: impl FnOnce() -> Mutation) {
@@ -368,7 +371,8 @@ impl Participant {
 
     /// True if `self` and `other` hold the same state (statistics aside):
     /// for tests of checkpoint and replay.
-    pub fn same_state(&self, other: &Participant) -> bool {
+    #[cfg(test)]
+    fn same_state(&self, other: &Participant) -> bool {
         self.node == other.node
             && self.stores == other.stores
             && self.primary_for == other.primary_for
@@ -543,8 +547,17 @@ impl Participant {
             region,
             txs: txs.to_vec(),
         });
+        let (recovered, finished) = (&self.recovered, &self.finished);
+        let known = |tx: &TxId| recovered.contains_key(tx) || finished.contains_key(tx);
         if let Some(store) = self.stores.get_mut(&region) {
             for t in txs {
+                if known(&t.record.tx) {
+                    // Decided here already (COMMIT- or ABORT-RECOVERY came
+                    // before this region's lock recovery ended, or the
+                    // transaction was truncated here): holding its keys
+                    // now would keep them locked for good.
+                    continue;
+                }
                 let keys: Vec<meridian_wire::Key> = t
                     .record
                     .writes
@@ -559,6 +572,12 @@ impl Participant {
             }
         }
         self.blocked.remove(&region);
+    }
+
+    /// True once this replica knows `tx`'s outcome: committed by recovery,
+    /// aborted, or truncated.
+    pub fn outcome_known(&self, tx: TxId) -> bool {
+        self.recovered.contains_key(&tx) || self.finished.contains_key(&tx)
     }
 
     /// FaRM §5.3 step 7: COMMIT-RECOVERY of `record` (writes in `region`)
@@ -1237,7 +1256,11 @@ impl Participant {
             self.primary_for,
             self.stores
                 .iter()
-                .flat_map(|(r, s)| s.iter().filter_map(move |(k, o)| o.lock.map(|t| (*r, k.clone(), t))))
+                .flat_map(|(r, s)| s.iter().filter_map(move |(k, o)| o.lock.map(|t| (
+                    *r,
+                    k.clone(),
+                    t
+                ))))
                 .collect::<Vec<_>>()
         );
         assert!(
@@ -1275,6 +1298,25 @@ mod tests {
             thread: 0,
             local: l,
         }
+    }
+
+    /// Two nodes, replication 2, four regions.
+    fn two_nodes() -> Configuration {
+        Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"))
+    }
+
+    /// LOCK then COMMIT-PRIMARY of `rec` at `write_ts`, both acknowledged.
+    fn commit_at_primary(p: &mut Participant, rec: LockRecord, write_ts: u64) {
+        let tx = rec.tx;
+        assert_eq!(
+            p.handle(&[], &TxnRequest::Lock(rec)),
+            Response::Txn(TxnResponse::Lock(Ok(())))
+        );
+        let commit = TxnRequest::CommitPrimary {
+            tx,
+            write_ts: Timestamp(write_ts),
+        };
+        assert_eq!(p.handle(&[], &commit), Response::Txn(TxnResponse::Ack));
     }
 
     fn record(p: &Participant, t: TxId, read_ts: u64, keys: &[&[u8]]) -> LockRecord {
@@ -1590,30 +1632,14 @@ mod tests {
     /// back. A primary does not reinstall writes it already installed.
     #[test]
     fn commit_recovery_never_reinstalls_a_write_the_primary_installed() {
-        let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
-        let mut p = Participant::new(NodeId(0), &two);
+        let mut p = Participant::new(NodeId(0), &two_nodes());
         let key: &[u8] = &[1];
         let older = record(&p, tx(1), 5, &[key]);
         let region = older.writes[0].region;
         let mut delete = record(&p, tx(2), 15, &[key]);
         delete.writes[0].value = None;
-        for (rec, wts) in [(older.clone(), 10), (delete, 20)] {
-            let t = rec.tx;
-            assert_eq!(
-                p.handle(&[], &TxnRequest::Lock(rec)),
-                Response::Txn(TxnResponse::Lock(Ok(())))
-            );
-            assert_eq!(
-                p.handle(
-                    &[],
-                    &TxnRequest::CommitPrimary {
-                        tx: t,
-                        write_ts: Timestamp(wts)
-                    }
-                ),
-                Response::Txn(TxnResponse::Ack)
-            );
-        }
+        commit_at_primary(&mut p, older.clone(), 10);
+        commit_at_primary(&mut p, delete, 20);
         // The delete is truncated and collected; the older write is not
         // truncated (its TRUNCATE was lost) and is recovered later.
         p.handle(&[tx(2)], &TxnRequest::Truncate { txs: vec![] });
@@ -1628,26 +1654,17 @@ mod tests {
         p.check_invariants();
     }
 
-    /// Seed 369: the primary had applied and truncated a transaction; a
-    /// backup still reported its record, so lock recovery held its keys;
-    /// COMMIT-RECOVERY returned early for the truncated transaction and the
+    /// Seed 369: lock recovery held the keys of a transaction a backup
+    /// still reported; the primary then truncated it (a late TRUNCATE), and
+    /// COMMIT-RECOVERY returned early for the truncated transaction, so the
     /// hold was never released (readers saw `Locked` forever).
     #[test]
     fn commit_recovery_of_a_truncated_transaction_releases_its_recovery_holds() {
-        let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
-        let mut p = Participant::new(NodeId(0), &two);
+        let mut p = Participant::new(NodeId(0), &two_nodes());
         let key: &[u8] = &[1];
         let rec = record(&p, tx(1), 5, &[key]);
         let region = rec.writes[0].region;
-        p.handle(&[], &TxnRequest::Lock(rec.clone()));
-        p.handle(
-            &[],
-            &TxnRequest::CommitPrimary {
-                tx: tx(1),
-                write_ts: Timestamp(10),
-            },
-        );
-        p.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
+        commit_at_primary(&mut p, rec.clone(), 10);
         p.recover_locks(
             region,
             &[meridian_wire::RecoveringTx {
@@ -1658,6 +1675,7 @@ mod tests {
         );
         let store = p.stores.get(&region).expect("store");
         assert_eq!(store.read(key, Timestamp(20)), Err(Conflict::Locked));
+        p.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
         p.commit_recovery(region, &rec, Timestamp(10));
         let store = p.stores.get(&region).expect("store");
         assert!(
@@ -1672,7 +1690,7 @@ mod tests {
     /// earlier. A replica listed as filling starts from an empty store.
     #[test]
     fn a_replica_listed_as_filling_starts_empty() {
-        let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
+        let two = two_nodes();
         let mut b = Participant::new(NodeId(1), &two);
         let key: &[u8] = &[1];
         let rec = record(&b, tx(1), 5, &[key]);
@@ -1696,7 +1714,11 @@ mod tests {
         let added = b.reconfigure(&next);
         assert!(added.contains(&region));
         let store = b.stores.get(&region).expect("backup store");
-        assert_eq!(store.read(key, Timestamp(20)), Ok(None), "stale copy dropped");
+        assert_eq!(
+            store.read(key, Timestamp(20)),
+            Ok(None),
+            "stale copy dropped"
+        );
         b.check_invariants();
     }
 
@@ -1706,7 +1728,7 @@ mod tests {
     /// recovery calls; so does the full journal from an empty start.
     #[test]
     fn a_checkpoint_and_the_journal_after_it_rebuild_the_state() {
-        let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
+        let two = two_nodes();
         for node in [NodeId(0), NodeId(1)] {
             let mut p = Participant::new(node, &two);
             p.enable_journal();
@@ -1768,7 +1790,10 @@ mod tests {
             assert!(from_start.same_state(&p), "full replay differs at {node}");
             let from_cp =
                 Participant::restore(node, &two, checkpoint.as_deref(), &after).expect("restore");
-            assert!(from_cp.same_state(&p), "checkpoint + tail differs at {node}");
+            assert!(
+                from_cp.same_state(&p),
+                "checkpoint + tail differs at {node}"
+            );
             from_cp.check_invariants();
             // A checkpoint of another node is refused.
             let other = NodeId(1 - node.0);
@@ -1781,5 +1806,33 @@ mod tests {
                 Err(DurabilityError::Corrupt(_))
             ));
         }
+    }
+
+    /// A decision that reaches a primary before its region's lock recovery
+    /// ends (the recovery coordinator decided on another region's
+    /// commit-primary vote) must not be undone by that lock recovery: the
+    /// keys would stay held for good.
+    #[test]
+    fn lock_recovery_after_the_decision_holds_nothing() {
+        let mut p = Participant::new(NodeId(0), &two_nodes());
+        let key: &[u8] = &[1];
+        let rec = record(&p, tx(1), 5, &[key]);
+        let region = rec.writes[0].region;
+        p.commit_recovery(region, &rec, Timestamp(10));
+        assert!(p.outcome_known(tx(1)));
+        p.recover_locks(
+            region,
+            &[meridian_wire::RecoveringTx {
+                record: rec,
+                evidence: meridian_wire::Evidence::CommitBackup,
+                write_ts: Some(Timestamp(10)),
+            }],
+        );
+        let store = p.stores.get(&region).expect("store");
+        assert!(
+            matches!(store.read(key, Timestamp(20)), Ok(Some(_))),
+            "the committed write is readable, not held"
+        );
+        p.check_invariants();
     }
 }
