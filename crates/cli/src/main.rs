@@ -871,6 +871,7 @@ fn sim(seeds: u64, first: u64, workload: SimWorkloadArg, faults: bool) -> Result
     let t0 = std::time::Instant::now();
     let (mut committed, mut aborted, mut unknown, mut crashes, mut dropped, mut stuck) =
         (0, 0, 0, 0, 0, 0);
+    let mut lost = 0;
     let bar = indicatif::ProgressBar::new(seeds);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -896,14 +897,28 @@ fn sim(seeds: u64, first: u64, workload: SimWorkloadArg, faults: bool) -> Result
         unknown += r.unknown;
         crashes += r.crashes;
         dropped += r.dropped;
-        stuck += r.timed_out as u64;
+        lost += r.region_lost as u64;
+        stuck += (r.timed_out && !r.region_lost) as u64;
+        if r.timed_out && !r.region_lost {
+            bar.suspend(|| {
+                eprintln!(
+                    "seed {seed} ({}): ended by the time limit (stuck)",
+                    r.faults.describe()
+                );
+                for line in &r.stuck {
+                    eprintln!("    {line}");
+                }
+            });
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
     println!(
         "{seeds} seeds ({workload:?}{}, first {first}) passed the checker in {:.1} s wall time: \
          {committed} committed, {aborted} aborted, {unknown} unknown; \
-         {crashes} crashes, {dropped} messages dropped, {stuck} runs ended by the time limit",
+         {crashes} crashes, {dropped} messages dropped; {lost} runs lost a region's every \
+         replica (more than f failures, beyond the fault model); {stuck} other runs ended by \
+         the time limit (stuck)",
         if faults { " with faults" } else { "" },
         t0.elapsed().as_secs_f64()
     );

@@ -105,6 +105,10 @@ pub struct Limits {
     /// Transactions one node coordinates the recovery of at once (FaRM
     /// §5.3 steps 6–7); more wait for the next configuration.
     pub max_recovering_txns: usize,
+    /// Clients (coordinators) holding a lease at the CM at once (FaRM
+    /// §5.1); a client beyond it is not granted one and its requests are
+    /// ignored until another leaves.
+    pub max_client_leases: usize,
 }
 
 impl Default for Limits {
@@ -134,6 +138,7 @@ impl Default for Limits {
             data_recovery_chunk_objects: 256,
             data_recovery_pace_us: 200,
             max_recovering_txns: 1 << 20,
+            max_client_leases: 1 << 16,
         }
     }
 }

@@ -102,6 +102,11 @@ struct Shell {
 /// Append `ev` to the node's `events.jsonl` (see [`Shell::events`]).
 fn record_event(shell: &Shell, ev: &meridian_process::node::NodeEvent) {
     use std::io::Write;
+    if let meridian_process::node::NodeEvent::RegionLost(config, detail) = ev {
+        tracing::error!(
+            "configuration {config:?} cannot be replaced: {detail} (more than f replicas of a region failed)"
+        );
+    }
     let debug = format!("{ev:?}");
     let kind = debug.split('(').next().unwrap_or("").to_string();
     let line = serde_json::json!({

@@ -32,13 +32,15 @@
 //! abort, a clock sync or a ping); the deadline index matches the RPC table;
 //! queues stay within `Limits`.
 
+use crate::lease::{LeaseClient, LeaseParams};
 use crate::{CallId, Effect};
 use meridian_config::{Configuration, Limits, RegionMap};
 use meridian_time::{ClockError, ClockSync, SyncSample};
 use meridian_txn::{AbortReason, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions};
 use meridian_wire::{
     AdminRequest, ClockRequest, ClockResponse, CmRequest, CmResponse, ConfigId, Conflict, Frame,
-    Key, NodeId, Rejection, Request, Response, Timestamp, TxId, TxnRequest, Value,
+    Key, LeaseHolder, LeaseMessage, NodeId, Rejection, Request, Response, Timestamp, TxId,
+    TxnRequest, Value,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -127,6 +129,10 @@ pub struct ClientStats {
     pub aborts_too_old: u64,
     /// Newer configurations adopted (FaRM §5.2).
     pub config_changes: u64,
+    /// Lease requests sent to the CM (FaRM §5.1).
+    pub lease_requests: u64,
+    /// Lease grants received.
+    pub lease_grants: u64,
 }
 
 #[derive(Debug)]
@@ -237,6 +243,13 @@ pub struct ClientProcess {
     low: u64,
     effects: Vec<Effect<CallResult>>,
     stats: ClientStats,
+    /// Lease timing; `None` for an embedded coordinator (its node's
+    /// membership covers it) or after a clean close.
+    lease_params: Option<LeaseParams>,
+    /// This client's lease at the CM (FaRM §5.1: clients are coordinators,
+    /// so the CM must learn of their failure); made at the first tick after
+    /// the client has a coordinator id.
+    lease: Option<LeaseClient>,
 }
 
 impl ClientProcess {
@@ -279,6 +292,9 @@ impl ClientProcess {
             low: 0,
             effects: Vec::new(),
             stats: ClientStats::default(),
+            lease_params: (config.lease.lease_ms > 0)
+                .then(|| LeaseParams::new(config.lease.lease_ms, config.clock.drift_ppm)),
+            lease: None,
         }
     }
 
@@ -286,6 +302,7 @@ impl ClientProcess {
     /// ([`ClientProcess::set_config`]) and manages its clock.
     pub fn managed(mut self) -> Self {
         self.managed = true;
+        self.lease_params = None;
         self
     }
 
@@ -308,6 +325,9 @@ impl ClientProcess {
         self.cm = config.cm();
         self.members = config.members();
         self.map = Arc::new(RegionMap::new(config));
+        if let Some(l) = self.lease.as_mut() {
+            l.reset(now, config.id(), config.cm());
+        }
         if cm_changed && !self.managed {
             // Never hand out a timestamp below one handed out before.
             let ff = self.clock.fast_forward_value(now);
@@ -431,6 +451,31 @@ impl ClientProcess {
                 .rpcs
                 .values()
                 .all(|r| matches!(r.purpose, Purpose::ClockSync { .. }))
+    }
+
+    /// What this process is waiting for, one line (to read a stuck
+    /// simulation): open transactions, RPCs by purpose and destination,
+    /// waits, queued truncations, configuration.
+    pub fn describe_pending(&self) -> String {
+        let rpcs: Vec<String> = self
+            .rpcs
+            .values()
+            .filter(|r| !matches!(r.purpose, Purpose::ClockSync { .. }))
+            .take(8)
+            .map(|r| format!("{:?}->{}#{}", r.purpose, r.to, r.attempt))
+            .collect();
+        format!(
+            "config {} cm {} synced {} txns {} finishing {} rpcs [{}] waits {} truncations {} closing {}",
+            self.config_id.0,
+            self.cm,
+            self.clock.is_synchronised(),
+            self.txns.len(),
+            self.finishing.len(),
+            rpcs.join(", "),
+            self.waits.len(),
+            self.queued_truncations(),
+            self.closing.is_some()
+        )
     }
 
     /// FaRM Table 1's low bound on non-truncated transaction ids: every
@@ -682,8 +727,13 @@ impl ClientProcess {
 
     /// A frame from node `from`.
     pub fn on_message(&mut self, now: u64, from: NodeId, frame: Frame) {
-        if let Frame::Response { id, resp } = frame {
-            self.on_response(now, from, id, resp);
+        match frame {
+            Frame::Response { id, resp } => self.on_response(now, from, id, resp),
+            Frame::OneWay {
+                req: Request::Lease(m),
+                ..
+            } => self.on_lease(now, from, &m),
+            _ => {}
         }
         self.maybe_closed();
         self.arm(now);
@@ -736,8 +786,67 @@ impl ClientProcess {
             self.flush_truncates(now);
             self.next_flush_ns = now + self.limits.truncate_flush_us * 1000;
         }
+        self.lease_tick(now);
         self.maybe_closed();
         self.arm(now);
+    }
+
+    /// FaRM §5.1 for a client: renew every `lease / 5` with the CM. A CM
+    /// that has not granted for a lease may have been replaced: ask for
+    /// the configuration. (The client does not stop when its lease lapses:
+    /// its requests carry its configuration id, and the configuration that
+    /// recovers its transactions refuses them.)
+    fn lease_tick(&mut self, now: u64) {
+        if self.lease.is_none() && self.coordinator != 0 && self.closing.is_none() {
+            if let Some(p) = self.lease_params {
+                self.lease = Some(LeaseClient::new(
+                    p,
+                    LeaseHolder::Client(self.coordinator),
+                    self.config_id,
+                    self.cm,
+                    now,
+                ));
+            }
+        }
+        let Some(l) = self.lease.as_mut() else {
+            return;
+        };
+        let suspected = l.cm_suspected(now);
+        if let Some(m) = l.tick(now) {
+            let cm = l.cm();
+            self.send_oneway(cm, Request::Lease(m));
+            self.stats.lease_requests += 1;
+            if suspected {
+                self.refresh_config(now, None);
+            }
+        }
+    }
+
+    /// A lease grant from the CM; one for a newer configuration means this
+    /// client missed a reconfiguration.
+    fn on_lease(&mut self, now: u64, from: NodeId, m: &LeaseMessage) {
+        if let LeaseMessage::Grant { config, .. } = m {
+            if *config > self.config_id {
+                self.refresh_config(now, Some(from));
+            }
+        }
+        // The CM holds no lease at a client: no GrantAck.
+        if let Some(l) = self.lease.as_mut() {
+            if l.on_message(now, from, m).is_some() {
+                self.stats.lease_grants += 1;
+            }
+        }
+    }
+
+    fn send_oneway(&mut self, to: NodeId, req: Request) {
+        self.effects.push(Effect::Send {
+            to,
+            frame: Frame::OneWay {
+                config: self.config_id,
+                truncate: Default::default(),
+                req,
+            },
+        });
     }
 
     // ----- internals -----------------------------------------------------
@@ -1383,6 +1492,20 @@ impl ClientProcess {
         });
         if !busy && self.truncates.values().all(Vec::is_empty) && self.finishing.is_empty() {
             self.closing = None;
+            // A clean close releases the lease, unless a transaction's
+            // outcome stayed unknown: then its lease runs out and the
+            // configuration that follows recovers it (FaRM §5.3).
+            self.lease_params = None;
+            if let Some(l) = self.lease.take() {
+                if self.unresolved_low.is_none() {
+                    self.send_oneway(
+                        l.cm(),
+                        Request::Lease(LeaseMessage::Release {
+                            holder: LeaseHolder::Client(self.coordinator),
+                        }),
+                    );
+                }
+            }
             self.reply(call, CallResult::Closed);
         }
     }
@@ -1396,6 +1519,11 @@ impl ClientProcess {
         }
         if let Some(&(d, _)) = self.deadlines.iter().next() {
             at = at.min(d);
+        }
+        match &self.lease {
+            Some(l) => at = at.min(l.next_renew_ns()),
+            None if self.lease_params.is_some() && self.coordinator != 0 => at = at.min(now),
+            None => {}
         }
         if let Some((&(w, _), _)) = self.waits.iter().next() {
             at = at.min(w);

@@ -267,6 +267,11 @@ impl LeaseClient {
         now >= self.cm_until_ns
     }
 
+    /// The local time the next renewal is due.
+    pub fn next_renew_ns(&self) -> u64 {
+        self.next_renew_ns
+    }
+
     /// The next local time at which something here changes.
     pub fn next_wake_ns(&self) -> u64 {
         let mut t = self.next_renew_ns.min(self.cm_until_ns);
@@ -315,7 +320,18 @@ pub struct LeaseManager {
     cm: NodeId,
     members: BTreeSet<NodeId>,
     held: BTreeMap<LeaseHolder, Held>,
+    /// Most clients tracked at once (`limits.max_client_leases`).
+    max_clients: usize,
+    /// Clients that released their lease, with the local release time:
+    /// a request of theirs that arrives late (sent before the release)
+    /// must not start a lease nobody renews. Kept `RELEASED_KEEP_LEASES`
+    /// leases, at most `max_clients` of them.
+    released: BTreeMap<LeaseHolder, u64>,
 }
+
+/// Leases a released client is remembered for (its stale requests are
+/// ignored meanwhile).
+pub const RELEASED_KEEP_LEASES: u64 = 16;
 
 impl LeaseManager {
     /// The CM `cm` of configuration `config` with `members`, starting at
@@ -335,6 +351,8 @@ impl LeaseManager {
             cm,
             members: members.iter().copied().collect(),
             held: BTreeMap::new(),
+            max_clients: usize::MAX,
+            released: BTreeMap::new(),
         };
         for &n in members {
             if n != cm {
@@ -342,6 +360,20 @@ impl LeaseManager {
             }
         }
         m
+    }
+
+    /// Track at most `max` clients (`limits.max_client_leases`).
+    pub fn with_max_clients(mut self, max: usize) -> Self {
+        self.max_clients = max;
+        self
+    }
+
+    /// Clients holding a lease (or given one lease period to ask).
+    pub fn clients(&self) -> usize {
+        self.held
+            .keys()
+            .filter(|h| matches!(h, LeaseHolder::Client(_)))
+            .count()
     }
 
     /// Start tracking `holder` (a registering client, a joining node) as
@@ -405,6 +437,17 @@ impl LeaseManager {
                     return None;
                 }
                 let majority = self.holds_majority(now);
+                // A client is tracked from its first request (it may have
+                // registered at an earlier CM), within the bound.
+                if self.released.contains_key(&holder) {
+                    return None;
+                }
+                if matches!(holder, LeaseHolder::Client(_))
+                    && !self.held.contains_key(&holder)
+                    && self.clients() < self.max_clients
+                {
+                    self.add(holder, now);
+                }
                 let h = self.held.get_mut(&holder)?;
                 // The first request ends a formation grace (a start time
                 // set in the future); later ones only move forward.
@@ -441,6 +484,27 @@ impl LeaseManager {
                 let h = self.held.get_mut(&holder)?;
                 let sent = h.grants.iter().find(|(s, _)| *s == seq)?.1;
                 h.cm_lease_until_ns = h.cm_lease_until_ns.max(sent.saturating_add(held_ns));
+                None
+            }
+            LeaseMessage::Release { holder } => {
+                if matches!(holder, LeaseHolder::Client(_)) {
+                    self.held.remove(&holder);
+                    let keep_ns = self.params.lease_ns.saturating_mul(RELEASED_KEEP_LEASES);
+                    self.released
+                        .retain(|_, at| now < at.saturating_add(keep_ns));
+                    while self.released.len() >= self.max_clients.max(1) {
+                        let oldest = self
+                            .released
+                            .iter()
+                            .min_by_key(|(h, at)| (**at, **h))
+                            .map(|(h, _)| *h);
+                        match oldest {
+                            Some(h) => self.released.remove(&h),
+                            None => break,
+                        };
+                    }
+                    self.released.insert(holder, now);
+                }
                 None
             }
             LeaseMessage::Grant { .. } => None,
@@ -502,6 +566,14 @@ impl LeaseManager {
                 assert!(self.members.contains(n), "lease kept for non-member {n}");
             }
         }
+        assert!(
+            self.clients() <= self.max_clients,
+            "client leases past limits.max_client_leases"
+        );
+        assert!(
+            self.released.len() <= self.max_clients.max(1),
+            "released clients unbounded"
+        );
     }
 }
 
@@ -657,5 +729,48 @@ mod tests {
         cm2.set_config(3 * MS, ConfigId(3), &[NodeId(2)]);
         assert!(cm2.suspects(100 * MS).is_empty());
         cm2.check_invariants();
+    }
+
+    /// Clients hold leases too: the CM tracks one from its first request
+    /// and suspects it a lease after its last; a released client is not
+    /// suspected, and its request that arrives after the release (sent
+    /// before it; found by the simulator, seed 64) starts nothing.
+    #[test]
+    fn a_silent_client_is_suspected_and_a_released_one_is_not() {
+        let p = params();
+        let members = [NodeId(0), NodeId(1)];
+        let mut cm = LeaseManager::new(p, ConfigId(1), NodeId(0), &members, 0).with_max_clients(2);
+        let req = |c: u64, seq: u64| LeaseMessage::Request {
+            config: ConfigId(1),
+            holder: LeaseHolder::Client(c),
+            seq,
+        };
+        assert!(cm.on_message(MS, &req(7, 1)).is_some());
+        assert!(cm.on_message(MS, &req(8, 1)).is_some());
+        // Past the bound: not tracked, not granted.
+        assert!(cm.on_message(MS, &req(9, 1)).is_none());
+        assert_eq!(cm.clients(), 2);
+        cm.on_message(
+            2 * MS,
+            &LeaseMessage::Release {
+                holder: LeaseHolder::Client(8),
+            },
+        );
+        assert!(cm.on_message(3 * MS, &req(8, 2)).is_none());
+        cm.on_message(
+            11 * MS,
+            &LeaseMessage::GrantAck {
+                config: ConfigId(1),
+                holder: LeaseHolder::Node(NodeId(1)),
+                seq: 0,
+            },
+        );
+        let clients: Vec<_> = cm
+            .suspects(11 * MS)
+            .into_iter()
+            .filter(|h| matches!(h, LeaseHolder::Client(_)))
+            .collect();
+        assert_eq!(clients, vec![LeaseHolder::Client(7)]);
+        cm.check_invariants();
     }
 }

@@ -167,6 +167,10 @@ pub enum RestoreError {
 pub enum NodeEvent {
     /// This node suspected the members (or the CM) listed.
     Suspect(Vec<NodeId>),
+    /// The CM suspected a client (by coordinator id): its lease expired
+    /// without a release, so its transactions are recovered by the next
+    /// configuration.
+    ClientSuspect(u64),
     /// This node won the configuration CAS for `ConfigId`.
     ConfigCas(ConfigId),
     /// This node applied configuration `ConfigId`.
@@ -175,6 +179,10 @@ pub enum NodeEvent {
     Committed(ConfigId),
     /// This node was removed from the configuration.
     Removed(ConfigId),
+    /// A would-be CM found a region of `ConfigId` with no complete replica
+    /// left among the live members (more than f failures): the cluster
+    /// cannot reconfigure past it.
+    RegionLost(ConfigId, String),
     /// Every region this node is primary of has finished lock recovery.
     RegionsActive(ConfigId),
     /// Data recovery filled every new replica at this node.
@@ -276,6 +284,10 @@ pub struct NodeProcess {
     cas: CasClient,
     /// The last suspicion reported, and when (events are rate-limited).
     last_suspect: Option<(Vec<NodeId>, u64)>,
+    /// A client's lease expired: the CM renews the configuration (same
+    /// members and placement, next id) as soon as no reconfiguration runs,
+    /// so that recovery ends the client's transactions (FaRM §5.3).
+    clients_to_recover: bool,
     /// Disk durability: the last log sequence number handed out, records
     /// since the last checkpoint, node-level records not yet drained, and
     /// the clock master offset last logged.
@@ -311,13 +323,10 @@ impl NodeProcess {
         }
         let lease_params = LeaseParams::new(config.lease.lease_ms, config.clock.drift_ppm);
         let lease = if config.cm() == id {
-            LeaseRole::Cm(LeaseManager::new(
-                lease_params,
-                config.id(),
-                id,
-                &config.members(),
-                0,
-            ))
+            LeaseRole::Cm(
+                LeaseManager::new(lease_params, config.id(), id, &config.members(), 0)
+                    .with_max_clients(config.limits.max_client_leases),
+            )
         } else {
             LeaseRole::Member(LeaseClient::new(
                 lease_params,
@@ -350,6 +359,7 @@ impl NodeProcess {
             service,
             cas: CasClient::new(&config, id),
             last_suspect: None,
+            clients_to_recover: false,
             id,
             standing: Standing::Member,
             lease_params,
@@ -644,13 +654,16 @@ impl NodeProcess {
                 0
             };
         self.lease = if c.cm() == self.id {
-            LeaseRole::Cm(LeaseManager::new(
-                self.lease_params,
-                c.id(),
-                self.id,
-                &c.members(),
-                now.saturating_add(grace_ns),
-            ))
+            LeaseRole::Cm(
+                LeaseManager::new(
+                    self.lease_params,
+                    c.id(),
+                    self.id,
+                    &c.members(),
+                    now.saturating_add(grace_ns),
+                )
+                .with_max_clients(c.limits.max_client_leases),
+            )
         } else {
             LeaseRole::Member(
                 LeaseClient::new(
@@ -849,13 +862,27 @@ impl NodeProcess {
     }
 
     fn on_lease(&mut self, now: u64, from: Peer, m: LeaseMessage) {
+        if let LeaseMessage::Request {
+            holder: LeaseHolder::Client(_),
+            ..
+        }
+        | LeaseMessage::GrantAck {
+            holder: LeaseHolder::Client(_),
+            ..
+        }
+        | LeaseMessage::Release {
+            holder: LeaseHolder::Client(_),
+        } = &m
+        {
+            return self.on_client_lease(now, from, &m);
+        }
         let claimed = match &m {
-            LeaseMessage::Request { holder, .. } | LeaseMessage::GrantAck { holder, .. } => {
-                match holder {
-                    LeaseHolder::Node(n) => Some(*n),
-                    LeaseHolder::Client(_) => None,
-                }
-            }
+            LeaseMessage::Request { holder, .. }
+            | LeaseMessage::GrantAck { holder, .. }
+            | LeaseMessage::Release { holder } => match holder {
+                LeaseHolder::Node(n) => Some(*n),
+                LeaseHolder::Client(_) => None,
+            },
             LeaseMessage::Grant { .. } => match &self.lease {
                 LeaseRole::Member(c) => Some(c.cm()),
                 LeaseRole::Cm(_) => None,
@@ -878,6 +905,29 @@ impl NodeProcess {
         };
         if let Some(r) = reply {
             self.send_oneway(from, Request::Lease(r));
+        }
+    }
+
+    /// A client's lease message (FaRM §5.1; clients are coordinators). Only
+    /// the CM, while a member, tracks client leases; the grant goes back on
+    /// the connection the request came on. Elsewhere it is dropped: a client
+    /// that hears no grant for a lease refreshes its configuration.
+    fn on_client_lease(&mut self, now: u64, from: Peer, m: &LeaseMessage) {
+        if self.standing != Standing::Member {
+            return;
+        }
+        let LeaseRole::Cm(mgr) = &mut self.lease else {
+            return;
+        };
+        if let Some(reply) = mgr.on_message(now, m) {
+            self.send(
+                from,
+                Frame::OneWay {
+                    config: self.config.id(),
+                    truncate: Default::default(),
+                    req: Request::Lease(reply),
+                },
+            );
         }
     }
 
@@ -1048,6 +1098,10 @@ impl NodeProcess {
                     ReconfigOutput::Applied { config, cm_changed } => {
                         self.apply_config(now, *config, cm_changed)
                     }
+                    ReconfigOutput::RegionLost { config, detail } => {
+                        self.effects
+                            .push(NodeEffect::Event(NodeEvent::RegionLost(config, detail)));
+                    }
                     ReconfigOutput::Removed { config } => {
                         // Whatever it holds is stale now (a restored CM
                         // whose cluster went on, or a removed member).
@@ -1096,13 +1150,10 @@ impl NodeProcess {
             match &mut self.lease {
                 LeaseRole::Cm(m) => m.set_config(now, config.id(), &members),
                 LeaseRole::Member(_) => {
-                    self.lease = LeaseRole::Cm(LeaseManager::new(
-                        self.lease_params,
-                        config.id(),
-                        self.id,
-                        &members,
-                        now,
-                    ))
+                    self.lease = LeaseRole::Cm(
+                        LeaseManager::new(self.lease_params, config.id(), self.id, &members, now)
+                            .with_max_clients(config.limits.max_client_leases),
+                    )
                 }
             }
         } else {
@@ -1476,20 +1527,40 @@ impl NodeProcess {
                 if let Some(m) = c.tick(now) {
                     self.send_oneway(cm, Request::Lease(m));
                 }
-                if suspected && self.reconfig.may_start() {
+                if suspected && self.reconfig.may_suspect_cm() {
                     self.note_suspect(now, vec![cm]);
                     self.reconfig.suspect_cm(now);
                 }
             }
             LeaseRole::Cm(m) => {
-                let suspects: Vec<NodeId> = m
-                    .suspects(now)
-                    .into_iter()
-                    .filter_map(|h| match h {
-                        LeaseHolder::Node(n) => Some(n),
-                        LeaseHolder::Client(_) => None,
-                    })
-                    .collect();
+                let mut suspects = Vec::new();
+                for h in m.suspects(now) {
+                    match h {
+                        LeaseHolder::Node(n) => suspects.push(n),
+                        LeaseHolder::Client(c) => {
+                            // A dead client's locks and undecided commits:
+                            // the next configuration recovers every
+                            // transaction of an older one (FaRM §5.3), its
+                            // included, and refuses its late requests.
+                            m.remove(h);
+                            self.clients_to_recover = true;
+                            self.effects
+                                .push(NodeEffect::Event(NodeEvent::ClientSuspect(c)));
+                        }
+                    }
+                }
+                if self.clients_to_recover
+                    && suspects.is_empty()
+                    && self.reconfig.may_start()
+                    && self.reconfig.config().id() == self.config.id()
+                    && self.config.cm() == self.id
+                {
+                    self.clients_to_recover = false;
+                    let next = self.config.renewed();
+                    self.reconfig.propose(now, next);
+                    self.after_engines(now);
+                    return;
+                }
                 if !suspects.is_empty() {
                     if self.reconfig.reconfiguring() {
                         self.reconfig.abandon_unacked(now, &suspects);

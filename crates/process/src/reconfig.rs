@@ -110,6 +110,16 @@ pub enum ReconfigOutput {
         /// The configuration that removed it.
         config: ConfigId,
     },
+    /// A region lost every complete replica: no configuration can follow
+    /// `config` (FaRM §5.2: "signals an error"; in memory mode the data is
+    /// gone). Reported once per configuration; attempts go on in case a
+    /// member was only slow.
+    RegionLost {
+        /// The configuration that cannot be replaced.
+        config: ConfigId,
+        /// Which region, and its replicas.
+        detail: String,
+    },
     /// Step 7: the applied configuration is committed; unblock, set the
     /// clock to at least `clock_ff_ns`, start transaction recovery.
     Committed {
@@ -168,6 +178,8 @@ pub struct Reconfig {
     /// for its commit (`pending_commit`).
     config: Configuration,
     pending_commit: bool,
+    /// The configuration a lost region was last reported for.
+    lost_reported: Option<ConfigId>,
     /// A newer configuration the coordination service returned when our
     /// CAS lost, whose NEW-CONFIG never came (its CM may have died right
     /// after its CAS): the next attempt remaps from it.
@@ -186,6 +198,7 @@ impl Reconfig {
             params,
             config,
             pending_commit: false,
+            lost_reported: None,
             service_config: None,
             removed: false,
             state: State::Member,
@@ -252,6 +265,15 @@ impl Reconfig {
     /// True when an attempt could start now (not deferred, not running).
     pub fn may_start(&self) -> bool {
         !self.removed && !self.pending_commit && matches!(self.state, State::Member)
+    }
+
+    /// True when this member may suspect its CM (FaRM §5.2 step 1): as
+    /// [`Reconfig::may_start`], but also while it waits for the commit of
+    /// a configuration it applied — a CM that dies between NEW-CONFIG and
+    /// NEW-CONFIG-COMMIT is replaced like any other (found by the swarm:
+    /// seeds 40 and 76 stayed blocked forever).
+    pub fn may_suspect_cm(&self) -> bool {
+        !self.removed && matches!(self.state, State::Member)
     }
 
     /// Take the outputs produced so far, in order.
@@ -388,9 +410,16 @@ impl Reconfig {
                     probe_end_ns: now,
                 };
             }
-            Err(_) => {
+            Err(e) => {
                 // A region lost every replica: nothing this node can do
                 // but keep its configuration (FaRM: "signals an error").
+                if self.lost_reported != Some(base.id()) {
+                    self.lost_reported = Some(base.id());
+                    self.out.push(ReconfigOutput::RegionLost {
+                        config: base.id(),
+                        detail: e.to_string(),
+                    });
+                }
                 self.state = State::Deferred {
                     until_ns: now.saturating_add(self.params.lease.lease_ns),
                 };
@@ -932,6 +961,9 @@ mod tests {
                     ReconfigOutput::Removed { config } => {
                         self.log.push(format!("{id} removed by {}", config.0))
                     }
+                    ReconfigOutput::RegionLost { config, detail } => self
+                        .log
+                        .push(format!("{id} lost a region of {}: {detail}", config.0)),
                     ReconfigOutput::Committed {
                         config,
                         clock_ff_ns,
@@ -1013,6 +1045,37 @@ mod tests {
         );
         // Members commit only after the CM did, and nobody disabled clocks.
         assert!(net.log.iter().all(|l| !l.contains("changed true")));
+    }
+
+    /// Seeds 40 and 76: the CM died between NEW-CONFIG and
+    /// NEW-CONFIG-COMMIT; members waiting for the commit never suspected it
+    /// and the cluster stayed blocked. A member waiting for a commit may
+    /// suspect its CM, and the next configuration follows the applied one.
+    #[test]
+    fn a_cm_dying_before_its_commit_is_replaced() {
+        let mut net = Net::new(5);
+        net.dead.insert(NodeId(3));
+        net.expiry_ns = 20 * MS;
+        net.nodes
+            .get_mut(&NodeId(0))
+            .unwrap()
+            .suspect_members(MS, &[NodeId(3)]);
+        net.collect(NodeId(0));
+        net.run_ms(5);
+        // Everyone applied configuration 2; the CM waits for node 3's lease.
+        for id in [1, 2, 4] {
+            assert_eq!(net.committed(id), (2, 0, true), "{:?}", net.log);
+            let r = &net.nodes[&NodeId(id)];
+            assert!(!r.may_start() && r.may_suspect_cm());
+        }
+        net.dead.insert(NodeId(0));
+        net.nodes.get_mut(&NodeId(1)).unwrap().suspect_cm(net.now);
+        net.collect(NodeId(1));
+        net.run_ms(40);
+        for id in [1, 2, 4] {
+            assert_eq!(net.committed(id), (3, 1, false), "{:?}", net.log);
+        }
+        assert!(!net.store.is_member(NodeId(0)) && !net.store.is_member(NodeId(3)));
     }
 
     #[test]

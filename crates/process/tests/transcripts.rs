@@ -9,7 +9,8 @@
 //!   Validate, CommitBackup, CommitPrimary, Abort, Truncate, reads, typed
 //!   rejections of bad input).
 //! - `cm.txt`: the CM role of a [`NodeProcess`] (client registration,
-//!   clock master, node clock sync).
+//!   clock master, node clock sync, client leases and the configuration
+//!   renewal that recovers a dead client's transactions).
 //! - `thin.txt`: a thin client's `Execute` on a node's embedded
 //!   coordinator (a `ClientProcess` inside the `NodeProcess`), with the
 //!   frames between nodes delivered by the `deliver` command.
@@ -25,8 +26,8 @@ use meridian_time::{ClockSync, SyncSample};
 use meridian_txn::TxnOptions;
 use meridian_wire::{
     AdminRequest, ClientOp, ClockRequest, ClockResponse, CmRequest, CmResponse, ConfigId, Conflict,
-    Frame, KeyRange, LockRecord, NodeId, Request, Response, ThinRequest, Timestamp, Truncation,
-    TxId, TxnRequest, TxnResponse, Versioned, WriteOp,
+    Frame, KeyRange, LeaseHolder, LeaseMessage, LockRecord, NodeId, Request, Response, ThinRequest,
+    Timestamp, Truncation, TxId, TxnRequest, TxnResponse, Versioned, WriteOp,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write;
@@ -359,6 +360,27 @@ fn node_transcript(file: &str) {
             "truncate" => Request::Txn(TxnRequest::Truncate {
                 txs: vec![tx(a.num("tx"))],
             }),
+            // A client's lease request (or release) on connection 1.
+            "client-lease" | "client-release" => {
+                let holder = LeaseHolder::Client(a.num("holder"));
+                let m = if cmd == "client-lease" {
+                    LeaseMessage::Request {
+                        config: ConfigId(1),
+                        holder,
+                        seq: a.num("seq"),
+                    }
+                } else {
+                    LeaseMessage::Release { holder }
+                };
+                let frame = Frame::OneWay {
+                    config: ConfigId(1),
+                    truncate: Default::default(),
+                    req: Request::Lease(m),
+                };
+                nodes[n].on_message(now, from, frame);
+                nodes[n].check_invariants();
+                return node_effects(&mut nodes[n], &mut net);
+            }
             "tick" => {
                 nodes[n].tick(now);
                 return node_effects(&mut nodes[n], &mut net);

@@ -385,6 +385,12 @@ pub struct SimReport {
     pub crashes: u64,
     /// True when the time limit ended the run before every client finished.
     pub timed_out: bool,
+    /// A region lost every complete replica (more than f failures at once,
+    /// beyond the fault model): liveness is not expected after it.
+    pub region_lost: bool,
+    /// When timed out: what each unfinished client and each busy node was
+    /// waiting for, one line each (to read a liveness failure).
+    pub stuck: Vec<String>,
     /// Simulated time at the end, ns.
     pub end_ns: u64,
     /// Mean uncertainty of the timestamps taken, ns (live clients).
@@ -1343,7 +1349,52 @@ impl Sim {
                 break;
             }
         }
-        self.finish(timed_out)
+        let stuck = if timed_out {
+            self.describe_stuck()
+        } else {
+            Vec::new()
+        };
+        let mut report = self.finish(timed_out);
+        report.stuck = stuck;
+        report
+    }
+
+    /// One line per unfinished client and per node whose embedded
+    /// coordinator is not quiet or that is reconfiguring or recovering.
+    fn describe_stuck(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, c) in self.clients.iter().enumerate() {
+            if c.finished {
+                continue;
+            }
+            let detail = match &c.core {
+                Some(core) => core.with(|p, _| p.describe_pending()),
+                None => "crashed, not restarted".to_string(),
+            };
+            out.push(format!("client {i} (inc {}): {detail}", c.inc));
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            match &n.process {
+                Some(p) => {
+                    if !p.gateway().is_quiet() || p.recovering() || !p.is_member() {
+                        out.push(format!(
+                            "node {i} (inc {}): member {} config {} recovering {} gateway {}",
+                            n.inc,
+                            p.is_member(),
+                            p.config().id().0,
+                            p.recovering(),
+                            p.gateway().describe_pending()
+                        ));
+                    }
+                }
+                None => out.push(format!("node {i}: down")),
+            }
+        }
+        let events = &self.node_events;
+        for (t, n, e) in &events[events.len().saturating_sub(12)..] {
+            out.push(format!("event t={:.3} ms node {n}: {e:?}", *t as f64 / 1e6));
+        }
+        out
     }
 
     fn step(&mut self, ev: Event) {
@@ -1560,6 +1611,9 @@ impl Sim {
                             let mut w = lock(&self.world);
                             w.oracle_until_ns = w.oracle_until_ns.min(now);
                         }
+                    }
+                    if self.trace {
+                        eprintln!("t={now} node {n} event {ev:?}");
                     }
                     self.node_events.push((now, n, ev));
                 }
@@ -1785,6 +1839,11 @@ impl Sim {
             dropped: self.dropped,
             crashes: self.crashes,
             timed_out,
+            stuck: Vec::new(),
+            region_lost: self
+                .node_events
+                .iter()
+                .any(|(_, _, e)| matches!(e, NodeEvent::RegionLost(..))),
             end_ns: now,
             mean_uncertainty_ns: (self.uncertainty.0 / self.uncertainty.1.max(1) as u128) as u64,
             thin_committed,

@@ -5,6 +5,7 @@
 //! `MERIDIAN_SIM_SEED=s` to replay one. The 10,000-seed swarm run is
 //! `meridian sim --workload swarm --seeds 10000`.
 
+use meridian_process::node::NodeEvent;
 use meridian_sim::{run_and_check, Faults, Sim, SimConfig};
 
 fn seeds(default: u64) -> Vec<u64> {
@@ -82,17 +83,18 @@ fn swarm_seeds_pass_the_checker() {
         }
         let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
         // Liveness after healing: every transient fault heals, a client
-        // that gives up releases its locks (review finding 2), and node
+        // that gives up releases its locks (review finding 2), node
         // crashes are survived by reconfiguration, recovery and rejoining
-        // (FaRM §5), so every client finishes. Not yet for client crashes
-        // (client leases are not built) nor for partitions and pauses,
-        // which now remove nodes that do not always get back in (issue 6,
-        // open: a liveness regression, e.g. seed 6), nor yet with message
-        // loss (seed 192 stays stuck after a node crash).
+        // (FaRM §5), and a crashed client's lease expires and the
+        // configuration renewal recovers its transactions, so every client
+        // finishes — unless more than f replicas of a region failed
+        // (beyond the fault model). Not yet for partitions and pauses,
+        // which remove nodes that do not always get back in (issue 6,
+        // open), nor yet with message loss.
         let f = r.faults;
         let lossy_net =
             f.loss_permille > 0 || f.duplicate_permille > 0 || f.long_delay_permille > 0;
-        if !f.client_crashes
+        if !r.region_lost
             && !STUCK_KNOWN.contains(&seed)
             && !f.partitions
             && !f.one_way_partitions
@@ -207,6 +209,56 @@ fn regression_seeds_pass_the_checker() {
         }
         run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// Liveness regressions (issue 6): these seeds stayed stuck and must
+/// finish.
+/// - 76 (duplicates, node and client crashes): the CM died between
+///   NEW-CONFIG and NEW-CONFIG-COMMIT; the members waiting for the commit
+///   never suspected it, and every region stayed blocked.
+#[test]
+fn liveness_regression_seeds_finish() {
+    for seed in [76] {
+        let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            !r.timed_out,
+            "seed {seed} ({}): stuck:\n{}",
+            r.faults.describe(),
+            r.stuck.join("\n")
+        );
+    }
+}
+
+/// Client leases (FaRM §5.1, issue 6 must-show 3): clients crash in the
+/// middle of commits, holding locks. Each crashed client's lease expires at
+/// the CM, which renews the configuration; recovery decides the client's
+/// transactions the same way everywhere (the checker sees all or nothing)
+/// and releases their locks, so the surviving clients finish. Without the
+/// client lease the locks stay held and the run hits the time limit.
+#[test]
+fn a_crashed_clients_locks_are_released_and_its_commits_decided() {
+    let (mut renewals, mut crashes) = (0, 0);
+    for seed in seeds(12) {
+        let mut cfg = SimConfig::bank(seed);
+        cfg.faults = Faults {
+            client_crashes: true,
+            ..Faults::none()
+        };
+        let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            !r.timed_out,
+            "seed {seed}: stuck after client crashes:\n{}",
+            r.stuck.join("\n")
+        );
+        crashes += r.crashes;
+        renewals += r
+            .node_events
+            .iter()
+            .filter(|(_, _, e)| matches!(e, NodeEvent::ClientSuspect(_)))
+            .count();
+    }
+    assert!(crashes > 0, "no client crashed");
+    assert!(renewals > 0, "no client lease ever expired");
 }
 
 /// Each fault alone, so a failure points at one fault.

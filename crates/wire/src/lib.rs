@@ -765,6 +765,12 @@ pub enum LeaseMessage {
         /// The grant being acknowledged.
         seq: u64,
     },
+    /// Client → CM: the client closed cleanly (no transaction of its
+    /// remains undecided), so the end of its requests is not a failure.
+    Release {
+        /// Who leaves.
+        holder: LeaseHolder,
+    },
 }
 
 /// The transaction protocol's requests (FaRM Table 2; FaRMv2 Algorithm 2).
