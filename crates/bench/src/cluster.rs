@@ -519,6 +519,11 @@ impl LocalCluster {
         })
     }
 
+    /// The configuration the cluster was started with.
+    pub fn config(&self) -> &Configuration {
+        &self.config
+    }
+
     /// The CM's address.
     pub fn cm_addr(&self) -> String {
         self.config
