@@ -734,6 +734,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                     "null RPC: {per_s:.0} round trips/s with {} sessions",
                     opts.clients
                 );
+                client.close().await;
                 return Ok(None);
             }
             BenchCmd::Bank { accounts, edn, .. } => {
@@ -834,6 +835,9 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             result.rpc_baseline_per_s = Some(per_s);
             result.ratio_to_rpc = Some(result.committed_per_s / per_s);
         }
+        // Release the client's lease: otherwise the CM suspects this
+        // process a lease after it exits and renews the configuration.
+        client.close().await;
         Ok::<_, String>(Some(result))
     })?;
     let mut result = result;

@@ -436,7 +436,10 @@ impl Client {
     }
 
     /// Stop taking transactions and flush every queued TRUNCATE; returns once
-    /// they are acknowledged (or given up after `rpc_attempts`).
+    /// they are acknowledged (or given up after `rpc_attempts`). Then the
+    /// client's lease is released (FaRM §5.1), so the CM does not suspect
+    /// it; a client that stops without closing is suspected a lease later
+    /// and the configuration is renewed to recover its transactions.
     pub async fn close(&self) {
         self.core().call(|p, now, c| p.close(now, c)).await;
         self.owner.closed.store(true, Ordering::Release);
