@@ -482,20 +482,19 @@ impl LocalCluster {
         })
     }
 
-    /// Start `nodes` nodes in `dir` with the lease set to `lease_ms`.
+    /// Start `nodes` nodes in `dir` from this binary, with `tune` applied
+    /// to the configuration (the bench's `--lease-ms`, `--durability`).
     ///
-    /// Errors: as [`start`].
-    pub fn start_with_lease(
+    /// Errors: as [`start_tuned`].
+    pub fn start_tuned(
         dir: &Path,
         nodes: u32,
         replication: usize,
         regions: u32,
-        lease_ms: u64,
+        tune: impl FnOnce(&mut Configuration),
     ) -> Result<Self, ClusterError> {
         let exe = std::env::current_exe().map_err(io("finding the meridian binary"))?;
-        let config = start_tuned(dir, &exe, nodes, replication, regions, None, |c| {
-            c.lease.lease_ms = lease_ms
-        })?;
+        let config = start_tuned(dir, &exe, nodes, replication, regions, None, tune)?;
         Ok(LocalCluster {
             dir: dir.to_path_buf(),
             config,

@@ -236,6 +236,21 @@ struct BenchOpts {
     /// added), with the nodes' reconfiguration milestones as markers.
     #[arg(long)]
     timeline: Option<PathBuf>,
+    /// The local cluster's durability (default: `[durability] mode`,
+    /// disk): `memory` is FaRM's non-volatile DRAM assumption, for the
+    /// disk/memory ratio and failover runs that measure the protocol
+    /// rather than fsync.
+    #[arg(long, value_enum)]
+    durability: Option<DurabilityArg>,
+}
+
+/// `--durability` for a local bench cluster.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum DurabilityArg {
+    /// In memory (FaRM's non-volatile DRAM assumption).
+    Memory,
+    /// Write-ahead log with group-commit fsync, and checkpoints.
+    Disk,
 }
 
 #[derive(Subcommand)]
@@ -653,17 +668,22 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 opts.nodes,
                 opts.dir.display()
             );
+            let (lease_ms, durability) = (opts.lease_ms, opts.durability);
             Some(
-                match opts.lease_ms {
-                    Some(l) => cluster::LocalCluster::start_with_lease(
-                        &opts.dir,
-                        opts.nodes,
-                        replication,
-                        12,
-                        l,
-                    ),
-                    None => cluster::LocalCluster::start(&opts.dir, opts.nodes, replication, 12),
-                }
+                cluster::LocalCluster::start_tuned(&opts.dir, opts.nodes, replication, 12, |c| {
+                    if let Some(l) = lease_ms {
+                        c.lease.lease_ms = l;
+                    }
+                    match durability {
+                        Some(DurabilityArg::Memory) => {
+                            c.durability.mode = meridian_config::DurabilityMode::Memory
+                        }
+                        Some(DurabilityArg::Disk) => {
+                            c.durability.mode = meridian_config::DurabilityMode::Disk
+                        }
+                        None => {}
+                    }
+                })
                 .map_err(|e| e.to_string())?,
             )
         }
