@@ -55,6 +55,24 @@ fn meridian(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Read every key of `keys` in one transaction (retried by `Session::run`).
+async fn read_all(
+    s: &mut meridian_client::Session,
+    keys: &[Vec<u8>],
+) -> Result<Vec<Option<Vec<u8>>>, meridian_client::TxnError> {
+    s.run(meridian_client::TxnOptions::default(), |tx| {
+        let keys = keys.to_vec();
+        Box::pin(async move {
+            let mut rows = Vec::new();
+            for k in keys {
+                rows.push(tx.get(&k).await?);
+            }
+            Ok(rows)
+        })
+    })
+    .await
+}
+
 #[test]
 fn cli_one_shot_operations_status_and_bad_input() {
     let _one = one_cluster();
@@ -394,20 +412,8 @@ fn kill_9_of_every_node_then_a_restart_from_disk_loses_no_acknowledged_commit() 
             let keys: Vec<Vec<u8>> = (0..cfg.accounts)
                 .map(meridian_workload::bank::account_key)
                 .collect();
-            let r = s
-                .run(meridian_client::TxnOptions::default(), |tx| {
-                    let keys = keys.clone();
-                    Box::pin(async move {
-                        let mut rows = Vec::new();
-                        for k in keys {
-                            rows.push((k.clone(), tx.get(&k).await?));
-                        }
-                        Ok(rows)
-                    })
-                })
-                .await;
-            match r {
-                Ok(rows) => break rows,
+            match read_all(&mut s, &keys).await {
+                Ok(rows) => break keys.into_iter().zip(rows).collect::<Vec<_>>(),
                 Err(e) if std::time::Instant::now() < deadline => {
                     eprintln!("not serving yet: {e}");
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -490,20 +496,8 @@ fn kill_9_of_a_client_mid_commit_releases_its_locks_and_decides_its_commits() {
         // Wait for the child's accounts, then let its transfers run.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            let keys = keys.clone();
-            let found = s
-                .run(meridian_client::TxnOptions::default(), |tx| {
-                    let keys = keys.clone();
-                    Box::pin(async move {
-                        let mut n = 0;
-                        for k in keys {
-                            n += usize::from(tx.get(&k).await?.is_some());
-                        }
-                        Ok(n)
-                    })
-                })
-                .await;
-            if found.is_ok_and(|n| n == keys.len()) {
+            let found = read_all(&mut s, &keys).await;
+            if found.is_ok_and(|rows| rows.iter().all(Option::is_some)) {
                 break;
             }
             assert!(
@@ -547,21 +541,15 @@ fn kill_9_of_a_client_mid_commit_releases_its_locks_and_decides_its_commits() {
             blocked += u32::from(attempts.load(std::sync::atomic::Ordering::SeqCst) > 1);
         }
         let release_ms = killed.elapsed().as_secs_f64() * 1e3;
-        let keys2 = keys.clone();
-        let total: i64 = s
-            .run(meridian_client::TxnOptions::default(), |tx| {
-                let keys = keys2.clone();
-                Box::pin(async move {
-                    let mut total = 0;
-                    for k in keys {
-                        let v = tx.get(&k).await?.expect("account exists");
-                        total += meridian_workload::bank::balance(&v).expect("a balance");
-                    }
-                    Ok(total)
-                })
-            })
+        let total: i64 = read_all(&mut s, &keys)
             .await
-            .expect("audit");
+            .expect("audit")
+            .iter()
+            .map(|v| {
+                let v = v.as_ref().expect("account exists");
+                meridian_workload::bank::balance(v).expect("a balance")
+            })
+            .sum();
         (release_ms, blocked, total, killed_ns)
     });
     // The milestones after the kill, from the nodes' events (same

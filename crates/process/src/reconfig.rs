@@ -1027,6 +1027,16 @@ mod tests {
             }
         }
 
+        /// Kill `dead` and let the CM (node 0) suspect it at 1 ms.
+        fn cm_suspects(&mut self, dead: u32) {
+            self.dead.insert(NodeId(dead));
+            self.nodes
+                .get_mut(&NodeId(0))
+                .unwrap()
+                .suspect_members(MS, &[NodeId(dead)]);
+            self.collect(NodeId(0));
+        }
+
         fn committed(&self, id: u32) -> (u64, u32, bool) {
             let r = &self.nodes[&NodeId(id)];
             (r.config().id().0, r.config().cm().0, r.reconfiguring())
@@ -1036,13 +1046,8 @@ mod tests {
     #[test]
     fn the_cm_removes_a_failed_member_after_its_lease_surely_expired() {
         let mut net = Net::new(5);
-        net.dead.insert(NodeId(3));
         net.expiry_ns = 20 * MS;
-        net.nodes
-            .get_mut(&NodeId(0))
-            .unwrap()
-            .suspect_members(MS, &[NodeId(3)]);
-        net.collect(NodeId(0));
+        net.cm_suspects(3);
         net.run_ms(40);
         for id in [0, 1, 2, 4] {
             assert_eq!(net.committed(id), (2, 0, false), "{:?}", net.log);
@@ -1080,12 +1085,7 @@ mod tests {
                 net.nodes.get_mut(&NodeId(1)).unwrap().suspect_cm(MS);
                 net.collect(NodeId(1));
             } else {
-                net.dead.insert(NodeId(3));
-                net.nodes
-                    .get_mut(&NodeId(0))
-                    .unwrap()
-                    .suspect_members(MS, &[NodeId(3)]);
-                net.collect(NodeId(0));
+                net.cm_suspects(3);
             }
             net.run_ms(60);
             let line = net
@@ -1106,6 +1106,57 @@ mod tests {
         assert!(commit_at(true) >= 30, "a new CM must outwait the old one's");
     }
 
+    /// More than f failures: a region whose only complete replica died
+    /// (its backups still filling) cannot be remapped. The would-be CM keeps
+    /// its configuration and reports `RegionLost` once, however often it
+    /// retries (the simulator counts such runs as beyond the fault model).
+    #[test]
+    fn a_region_without_a_complete_replica_is_reported_lost_once() {
+        let mut net = Net::new(5);
+        let mut cfg = net.store.clone();
+        let mut placement = cfg.regions();
+        for r in &mut placement {
+            r.filling = r.backups.clone();
+        }
+        let victim = placement
+            .iter()
+            .map(|r| r.primary)
+            .find(|p| *p != NodeId(0))
+            .expect("a region with a primary other than the CM");
+        cfg.placement = placement;
+        for (m, r) in net.nodes.iter_mut() {
+            *r = Reconfig::new(*m, params(), cfg.clone());
+        }
+        net.store = cfg;
+        net.cm_suspects(victim.0);
+        // The CM's lease keeps suspecting the victim: retry after each
+        // deferral (one lease).
+        for _ in 0..3 {
+            net.run_ms(15);
+            let now = net.now;
+            net.nodes
+                .get_mut(&NodeId(0))
+                .unwrap()
+                .suspect_members(now, &[victim]);
+            net.collect(NodeId(0));
+        }
+        net.run_ms(15);
+        let attempts = net
+            .nodes
+            .get(&NodeId(0))
+            .map(|r| r.next_probe_seq)
+            .unwrap_or(0);
+        assert!(attempts >= 3, "the CM retried only {attempts} probe(s)");
+        let lost: Vec<&String> = net
+            .log
+            .iter()
+            .filter(|l| l.contains("lost a region"))
+            .collect();
+        assert_eq!(lost.len(), 1, "{:?}", net.log);
+        assert!(lost[0].starts_with("n0 lost a region of 1"), "{lost:?}");
+        assert_eq!(net.committed(0).0, 1, "no configuration may follow");
+    }
+
     /// Seeds 40 and 76: the CM died between NEW-CONFIG and
     /// NEW-CONFIG-COMMIT; members waiting for the commit never suspected it
     /// and the cluster stayed blocked. A member waiting for a commit may
@@ -1113,13 +1164,8 @@ mod tests {
     #[test]
     fn a_cm_dying_before_its_commit_is_replaced() {
         let mut net = Net::new(5);
-        net.dead.insert(NodeId(3));
         net.expiry_ns = 20 * MS;
-        net.nodes
-            .get_mut(&NodeId(0))
-            .unwrap()
-            .suspect_members(MS, &[NodeId(3)]);
-        net.collect(NodeId(0));
+        net.cm_suspects(3);
         net.run_ms(5);
         // Everyone applied configuration 2; the CM waits for node 3's lease.
         for id in [1, 2, 4] {
