@@ -76,10 +76,14 @@ struct Acc {
     aborts: u64,
     successful: u64,
     lat: BTreeMap<&'static str, Histogram<u64>>,
+    /// Completion time of every commit, monotonic ns (the failover
+    /// timeline's input; 8 bytes per commit).
+    commits_ns: Vec<u64>,
 }
 
 impl Acc {
     fn record(&mut self, kind: &'static str, us: u64) {
+        self.commits_ns.push(mono_ns());
         let h = self.lat.entry(kind).or_insert_with(hist);
         let _ = h.record(us.max(1));
     }
@@ -87,6 +91,7 @@ impl Acc {
         self.committed += o.committed;
         self.aborts += o.aborts;
         self.successful += o.successful;
+        self.commits_ns.extend(o.commits_ns);
         for (k, h) in o.lat {
             let e = self.lat.entry(k).or_insert_with(hist);
             let _ = e.add(h);
@@ -298,14 +303,22 @@ where
     (acc, el)
 }
 
+/// A closed-loop run: its figures and when each commit completed.
+pub struct Ran {
+    /// Throughput and latency figures.
+    pub result: BenchResult,
+    /// Completion time of every commit, monotonic ns (unordered).
+    pub commits_ns: Vec<u64>,
+    /// When the run started and ended, monotonic ns.
+    pub start_ns: u64,
+    /// See `start_ns`.
+    pub end_ns: u64,
+}
+
 /// Run the TATP mix for `secs` with `clients` sessions.
-pub async fn tatp(
-    client: &Client,
-    cfg: tatp::TatpConfig,
-    clients: usize,
-    secs: u64,
-) -> BenchResult {
-    let (acc, el) = closed_loop(
+pub async fn tatp(client: &Client, cfg: tatp::TatpConfig, clients: usize, secs: u64) -> Ran {
+    let start_ns = mono_ns();
+    let (mut acc, el) = closed_loop(
         client,
         "tatp",
         clients,
@@ -348,6 +361,15 @@ pub async fn tatp(
                                 break;
                             }
                         }
+                        Err(TxnError::ClockUnavailable) => {
+                            // The clock is disabled during a CM change
+                            // (FaRMv2 §4.3): retry in 1 ms, so the failover
+                            // timeline is not coarsened by the back-off.
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            if Instant::now() >= deadline {
+                                break;
+                            }
+                        }
                         Err(e) => {
                             tracing::error!("tatp: {e}");
                             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -361,10 +383,16 @@ pub async fn tatp(
     )
     .await;
     let successful = acc.successful;
+    let commits_ns = std::mem::take(&mut acc.commits_ns);
     let mut r = summarize("tatp", el, clients, acc, client);
     r.successful_per_s = Some(successful as f64 / el);
     r.extra.insert("subscribers".into(), cfg.subscribers as f64);
-    r
+    Ran {
+        result: r,
+        commits_ns,
+        start_ns,
+        end_ns: mono_ns(),
+    }
 }
 
 /// Run a YCSB workload for `secs` with `clients` sessions.
@@ -373,10 +401,11 @@ pub async fn ycsb(
     cfg: ycsb::YcsbConfig,
     clients: usize,
     secs: u64,
-) -> Result<BenchResult, String> {
+) -> Result<Ran, String> {
+    let start_ns = mono_ns();
     let generator = Arc::new(ycsb::YcsbGenerator::new(&cfg)?);
     let value_bytes = cfg.value_bytes;
-    let (acc, el) = closed_loop(
+    let (mut acc, el) = closed_loop(
         client,
         "ycsb",
         clients,
@@ -418,8 +447,15 @@ pub async fn ycsb(
                                     break;
                                 }
                             }
+                            Err(TxnError::ClockUnavailable) => {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                                if Instant::now() >= deadline {
+                                    break;
+                                }
+                            }
                             Err(e) => {
                                 tracing::error!("ycsb: {e}");
+                                tokio::time::sleep(Duration::from_millis(10)).await;
                                 break;
                             }
                         }
@@ -430,6 +466,7 @@ pub async fn ycsb(
         },
     )
     .await;
+    let commits_ns = std::mem::take(&mut acc.commits_ns);
     let mut r = summarize(
         &format!("ycsb-{}", cfg.workload.name()),
         el,
@@ -439,7 +476,12 @@ pub async fn ycsb(
     );
     r.extra.insert("theta".into(), cfg.theta);
     r.extra.insert("records".into(), cfg.records as f64);
-    Ok(r)
+    Ok(Ran {
+        result: r,
+        commits_ns,
+        start_ns,
+        end_ns: mono_ns(),
+    })
 }
 
 /// Outcome of the checked bank workload.
@@ -551,9 +593,27 @@ pub async fn bank(
                                 retry = Some(fresh);
                             }
                         }
-                        Err(e) => {
+                        Err(TxnError::ClockUnavailable) => {
+                            // Nothing began (the clock is disabled during a
+                            // CM change, or not synchronised yet): not a
+                            // transaction, so not recorded; wait a little.
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            continue;
+                        }
+                        Err(e @ TxnError::Indeterminate { .. }) => {
                             // Outcome unknown to the client: the checker decides.
                             tracing::error!("bank: {e}");
+                        }
+                        Err(e) => {
+                            // Any other failure came before the commit
+                            // decision and released the locks: the
+                            // transaction took no effect.
+                            tracing::warn!("bank: {e}");
+                            rec.outcome = Outcome::Aborted;
+                            if fresh.is_audit() {
+                                retry = Some(fresh);
+                            }
+                            tokio::time::sleep(Duration::from_millis(1)).await;
                         }
                     }
                     local.push(rec);

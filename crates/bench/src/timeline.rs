@@ -159,6 +159,31 @@ impl Timeline {
             .map(|m| m.t_ms)
     }
 
+    /// FaRMv2 §4.3's clock-disabled time after the fault, ms: per node,
+    /// from its first `ClockDisabled` marker at or after the fault to its
+    /// next `ClockEnabled`; the longest over the nodes. `None` if no clock
+    /// was disabled (the CM did not change) or none was enabled again.
+    pub fn clock_disabled_ms(&self) -> Option<f64> {
+        let fault = self.fault_ms.unwrap_or(0.0);
+        let mut off: std::collections::BTreeMap<u32, f64> = Default::default();
+        let mut longest: Option<f64> = None;
+        for m in self.markers.iter().filter(|m| m.t_ms >= fault) {
+            match m.event.as_str() {
+                "ClockDisabled" => {
+                    off.entry(m.node).or_insert(m.t_ms);
+                }
+                "ClockEnabled" => {
+                    if let Some(t) = off.get(&m.node) {
+                        let d = m.t_ms - t;
+                        longest = Some(longest.map_or(d, |l: f64| l.max(d)));
+                    }
+                }
+                _ => {}
+            }
+        }
+        longest
+    }
+
     /// Write as JSON.
     ///
     /// Errors: I/O.
@@ -231,6 +256,7 @@ impl Timeline {
             ("Committed", RGBColor(0, 140, 0)),
             ("RegionsActive", RGBColor(0, 150, 150)),
             ("DataRecovered", RGBColor(90, 90, 90)),
+            ("ClockEnabled", RGBColor(200, 0, 0)),
         ];
         for (kind, color) in palette {
             // The first occurrence of each kind after the fault (one line
@@ -282,5 +308,33 @@ mod tests {
         assert!((27.0..=30.0).contains(&r), "{r}");
         tl.fault_ms = None;
         assert_eq!(tl.recovery_ms(0.8, 50.0, 10.0), None);
+    }
+
+    fn marker(t_ms: f64, node: u32, event: &str) -> Marker {
+        Marker {
+            t_ms,
+            node,
+            event: event.into(),
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_clock_disabled_time_is_the_longest_per_node_span_after_the_fault() {
+        let mut tl = Timeline::from_commits(0, 100_000_000, []);
+        tl.fault_ms = Some(10.0);
+        tl.markers = vec![
+            // Before the fault: ignored.
+            marker(5.0, 1, "ClockDisabled"),
+            marker(20.0, 2, "ClockDisabled"),
+            marker(21.0, 3, "ClockDisabled"),
+            marker(24.0, 2, "ClockEnabled"),
+            marker(29.5, 3, "ClockEnabled"),
+            // Node 1 is enabled after the fault, but disabled before it.
+            marker(40.0, 1, "ClockEnabled"),
+        ];
+        assert_eq!(tl.clock_disabled_ms(), Some(8.5));
+        tl.markers.retain(|m| m.event != "ClockEnabled");
+        assert_eq!(tl.clock_disabled_ms(), None);
     }
 }

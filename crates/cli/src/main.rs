@@ -220,10 +220,10 @@ struct BenchOpts {
     /// Nodes of the local cluster (3-way replication, or fewer nodes).
     #[arg(long, default_value_t = 3)]
     nodes: u32,
-    /// `kill -9` these nodes (comma-separated ids) during the run (bank
-    /// only for now): FaRM Figure 9's experiment.
+    /// `kill -9` these nodes during the run (comma-separated node ids;
+    /// `cm` is the CM): FaRM Figure 9's experiment.
     #[arg(long, value_delimiter = ',')]
-    kill: Vec<u32>,
+    kill: Vec<String>,
     /// When to kill, seconds into the run (default: half the duration).
     #[arg(long)]
     kill_at: Option<f64>,
@@ -242,6 +242,15 @@ struct BenchOpts {
     /// rather than fsync.
     #[arg(long, value_enum)]
     durability: Option<DurabilityArg>,
+    /// Run the checked bank workload alongside (TATP, YCSB) with this
+    /// many sessions: its checker and audits show that no commit was lost
+    /// across a `--kill`.
+    #[arg(long, default_value_t = 0)]
+    bank_sessions: usize,
+    /// Write the bank history (`bench bank`, or `--bank-sessions`) as
+    /// Jepsen EDN here, for outside checkers.
+    #[arg(long)]
+    edn: Option<PathBuf>,
 }
 
 /// `--durability` for a local bench cluster.
@@ -292,9 +301,6 @@ enum BenchCmd {
         /// Accounts.
         #[arg(long, default_value_t = 64)]
         accounts: u32,
-        /// Write the history as Jepsen EDN here.
-        #[arg(long)]
-        edn: Option<PathBuf>,
     },
 }
 
@@ -343,14 +349,9 @@ fn count_events(dir: &std::path::Path) -> (u64, u64) {
     (suspicions, configs.len() as u64)
 }
 
-/// The bank run's 1 ms commit timeline, with the fault at `fault_ns`
-/// (monotonic; 0 = none) and the cluster's node milestones; written as
-/// JSON and PNG when `--timeline` is given.
-fn bank_timeline(
-    history: &meridian_checker::History,
-    opts: &BenchOpts,
-    fault_ns: u64,
-) -> Result<meridian_bench::timeline::Timeline, String> {
+/// The committed transactions' completion times of a bank history, and
+/// the history's first invocation and last completion, monotonic ns.
+fn bank_commits(history: &meridian_checker::History) -> (Vec<u64>, u64, u64) {
     use meridian_checker::Outcome;
     let committed: Vec<u64> = history
         .txns
@@ -365,10 +366,80 @@ fn bank_timeline(
         .map(|t| t.complete_ns)
         .max()
         .unwrap_or(start);
-    let mut tl = meridian_bench::timeline::Timeline::from_commits(start, end, committed);
-    if fault_ns > start {
-        tl.fault_ms = Some((fault_ns - start) as f64 / 1e6);
-        tl.fault = Some(format!("kill -9 of node(s) {:?}", opts.kill));
+    (committed, start, end)
+}
+
+/// A `--kill` run in progress: the task that kills the victims at
+/// `--kill-at` (it records the kill's monotonic time in `fault_ns`).
+type Killer = tokio::task::JoinHandle<Result<Vec<u32>, String>>;
+
+/// Start the `--kill` task, if any: node ids, with `cm` standing for the
+/// CM (`cm` here, the node the client registered with).
+///
+/// Errors: an entry that is neither a node id nor `cm`.
+fn start_killer(
+    opts: &BenchOpts,
+    cm: u32,
+    fault_ns: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> Result<Option<Killer>, String> {
+    if opts.kill.is_empty() {
+        return Ok(None);
+    }
+    let mut victims = Vec::new();
+    for v in &opts.kill {
+        let id = match v.as_str() {
+            "cm" => cm,
+            other => other
+                .parse()
+                .map_err(|_| format!("--kill: {other:?} is neither a node id nor `cm`"))?,
+        };
+        if !victims.contains(&id) {
+            victims.push(id);
+        }
+    }
+    let at = opts.kill_at.unwrap_or(opts.duration as f64 / 2.0);
+    let dir = opts.dir.clone();
+    Ok(Some(tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs_f64(at)).await;
+        fault_ns.store(
+            meridian_client::mono_ns(),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        cluster::kill_nodes(&dir, &victims).map_err(|e| e.to_string())
+    })))
+}
+
+/// Wait for the `--kill` task and report whom it killed.
+///
+/// Errors: the kill failed (no live process, or the signal failed).
+async fn finish_killer(killer: Option<Killer>) -> Result<(), String> {
+    if let Some(k) = killer {
+        let killed = k.await.map_err(|e| e.to_string())??;
+        println!("killed (kill -9) nodes {killed:?}");
+    }
+    Ok(())
+}
+
+/// The run's 1 ms commit timeline, with the fault at `fault_ns`
+/// (monotonic; 0 = none) and the cluster's node milestones; written as
+/// JSON and PNG when `--timeline` is given.
+fn fault_timeline(
+    ran: &meridian_bench::run::Ran,
+    opts: &BenchOpts,
+    fault_ns: u64,
+) -> Result<meridian_bench::timeline::Timeline, String> {
+    let mut tl = meridian_bench::timeline::Timeline::from_commits(
+        ran.start_ns,
+        ran.end_ns,
+        ran.commits_ns.iter().copied(),
+    );
+    if fault_ns > ran.start_ns {
+        tl.fault_ms = Some((fault_ns - ran.start_ns) as f64 / 1e6);
+        tl.fault = Some(format!(
+            "kill -9 of {} during {}",
+            opts.kill.join(", "),
+            ran.result.bench
+        ));
     }
     tl.add_node_events(&opts.dir)
         .map_err(|e| format!("reading node events in {}: {e}", opts.dir.display()))?;
@@ -397,11 +468,14 @@ fn bank_timeline(
     } else if tl.fault_ms.is_some() {
         println!("throughput did not come back to 80% of its pre-fault level");
     }
+    if let Some(d) = tl.clock_disabled_ms() {
+        println!("clocks disabled for at most {d:.1} ms (FaRMv2 §4.3)");
+    }
     for m in tl
         .markers
         .iter()
         .filter(|m| tl.fault_ms.is_some_and(|f| m.t_ms >= f))
-        .take(12)
+        .take(16)
     {
         println!(
             "  +{:.1} ms node {}: {}",
@@ -411,6 +485,75 @@ fn bank_timeline(
         );
     }
     Ok(tl)
+}
+
+/// The failover figures of `tl` (ms after the fault) into `r.extra`.
+fn timeline_figures(
+    tl: &meridian_bench::timeline::Timeline,
+    r: &mut meridian_bench::run::BenchResult,
+) {
+    if let Some(ms) = tl.recovery_ms(0.8, 1000.0, 10.0) {
+        r.extra.insert("recovery_ms".into(), ms);
+    }
+    for (name, kind) in [
+        ("suspect_ms", "Suspect"),
+        ("config_cas_ms", "ConfigCas"),
+        ("config_commit_ms", "Committed"),
+        ("regions_active_ms", "RegionsActive"),
+        ("data_recovered_ms", "DataRecovered"),
+    ] {
+        if let (Some(t), Some(f)) = (tl.first_after_fault(kind), tl.fault_ms) {
+            r.extra.insert(name.into(), t - f);
+        }
+    }
+    if let Some(d) = tl.clock_disabled_ms() {
+        r.extra.insert("clock_disabled_ms".into(), d);
+    }
+}
+
+/// Check the bank history (the checker and the audits), write it as EDN
+/// with `--edn`, and record the figures in `r.extra`.
+///
+/// Errors: the check failed, or the EDN file cannot be written.
+fn check_bank(
+    out: &meridian_bench::run::BankOutcome,
+    opts: &BenchOpts,
+    r: &mut meridian_bench::run::BenchResult,
+) -> Result<(), String> {
+    let t0 = std::time::Instant::now();
+    let report = meridian_checker::check(&out.history);
+    let committed = out
+        .history
+        .txns
+        .iter()
+        .filter(|t| t.outcome == meridian_checker::Outcome::Committed)
+        .count();
+    println!(
+        "bank: {committed} committed, {} audits committed, {} with a wrong total",
+        out.audits,
+        out.failures.len()
+    );
+    println!("checker ({:.1} s): {report}", t0.elapsed().as_secs_f64());
+    if let Some(p) = &opts.edn {
+        let f = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let mut w = std::io::BufWriter::new(f);
+        meridian_checker::write_edn(&out.history, &mut w).map_err(|e| e.to_string())?;
+        println!("history written to {}", p.display());
+    }
+    r.extra.insert("bank_committed".into(), committed as f64);
+    r.extra.insert("audits".into(), out.audits as f64);
+    r.extra
+        .insert("audit_failures".into(), out.failures.len() as f64);
+    r.extra
+        .insert("checker_ok".into(), report.is_ok() as u8 as f64);
+    if !report.is_ok() || !out.failures.is_empty() {
+        print_result(r);
+        return Err(format!(
+            "bank check FAILED: {report}; audits: {:?}",
+            out.failures.iter().take(5).collect::<Vec<_>>()
+        ));
+    }
+    Ok(())
 }
 
 fn rt_current() -> Result<tokio::runtime::Runtime, String> {
@@ -704,7 +847,27 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         let client = meridian_client::Client::connect(&cm)
             .await
             .map_err(|e| e.to_string())?;
-        let mut result = match b {
+        let fault_ns = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let bank_cfg = |accounts| meridian_workload::bank::BankConfig {
+            accounts,
+            initial_balance: 1000,
+            audit_percent: 20,
+        };
+        // The checked bank alongside another workload (`--bank-sessions`):
+        // zero lost commits, by the checker and the audits.
+        let alongside = |client: meridian_client::Client| {
+            let (sessions, secs) = (opts.bank_sessions, opts.duration);
+            async move {
+                if sessions == 0 {
+                    return Ok(None);
+                }
+                meridian_bench::run::bank(&client, bank_cfg(64), sessions, secs)
+                    .await
+                    .map(Some)
+                    .map_err(|e| format!("bank alongside: {e}"))
+            }
+        };
+        let (ran, bank) = match b {
             BenchCmd::Tatp { subscribers, .. } => {
                 let cfg = meridian_workload::tatp::TatpConfig { subscribers };
                 eprintln!("loading TATP with {subscribers} subscribers");
@@ -718,7 +881,13 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())?;
                 eprintln!("loaded {n} rows");
-                meridian_bench::run::tatp(&client, cfg, opts.clients, opts.duration).await
+                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
+                let (ran, bank) = tokio::join!(
+                    meridian_bench::run::tatp(&client, cfg, opts.clients, opts.duration),
+                    alongside(client.clone())
+                );
+                finish_killer(killer).await?;
+                (ran, bank?)
             }
             BenchCmd::Ycsb {
                 workload,
@@ -745,7 +914,13 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 )
                 .await
                 .map_err(|e| e.to_string())?;
-                meridian_bench::run::ycsb(&client, cfg, opts.clients, opts.duration).await?
+                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
+                let (ran, bank) = tokio::join!(
+                    meridian_bench::run::ycsb(&client, cfg, opts.clients, opts.duration),
+                    alongside(client.clone())
+                );
+                finish_killer(killer).await?;
+                (ran?, bank?)
             }
             BenchCmd::Rpc { .. } => {
                 let per_s =
@@ -757,108 +932,45 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 client.close().await;
                 return Ok(None);
             }
-            BenchCmd::Bank { accounts, edn, .. } => {
-                let cfg = meridian_workload::bank::BankConfig {
-                    accounts,
-                    initial_balance: 1000,
-                    audit_percent: 20,
+            BenchCmd::Bank { accounts, .. } => {
+                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
+                let out = meridian_bench::run::bank(
+                    &client,
+                    bank_cfg(accounts),
+                    opts.clients,
+                    opts.duration,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                finish_killer(killer).await?;
+                let (committed, start_ns, end_ns) = bank_commits(&out.history);
+                let ran = meridian_bench::run::Ran {
+                    result: out.result.clone(),
+                    commits_ns: committed,
+                    start_ns,
+                    end_ns,
                 };
-                let fault_ns = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-                let killer = if opts.kill.is_empty() {
-                    None
-                } else {
-                    let at = opts.kill_at.unwrap_or(opts.duration as f64 / 2.0);
-                    let (dir, victims, fault_ns) =
-                        (opts.dir.clone(), opts.kill.clone(), fault_ns.clone());
-                    Some(tokio::spawn(async move {
-                        tokio::time::sleep(std::time::Duration::from_secs_f64(at)).await;
-                        fault_ns.store(
-                            meridian_client::mono_ns(),
-                            std::sync::atomic::Ordering::SeqCst,
-                        );
-                        cluster::kill_nodes(&dir, &victims)
-                    }))
-                };
-                let out = meridian_bench::run::bank(&client, cfg, opts.clients, opts.duration)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if let Some(k) = killer {
-                    let killed = k
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .map_err(|e| e.to_string())?;
-                    println!("killed (kill -9) nodes {killed:?}");
-                }
-                let fault = fault_ns.load(std::sync::atomic::Ordering::SeqCst);
-                let timeline = if opts.timeline.is_some() || fault > 0 {
-                    Some(bank_timeline(&out.history, &opts, fault)?)
-                } else {
-                    None
-                };
-                let t0 = std::time::Instant::now();
-                let report = meridian_checker::check(&out.history);
-                println!(
-                    "bank: {} audits committed, {} with a wrong total",
-                    out.audits,
-                    out.failures.len()
-                );
-                println!("checker ({:.1} s): {report}", t0.elapsed().as_secs_f64());
-                if let Some(p) = edn {
-                    let f =
-                        std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-                    let mut w = std::io::BufWriter::new(f);
-                    meridian_checker::write_edn(&out.history, &mut w).map_err(|e| e.to_string())?;
-                    println!("history written to {}", p.display());
-                }
-                let mut r = out.result;
-                if let Some(tl) = &timeline {
-                    if let Some(ms) = tl.recovery_ms(0.8, 1000.0, 10.0) {
-                        r.extra.insert("recovery_ms".into(), ms);
-                    }
-                    for (name, kind) in [
-                        ("suspect_ms", "Suspect"),
-                        ("config_cas_ms", "ConfigCas"),
-                        ("config_commit_ms", "Committed"),
-                        ("regions_active_ms", "RegionsActive"),
-                        ("data_recovered_ms", "DataRecovered"),
-                    ] {
-                        if let (Some(t), Some(f)) = (tl.first_after_fault(kind), tl.fault_ms) {
-                            r.extra.insert(name.into(), t - f);
-                        }
-                    }
-                    if let (Some(a), Some(c)) = (
-                        tl.first_after_fault("Applied"),
-                        tl.first_after_fault("Committed"),
-                    ) {
-                        // Clocks are disabled from applying a CM-changing
-                        // configuration until its commit (FaRMv2 §4.3).
-                        r.extra.insert("apply_to_commit_ms".into(), c - a);
-                    }
-                }
-                r.extra.insert("audits".into(), out.audits as f64);
-                r.extra
-                    .insert("audit_failures".into(), out.failures.len() as f64);
-                r.extra
-                    .insert("checker_ok".into(), report.is_ok() as u8 as f64);
-                if !report.is_ok() || !out.failures.is_empty() {
-                    print_result(&r);
-                    return Err(format!(
-                        "bank check FAILED: {:?}",
-                        out.failures.iter().take(5).collect::<Vec<_>>()
-                    ));
-                }
-                r
+                (ran, Some(out))
             }
         };
+        let fault = fault_ns.load(std::sync::atomic::Ordering::SeqCst);
+        let mut r = ran.result.clone();
+        if opts.timeline.is_some() || fault > 0 {
+            let tl = fault_timeline(&ran, &opts, fault)?;
+            timeline_figures(&tl, &mut r);
+        }
+        if let Some(out) = bank {
+            check_bank(&out, &opts, &mut r)?;
+        }
         if opts.baseline > 0 {
             let per_s = meridian_bench::run::rpc(&client, opts.clients, opts.baseline, true).await;
-            result.rpc_baseline_per_s = Some(per_s);
-            result.ratio_to_rpc = Some(result.committed_per_s / per_s);
+            r.rpc_baseline_per_s = Some(per_s);
+            r.ratio_to_rpc = Some(r.committed_per_s / per_s);
         }
         // Release the client's lease: otherwise the CM suspects this
         // process a lease after it exits and renews the configuration.
         client.close().await;
-        Ok::<_, String>(Some(result))
+        Ok::<_, String>(Some(r))
     })?;
     let mut result = result;
     if let Some(r) = result.as_mut() {

@@ -353,6 +353,11 @@ impl ClientProcess {
         true
     }
 
+    /// True while the clock is disabled (FaRMv2 §4.3 fast-forward).
+    pub fn clock_is_disabled(&self) -> bool {
+        self.clock.is_disabled()
+    }
+
     /// The clock engine (the embedding node drives FaRMv2 §4.3's
     /// fast-forward through it).
     pub fn clock_mut(&mut self) -> &mut ClockSync {
@@ -1273,8 +1278,11 @@ impl ClientProcess {
                 }
             }
             CommitStep::GetWriteTs => {
-                if let Err(e) = self.start_ts_wait(now, txn, true) {
-                    self.abandon(now, txn, e);
+                if self.start_ts_wait(now, txn, true).is_err() {
+                    // Nothing is decided yet: release the locks and abort
+                    // (retryable), as FaRM does for any failure before the
+                    // commit point.
+                    self.abandon(now, txn, TxnError::Aborted(AbortReason::ClockUnavailable));
                 }
             }
             CommitStep::Done(Ok(write_ts)) => {

@@ -187,6 +187,12 @@ pub enum NodeEvent {
     RegionsActive(ConfigId),
     /// Data recovery filled every new replica at this node.
     DataRecovered(ConfigId),
+    /// This node's clock stopped handing out time: the CM changed
+    /// (FaRMv2 §4.3). The configuration is the one being applied.
+    ClockDisabled(ConfigId),
+    /// This node's clock hands out time again: it became the master at the
+    /// commit, or synchronised with the new master once.
+    ClockEnabled(ConfigId),
 }
 
 /// Where a node stands in the membership.
@@ -256,6 +262,9 @@ pub struct NodeProcess {
     /// Whether the applied configuration changed the CM (clock failover at
     /// its commit, FaRMv2 §4.3).
     clock_failover: bool,
+    /// The clock was disabled when effects were last drained (the
+    /// `ClockDisabled`/`ClockEnabled` events report its changes).
+    clock_was_disabled: bool,
     /// When this node, as new CM, first sent NEW-CONFIG: members' acks
     /// count as lease grants from then (conservative).
     proposal_sent_ns: u64,
@@ -367,6 +376,7 @@ impl NodeProcess {
             reconfig,
             recovery: RecoveryFlow::new(id, &config),
             clock_failover: false,
+            clock_was_disabled: false,
             proposal_sent_ns: 0,
             regions_active_reported: true,
             data_recovered_reported: true,
@@ -591,6 +601,16 @@ impl NodeProcess {
 
     /// Take the effects produced so far, in order.
     pub fn drain_effects(&mut self) -> Vec<NodeEffect> {
+        let disabled = self.gateway.clock_is_disabled();
+        if disabled != self.clock_was_disabled {
+            self.clock_was_disabled = disabled;
+            let c = self.config.id();
+            self.effects.push(NodeEffect::Event(if disabled {
+                NodeEvent::ClockDisabled(c)
+            } else {
+                NodeEvent::ClockEnabled(c)
+            }));
+        }
         let mutations = self.participant.drain_journal();
         if mutations.is_empty() && self.node_records.is_empty() {
             return std::mem::take(&mut self.effects);
@@ -1091,6 +1111,8 @@ impl NodeProcess {
                         if self.cas.is_external() {
                             self.effects.push(NodeEffect::Cas { expected, proposed })
                         } else {
+                            self.cas
+                                .hint_leader(self.service.as_ref().and_then(|r| r.leader()));
                             self.cas.start(now, expected, *proposed);
                             self.after_cas(now);
                         }

@@ -7,6 +7,7 @@
 
 use meridian_process::node::NodeEvent;
 use meridian_sim::{run_and_check, Faults, Sim, SimConfig};
+use std::collections::BTreeMap;
 
 fn seeds(default: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("MERIDIAN_SIM_SEED") {
@@ -372,4 +373,52 @@ fn a_whole_cluster_crash_loses_no_acknowledged_commit() {
         committed_after += r.committed;
     }
     assert!(crashes > 0 && committed_after > 0);
+}
+
+/// FaRMv2 §4.3 as the bench sees it: when a CM crash moves the clock
+/// master, members report `ClockDisabled` and then `ClockEnabled` (the
+/// markers the failover timeline measures the disabled time from).
+#[test]
+fn a_cm_change_disables_clocks_and_enables_them_again() {
+    let (mut disabled, mut enabled) = (0, 0);
+    for seed in seeds(10) {
+        let mut cfg = SimConfig::bank(seed);
+        cfg.faults = Faults {
+            node_crashes: true,
+            ..Faults::none()
+        };
+        let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
+        if r.timed_out {
+            continue;
+        }
+        // Per node, in time order: every disable that is not the node's
+        // last clock event is followed by an enable, and a run that ends
+        // has enabled clocks again somewhere after any disable.
+        let mut last: BTreeMap<u32, bool> = BTreeMap::new();
+        for (_, node, e) in &r.node_events {
+            match e {
+                NodeEvent::ClockDisabled(_) => {
+                    disabled += 1;
+                    last.insert(*node, true);
+                }
+                NodeEvent::ClockEnabled(_) => {
+                    enabled += 1;
+                    assert_eq!(
+                        last.insert(*node, false),
+                        Some(true),
+                        "seed {seed}: node {node} enabled a clock it had not disabled"
+                    );
+                }
+                _ => {}
+            }
+        }
+        if last.values().any(|d| *d) {
+            assert!(
+                last.values().any(|d| !*d),
+                "seed {seed}: clocks disabled and never enabled again: {last:?}"
+            );
+        }
+    }
+    assert!(disabled > 0, "no CM change disabled a clock");
+    assert!(enabled > 0, "no clock was enabled again");
 }

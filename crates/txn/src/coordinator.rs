@@ -68,6 +68,10 @@ pub enum AbortReason {
     /// an older configuration, or one sent to a node that left. Retry in
     /// the new configuration.
     Reconfigured,
+    /// GET_TS for `write_ts` failed after the locks were taken: the clock's
+    /// samples had expired (a slow clock master) or a CM change disabled it
+    /// (FaRMv2 §4.3). The locks were released; retry.
+    ClockUnavailable,
 }
 
 impl std::fmt::Display for AbortReason {
@@ -80,6 +84,9 @@ impl std::fmt::Display for AbortReason {
             AbortReason::Abandoned => f.write_str("abandoned after an operational failure"),
             AbortReason::Reconfigured => {
                 f.write_str("the configuration changed; retry in the new one")
+            }
+            AbortReason::ClockUnavailable => {
+                f.write_str("the clock was unavailable for write_ts; locks released")
             }
         }
     }
