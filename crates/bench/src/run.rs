@@ -254,6 +254,15 @@ fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) 
         },
     );
     let (_, unc, wait) = client.ts_summary();
+    let stats = client.stats();
+    let mut extra = BTreeMap::new();
+    // The client's operational counters: RPCs that failed (timeout, lost
+    // connection, refused) and were retried, configurations it moved
+    // through, and commits whose outcome it could not learn.
+    extra.insert("client_rpc_failures".into(), stats.rpc_failures as f64);
+    extra.insert("client_rpc_retries".into(), stats.rpc_retries as f64);
+    extra.insert("client_config_changes".into(), stats.config_changes as f64);
+    extra.insert("client_indeterminate".into(), stats.indeterminate as f64);
     BenchResult {
         bench: bench.into(),
         seconds: secs,
@@ -268,7 +277,7 @@ fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) 
         mean_uncertainty_wait_us: wait as f64 / 1000.0,
         rpc_baseline_per_s: None,
         ratio_to_rpc: None,
-        extra: BTreeMap::new(),
+        extra,
     }
 }
 

@@ -184,6 +184,17 @@ impl Timeline {
         longest
     }
 
+    /// The time of the last marker of kind `event` at or after the fault,
+    /// ms (every node's `RegionsActive`, or `DataRecovered`, has come).
+    pub fn last_after_fault(&self, event: &str) -> Option<f64> {
+        let fault = self.fault_ms.unwrap_or(0.0);
+        self.markers
+            .iter()
+            .rev()
+            .find(|m| m.event == event && m.t_ms >= fault)
+            .map(|m| m.t_ms)
+    }
+
     /// Write as JSON.
     ///
     /// Errors: I/O.
@@ -250,18 +261,24 @@ impl Timeline {
         if let Some(f) = self.fault_ms {
             lines.push((f, "fault".into(), RED));
         }
+        // The first suspicion, CAS, commit; the last node's regions active,
+        // replicas filled and clock enabled (one line per kind keeps the
+        // plot readable; the JSON has them all).
         let palette = [
-            ("Suspect", RGBColor(230, 120, 0)),
-            ("ConfigCas", RGBColor(150, 0, 150)),
-            ("Committed", RGBColor(0, 140, 0)),
-            ("RegionsActive", RGBColor(0, 150, 150)),
-            ("DataRecovered", RGBColor(90, 90, 90)),
-            ("ClockEnabled", RGBColor(200, 0, 0)),
+            ("Suspect", RGBColor(230, 120, 0), false),
+            ("ConfigCas", RGBColor(150, 0, 150), false),
+            ("Committed", RGBColor(0, 140, 0), false),
+            ("RegionsActive", RGBColor(0, 150, 150), true),
+            ("DataRecovered", RGBColor(90, 90, 90), true),
+            ("ClockEnabled", RGBColor(200, 0, 0), true),
         ];
-        for (kind, color) in palette {
-            // The first occurrence of each kind after the fault (one line
-            // per kind keeps the plot readable; the JSON has them all).
-            if let Some(t) = self.first_after_fault(kind) {
+        for (kind, color, last) in palette {
+            let t = if last {
+                self.last_after_fault(kind)
+            } else {
+                self.first_after_fault(kind)
+            };
+            if let Some(t) = t {
                 lines.push((t, kind.to_string(), color));
             }
         }

@@ -495,14 +495,21 @@ fn timeline_figures(
     if let Some(ms) = tl.recovery_ms(0.8, 1000.0, 10.0) {
         r.extra.insert("recovery_ms".into(), ms);
     }
-    for (name, kind) in [
-        ("suspect_ms", "Suspect"),
-        ("config_cas_ms", "ConfigCas"),
-        ("config_commit_ms", "Committed"),
-        ("regions_active_ms", "RegionsActive"),
-        ("data_recovered_ms", "DataRecovered"),
+    // First suspicion, CAS and commit; the last node to report its
+    // regions active, and its new replicas filled (back to f+1 replicas).
+    for (name, kind, last) in [
+        ("suspect_ms", "Suspect", false),
+        ("config_cas_ms", "ConfigCas", false),
+        ("config_commit_ms", "Committed", false),
+        ("regions_active_ms", "RegionsActive", true),
+        ("data_recovered_ms", "DataRecovered", true),
     ] {
-        if let (Some(t), Some(f)) = (tl.first_after_fault(kind), tl.fault_ms) {
+        let t = if last {
+            tl.last_after_fault(kind)
+        } else {
+            tl.first_after_fault(kind)
+        };
+        if let (Some(t), Some(f)) = (t, tl.fault_ms) {
             r.extra.insert(name.into(), t - f);
         }
     }

@@ -1199,7 +1199,10 @@ impl NodeProcess {
         self.standing = Standing::Member;
         self.restored = false;
         self.regions_active_reported = false;
-        self.data_recovered_reported = false;
+        // Armed by the commit, which starts data recovery: before it no
+        // replica is being filled, and reporting then (as this did) put
+        // "data recovered" before the configuration even committed.
+        self.data_recovered_reported = true;
         self.config = config;
     }
 
@@ -1225,6 +1228,7 @@ impl NodeProcess {
         }
         self.recovery
             .start(now, &self.config, &mut self.participant);
+        self.data_recovered_reported = false;
     }
 
     fn wrong_role(&self, role: &str) -> Response {
