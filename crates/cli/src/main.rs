@@ -302,6 +302,146 @@ enum BenchCmd {
         #[arg(long, default_value_t = 64)]
         accounts: u32,
     },
+    /// FaRM Figure 9, repeated: `--runs` TATP runs on a fresh local
+    /// cluster per scenario, each with a `kill -9` half-way and the checked
+    /// bank alongside; prints the median of each failover figure.
+    Failover {
+        /// Runs per scenario.
+        #[arg(long, default_value_t = 10)]
+        runs: u32,
+        /// Scenarios (comma-separated): `non-cm` (the last node), `cm`,
+        /// `cm+1` (the CM and the last node at once).
+        #[arg(long, value_delimiter = ',', default_value = "non-cm,cm,cm+1")]
+        scenarios: Vec<String>,
+        /// Nodes (3-way replication).
+        #[arg(long, default_value_t = 5)]
+        nodes: u32,
+        /// TATP subscribers.
+        #[arg(long, default_value_t = 10_000)]
+        subscribers: u64,
+        /// Seconds per run (the kill comes half-way).
+        #[arg(long, default_value_t = 8)]
+        duration: u64,
+        /// TATP sessions.
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        /// Bank sessions alongside.
+        #[arg(long, default_value_t = 4)]
+        bank_sessions: usize,
+        /// Durability of the clusters.
+        #[arg(long, value_enum, default_value = "memory")]
+        durability: DurabilityArg,
+        /// Where the runs' JSON, timelines and the summary go.
+        #[arg(long, default_value = "bench-results/failover")]
+        out: PathBuf,
+    },
+}
+
+/// The figures `bench failover` summarises (ms after the kill).
+const FAILOVER_FIGURES: [&str; 8] = [
+    "recovery_ms",
+    "suspect_ms",
+    "config_cas_ms",
+    "config_commit_ms",
+    "regions_active_ms",
+    "data_recovered_ms",
+    "clock_disabled_ms",
+    "client_indeterminate",
+];
+
+/// `bench failover`: run every scenario `runs` times, then summarise.
+///
+/// Errors: a run that fails (its checker among them), or I/O on `out`.
+#[allow(clippy::too_many_arguments)]
+fn failover(
+    runs: u32,
+    scenarios: &[String],
+    nodes: u32,
+    subscribers: u64,
+    duration: u64,
+    clients: usize,
+    bank_sessions: usize,
+    durability: DurabilityArg,
+    out: &std::path::Path,
+) -> Result<(), String> {
+    let mut summary = serde_json::Map::new();
+    let mut table = Vec::new();
+    for sc in scenarios {
+        let kill: Vec<String> = match sc.as_str() {
+            "non-cm" => vec![(nodes - 1).to_string()],
+            "cm" => vec!["cm".into()],
+            "cm+1" => vec!["cm".into(), (nodes - 1).to_string()],
+            other => return Err(format!("unknown scenario {other:?} (non-cm, cm, cm+1)")),
+        };
+        let mut per_run: Vec<serde_json::Value> = Vec::new();
+        for i in 0..runs {
+            eprintln!("== failover {sc}: run {} of {runs}", i + 1);
+            let dir = out.join(sc);
+            let json = dir.join(format!("run-{i}.json"));
+            let cluster = std::env::temp_dir()
+                .join(format!("meridian-failover-{}-{sc}-{i}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&cluster);
+            let opts = BenchOpts {
+                cm: None,
+                duration,
+                clients,
+                baseline: 0,
+                json: Some(json.clone()),
+                dir: cluster.clone(),
+                nodes,
+                kill: kill.clone(),
+                kill_at: Some(duration as f64 / 2.0),
+                lease_ms: None,
+                timeline: Some(dir.join(format!("timeline-{i}"))),
+                durability: Some(durability),
+                bank_sessions,
+                edn: None,
+            };
+            let r = bench_cmd(BenchCmd::Tatp { opts, subscribers });
+            let _ = std::fs::remove_dir_all(&cluster);
+            r?;
+            let text =
+                std::fs::read_to_string(&json).map_err(|e| format!("{}: {e}", json.display()))?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+            per_run.push(v["extra"].clone());
+        }
+        let mut med = serde_json::Map::new();
+        let mut row = vec![sc.clone()];
+        for f in FAILOVER_FIGURES {
+            let mut xs: Vec<f64> = per_run.iter().filter_map(|e| e[f].as_f64()).collect();
+            xs.sort_by(f64::total_cmp);
+            let m = (!xs.is_empty()).then(|| {
+                let n = xs.len();
+                if n % 2 == 1 {
+                    xs[n / 2]
+                } else {
+                    (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+                }
+            });
+            med.insert(
+                f.into(),
+                serde_json::json!({ "median": m, "runs": xs.len(), "min": xs.first(), "max": xs.last() }),
+            );
+            row.push(match m {
+                Some(m) => format!("{m:.1} ({}/{runs})", xs.len()),
+                None => format!("- (0/{runs})"),
+            });
+        }
+        summary.insert(sc.clone(), serde_json::Value::Object(med));
+        table.push(row);
+    }
+    println!("\nfailover medians over {runs} runs, ms after the kill (runs that reached the figure / runs):");
+    println!("scenario | {}", FAILOVER_FIGURES.join(" | "));
+    for row in &table {
+        println!("{}", row.join(" | "));
+    }
+    let path = out.join("summary.json");
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let text = serde_json::to_string_pretty(&serde_json::Value::Object(summary))
+        .map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("summary written to {}", path.display());
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -808,6 +948,29 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         | BenchCmd::Ycsb { opts, .. }
         | BenchCmd::Rpc { opts }
         | BenchCmd::Bank { opts, .. } => opts.clone(),
+        BenchCmd::Failover {
+            runs,
+            scenarios,
+            nodes,
+            subscribers,
+            duration,
+            clients,
+            bank_sessions,
+            durability,
+            out,
+        } => {
+            return failover(
+                *runs,
+                scenarios,
+                *nodes,
+                *subscribers,
+                *duration,
+                *clients,
+                *bank_sessions,
+                *durability,
+                out,
+            )
+        }
     };
     let _cluster = match &opts.cm {
         Some(_) => None,
@@ -929,6 +1092,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 finish_killer(killer).await?;
                 (ran?, bank?)
             }
+            BenchCmd::Failover { .. } => return Err("failover is run by bench_cmd".into()),
             BenchCmd::Rpc { .. } => {
                 let per_s =
                     meridian_bench::run::rpc(&client, opts.clients, opts.duration, true).await;

@@ -244,6 +244,13 @@ impl LeaseClient {
         })
     }
 
+    /// This holder granted a CM its lease another way: a member's
+    /// NEW-CONFIG-ACK is its grant to the new CM (see the module essay), so
+    /// it counts in [`LeaseClient::cm_lease_left_ns`] like a `GrantAck`.
+    pub fn note_grant(&mut self, now: u64) {
+        self.last_grant_ack_ns = Some(self.last_grant_ack_ns.map_or(now, |t| t.max(now)));
+    }
+
     /// How much longer, on this holder's clock, a lease it granted a CM may
     /// last: from the last `GrantAck` it sent, a lease measured on the CM's
     /// clock is surely over after `lease × (1 + ε)` here. A new CM waits

@@ -1037,12 +1037,21 @@ impl NodeProcess {
             LeaseRole::Member(c) => c.cm_lease_left_ns(now),
             LeaseRole::Cm(_) => 0,
         };
+        let acks_new_config = matches!(m, ReconfigMessage::NewConfig { .. });
         if self.reconfig.on_message(now, m, upper, left) {
             if let LeaseRole::Member(c) = &mut self.lease {
                 c.pause_renewals(now);
             }
         }
         self.after_engines(now);
+        if acks_new_config {
+            // A NEW-CONFIG-ACK this may have sent grants its CM a lease
+            // (counted from the CM's send time): a later CM must outwait
+            // it, even if no `GrantAck` follows (the CM dies first).
+            if let LeaseRole::Member(c) = &mut self.lease {
+                c.note_grant(now);
+            }
+        }
     }
 
     /// FaRM §5.2: a node asks to join; the CM adds it (as a backup of
