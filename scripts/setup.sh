@@ -22,3 +22,12 @@ if ! pkg-config --exists fontconfig freetype2 2>/dev/null || ! fc-list 2>/dev/nu
     echo "install pkg-config, fontconfig and freetype development files and a font" >&2
   fi
 fi
+# Partition tests put nodes in network namespaces and cut them with
+# nftables (root only; the tests skip cleanly elsewhere).
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  if ! command -v nft >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
+    apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iproute2 >/dev/null || \
+      echo "could not install nftables/iproute2: the partition tests will skip" >&2
+  fi
+fi

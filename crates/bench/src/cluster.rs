@@ -46,6 +46,10 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
     move |source| ClusterError::Io { what, source }
 }
 
+/// In a node's directory: a monotonic clock offset, seconds, that the node
+/// runs with from its next (re)start (`meridian fault clock-offset`).
+pub const CLOCK_OFFSET_FILE: &str = "clock-offset";
+
 /// Path of the configuration file of the cluster in `dir`.
 pub fn config_path(dir: &Path) -> PathBuf {
     dir.join("cluster.toml")
@@ -150,7 +154,34 @@ fn spawn_node(
         .try_clone()
         .map_err(io("cloning the log handle".into()))?;
     use std::os::unix::process::CommandExt;
-    let child = Command::new(exe)
+    // The node's network namespace (`--netns`), and a monotonic clock
+    // offset (`meridian fault clock-offset`: a time namespace); with
+    // `--kill-child` a `kill -9` of `unshare` kills the node too.
+    let mut prefix: Vec<String> = crate::netns::load(dir)
+        .map(|n| n.exec_prefix(id))
+        .unwrap_or_default();
+    if let Some(secs) = std::fs::read_to_string(nd.join(CLOCK_OFFSET_FILE))
+        .ok()
+        .and_then(|t| t.trim().parse::<f64>().ok())
+    {
+        prefix.extend([
+            "unshare".into(),
+            "--time".into(),
+            "--fork".into(),
+            "--kill-child".into(),
+            format!("--monotonic={secs}"),
+            "--boottime=0".into(),
+        ]);
+    }
+    let mut cmd = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let child = cmd
         .arg("node")
         .arg("--config")
         .arg(config_path(dir))
@@ -262,6 +293,45 @@ pub fn start_tuned(
     base_port: Option<u16>,
     tune: impl FnOnce(&mut Configuration),
 ) -> Result<Configuration, ClusterError> {
+    start_inner(
+        dir,
+        exe,
+        nodes,
+        replication,
+        regions,
+        base_port,
+        false,
+        tune,
+    )
+}
+
+/// As [`start_tuned`], each node in a network namespace of its own
+/// ([`crate::netns`]), so that `meridian fault partition` can cut it off.
+///
+/// Errors: as [`start`], or the namespaces cannot be made (see
+/// [`crate::netns::available`]).
+pub fn start_in_netns(
+    dir: &Path,
+    exe: &Path,
+    nodes: u32,
+    replication: usize,
+    regions: u32,
+    tune: impl FnOnce(&mut Configuration),
+) -> Result<Configuration, ClusterError> {
+    start_inner(dir, exe, nodes, replication, regions, None, true, tune)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_inner(
+    dir: &Path,
+    exe: &Path,
+    nodes: u32,
+    replication: usize,
+    regions: u32,
+    base_port: Option<u16>,
+    netns: bool,
+    tune: impl FnOnce(&mut Configuration),
+) -> Result<Configuration, ClusterError> {
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
     let dir = dir
         .canonicalize()
@@ -273,7 +343,18 @@ pub fn start_tuned(
             }
         }
     }
+    // Leftovers of a cluster that ran here before: its namespaces.
+    crate::netns::destroy(&dir)?;
     let (mut cfg, held) = match base_port {
+        _ if netns => {
+            let ids: Vec<u32> = (0..nodes).collect();
+            let net = crate::netns::create(&dir, &ids)?;
+            let mut cfg = Configuration::local(nodes, 0, replication, regions, &dir);
+            for n in cfg.nodes.iter_mut() {
+                n.addr = net.addr(n.id);
+            }
+            (cfg, Vec::new())
+        }
         Some(base) => (
             Configuration::local(nodes, base, replication, regions, &dir),
             Vec::new(),
@@ -301,7 +382,12 @@ pub fn start_tuned(
         // cluster in this directory left (its incarnation counter, Raft
         // state and milestones) would make the node a restarted member of
         // that old cluster.
-        for stale in ["incarnation", "coordination.state", "events.jsonl"] {
+        for stale in [
+            "incarnation",
+            "coordination.state",
+            "events.jsonl",
+            CLOCK_OFFSET_FILE,
+        ] {
             match std::fs::remove_file(nd.join(stale)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -428,6 +514,7 @@ pub fn stop(dir: &Path) -> Result<Vec<u32>, ClusterError> {
         }
         let _ = std::fs::remove_file(&pidf);
     }
+    crate::netns::destroy(dir)?;
     Ok(stopped)
 }
 
@@ -495,6 +582,25 @@ impl LocalCluster {
     ) -> Result<Self, ClusterError> {
         let exe = std::env::current_exe().map_err(io("finding the meridian binary"))?;
         let config = start_tuned(dir, &exe, nodes, replication, regions, None, tune)?;
+        Ok(LocalCluster {
+            dir: dir.to_path_buf(),
+            config,
+        })
+    }
+
+    /// Start `nodes` nodes in `dir` from the binary `exe`, each in a
+    /// network namespace of its own (see [`crate::netns`]).
+    ///
+    /// Errors: as [`start_in_netns`].
+    pub fn start_in_netns(
+        dir: &Path,
+        exe: &Path,
+        nodes: u32,
+        replication: usize,
+        regions: u32,
+        tune: impl FnOnce(&mut Configuration),
+    ) -> Result<Self, ClusterError> {
+        let config = start_in_netns(dir, exe, nodes, replication, regions, tune)?;
         Ok(LocalCluster {
             dir: dir.to_path_buf(),
             config,

@@ -3,6 +3,8 @@
 //! - [`cluster`]: start, stop and inspect a local cluster of node processes
 //!   (each its own OS process, so `kill -9` is real), each with its own data
 //!   directory and log file.
+//! - [`netns`]: each node in a network namespace of its own, for real
+//!   partitions (`meridian fault partition|heal`; root, iproute2, nftables).
 //! - [`run`]: closed-loop drivers for TATP, YCSB, the null-RPC baseline and
 //!   the checked bank workload. Each session keeps one transaction
 //!   outstanding; latencies go to per-type HDR histograms; results print as a
@@ -13,5 +15,6 @@
 //! the same run and report the ratio.
 
 pub mod cluster;
+pub mod netns;
 pub mod run;
 pub mod timeline;

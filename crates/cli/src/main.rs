@@ -37,6 +37,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ClusterCmd,
     },
+    /// Inject faults into a local cluster (FaRM §5's experiments):
+    /// `kill -9`, partitions (clusters started with `--netns`), healing,
+    /// and clock offsets.
+    Fault {
+        #[command(subcommand)]
+        cmd: FaultCmd,
+    },
     /// Read a key (one-shot transaction, coordinated by a node).
     Get {
         #[command(flatten)]
@@ -163,6 +170,49 @@ impl Target {
 }
 
 #[derive(Subcommand)]
+enum FaultCmd {
+    /// `kill -9` nodes (a crash: nothing is cleaned up).
+    Kill {
+        /// Cluster directory.
+        #[arg(long, default_value = ".meridian")]
+        dir: PathBuf,
+        /// Node ids (comma-separated); `cm` is the CM.
+        #[arg(long, value_delimiter = ',', required = true)]
+        nodes: Vec<String>,
+    },
+    /// Cut nodes off from the others (both directions; clients still reach
+    /// every node). Needs a cluster started with `--netns`.
+    Partition {
+        /// Cluster directory.
+        #[arg(long, default_value = ".meridian")]
+        dir: PathBuf,
+        /// The nodes to isolate (comma-separated ids).
+        #[arg(long, value_delimiter = ',', required = true)]
+        isolate: Vec<u32>,
+    },
+    /// Remove every partition.
+    Heal {
+        /// Cluster directory.
+        #[arg(long, default_value = ".meridian")]
+        dir: PathBuf,
+    },
+    /// Restart a node (`kill -9`, then start again; with `durability =
+    /// "disk"` it recovers from its log) with its monotonic clock offset by
+    /// `--offset-ms`, in a time namespace (`unshare --time`).
+    ClockOffset {
+        /// Cluster directory.
+        #[arg(long, default_value = ".meridian")]
+        dir: PathBuf,
+        /// The node.
+        #[arg(long)]
+        node: u32,
+        /// Offset of its monotonic clock, ms (may be negative).
+        #[arg(long, allow_hyphen_values = true)]
+        offset_ms: i64,
+    },
+}
+
+#[derive(Subcommand)]
 enum ClusterCmd {
     /// Start N node processes with a fresh configuration.
     Start {
@@ -181,6 +231,10 @@ enum ClusterCmd {
         /// First port (default: a free range).
         #[arg(long)]
         base_port: Option<u16>,
+        /// Each node in a network namespace of its own, so that `meridian
+        /// fault partition` can cut it off (root, iproute2 and nftables).
+        #[arg(long)]
+        netns: bool,
     },
     /// Stop the cluster's nodes.
     Stop {
@@ -720,6 +774,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 .map_err(|e| e.to_string())
         }
         Cmd::Cluster { cmd } => cluster_cmd(cmd),
+        Cmd::Fault { cmd } => fault_cmd(cmd),
         Cmd::Get { target, key } => {
             let k = target.bytes(&key)?;
             match one_shot(&target, vec![ClientOp::Get(k)])?.pop() {
@@ -784,9 +839,16 @@ fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
             replication,
             regions,
             base_port,
+            netns,
         } => {
-            let cfg = cluster::start(&dir, nodes, replication, regions, base_port)
-                .map_err(|e| e.to_string())?;
+            let cfg = if netns {
+                meridian_bench::netns::available()?;
+                let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                cluster::start_in_netns(&dir, &exe, nodes, replication, regions, |_| {})
+            } else {
+                cluster::start(&dir, nodes, replication, regions, base_port)
+            }
+            .map_err(|e| e.to_string())?;
             println!(
                 "started {} nodes in {} (config {})",
                 cfg.nodes.len(),
@@ -814,6 +876,78 @@ fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+fn fault_cmd(cmd: FaultCmd) -> Result<(), String> {
+    match cmd {
+        FaultCmd::Kill { dir, nodes } => {
+            let cfg =
+                Configuration::load(&cluster::config_path(&dir)).map_err(|e| e.to_string())?;
+            // The CM now: the one named by the node the configuration file
+            // lists first that answers (it may have changed since start).
+            let cm = current_cm(&cfg).unwrap_or(cfg.cm);
+            let mut ids = Vec::new();
+            for n in &nodes {
+                ids.push(match n.as_str() {
+                    "cm" => cm,
+                    other => other
+                        .parse()
+                        .map_err(|_| format!("{other:?} is neither a node id nor `cm`"))?,
+                });
+            }
+            let killed = cluster::kill_nodes(&dir, &ids).map_err(|e| e.to_string())?;
+            println!("killed (kill -9) nodes {killed:?}");
+            Ok(())
+        }
+        FaultCmd::Partition { dir, isolate } => {
+            meridian_bench::netns::partition(&dir, &isolate).map_err(|e| e.to_string())?;
+            println!("nodes {isolate:?} cut off from the others (heal with `meridian fault heal`)");
+            Ok(())
+        }
+        FaultCmd::Heal { dir } => {
+            meridian_bench::netns::heal(&dir).map_err(|e| e.to_string())?;
+            println!("partitions removed");
+            Ok(())
+        }
+        FaultCmd::ClockOffset {
+            dir,
+            node,
+            offset_ms,
+        } => {
+            let cfg =
+                Configuration::load(&cluster::config_path(&dir)).map_err(|e| e.to_string())?;
+            let nd = cfg
+                .node(meridian_wire::NodeId(node))
+                .map_err(|e| e.to_string())?
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| dir.join(format!("node{node}")));
+            std::fs::write(
+                nd.join(cluster::CLOCK_OFFSET_FILE),
+                format!("{}", offset_ms as f64 / 1000.0),
+            )
+            .map_err(|e| format!("{}: {e}", nd.display()))?;
+            cluster::kill_nodes(&dir, &[node]).map_err(|e| e.to_string())?;
+            // Let the kill land before the restart reuses the address.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            cluster::restart_nodes(&dir, &[node]).map_err(|e| e.to_string())?;
+            println!("node {node} restarted with its monotonic clock offset by {offset_ms} ms");
+            Ok(())
+        }
+    }
+}
+
+/// The CM as the nodes see it now (the first node that answers a status
+/// request names its configuration's CM), if any answers.
+fn current_cm(cfg: &Configuration) -> Option<u32> {
+    cfg.nodes.iter().find_map(|n| {
+        match cluster::request(&n.addr, Request::Cm(meridian_wire::CmRequest::GetConfig)) {
+            Ok(Response::Cm(meridian_wire::CmResponse::Config { config_toml })) => {
+                Configuration::from_toml(&config_toml).ok().map(|c| c.cm)
+            }
+            _ => None,
+        }
+    })
 }
 
 fn one_shot(target: &Target, ops: Vec<ClientOp>) -> Result<Vec<ClientOpResult>, String> {
