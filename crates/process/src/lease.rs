@@ -43,8 +43,11 @@
 //! grants (`MAX_OUTSTANDING`); a holder's lease never ends after its
 //! request's send time plus one lease.
 //!
-//! The lease engine is pure: the shell runs it on a thread of its own
-//! (FaRM §5.1's dedicated lease manager) so that load cannot starve it.
+//! The lease engine is pure (no I/O, no clock of its own). FaRM §5.1 runs
+//! it on a dedicated high-priority thread so that load cannot starve it;
+//! Meridian's node shell still runs it on the node's one thread, inside
+//! `NodeProcess` (open work, issue 6: under full load on this 2-core
+//! machine that causes false suspicions).
 
 use meridian_wire::{ConfigId, LeaseHolder, LeaseMessage, NodeId};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -52,6 +55,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// Outstanding lease requests (holder) or grants (CM) remembered per
 /// holder; older ones are forgotten and their replies ignored.
 pub const MAX_OUTSTANDING: usize = 8;
+
+/// CMs a holder remembers its grants to (more fold into one bound).
+pub const MAX_GRANTED_CMS: usize = 8;
 
 /// Lease timing: the lease and the drift bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,9 +113,13 @@ pub struct LeaseClient {
     next_renew_ns: u64,
     /// Requests sent: (seq, local send time).
     sent: VecDeque<(u64, u64)>,
-    /// When this holder last granted its CM a lease (sent a `GrantAck`),
-    /// local ns; never reset, so it bounds the lease of any earlier CM too.
-    last_grant_ack_ns: Option<u64>,
+    /// When this holder last granted each CM a lease (a `GrantAck`, or a
+    /// NEW-CONFIG-ACK), local ns, per CM; kept across resets, so it bounds
+    /// the lease of any earlier CM too. Grants surely over are pruned;
+    /// beyond [`MAX_GRANTED_CMS`] CMs the oldest folds into `folded_ns`.
+    last_grants: BTreeMap<NodeId, u64>,
+    /// The latest grant folded out of `last_grants` (counts for every CM).
+    folded_ns: Option<u64>,
     /// My lease at the CM ends at this local time (0: none).
     lease_until_ns: u64,
     /// The CM's lease at me ends here: later, the CM is suspected.
@@ -136,7 +146,8 @@ impl LeaseClient {
             next_seq: 1,
             next_renew_ns: now,
             sent: VecDeque::new(),
-            last_grant_ack_ns: None,
+            last_grants: BTreeMap::new(),
+            folded_ns: None,
             lease_until_ns: 0,
             cm_until_ns: now.saturating_add(params.lease_ns),
             grants: 0,
@@ -236,7 +247,7 @@ impl LeaseClient {
                 .max(now.saturating_add(self.params.lease_ns))
         };
         self.grants += 1;
-        self.last_grant_ack_ns = Some(now);
+        self.note_grant_to(self.cm, now);
         Some(LeaseMessage::GrantAck {
             config,
             holder: self.me,
@@ -244,23 +255,45 @@ impl LeaseClient {
         })
     }
 
-    /// This holder granted a CM its lease another way: a member's
+    /// This holder granted its (new) CM a lease another way: a member's
     /// NEW-CONFIG-ACK is its grant to the new CM (see the module essay), so
     /// it counts in [`LeaseClient::cm_lease_left_ns`] like a `GrantAck`.
     pub fn note_grant(&mut self, now: u64) {
-        self.last_grant_ack_ns = Some(self.last_grant_ack_ns.map_or(now, |t| t.max(now)));
+        self.note_grant_to(self.cm, now);
     }
 
-    /// How much longer, on this holder's clock, a lease it granted a CM may
-    /// last: from the last `GrantAck` it sent, a lease measured on the CM's
-    /// clock is surely over after `lease × (1 + ε)` here. A new CM waits
-    /// this out (reported in NEW-CONFIG-ACK) before committing, so the
-    /// replaced CM has stopped serving whatever it was granted late.
-    pub fn cm_lease_left_ns(&self, now: u64) -> u64 {
-        self.last_grant_ack_ns.map_or(0, |t| {
-            t.saturating_add(self.params.surely_over_ns())
-                .saturating_sub(now)
-        })
+    fn note_grant_to(&mut self, cm: NodeId, now: u64) {
+        let over = self.params.surely_over_ns();
+        self.last_grants.retain(|_, t| t.saturating_add(over) > now);
+        let t = self.last_grants.entry(cm).or_insert(now);
+        *t = (*t).max(now);
+        while self.last_grants.len() > MAX_GRANTED_CMS {
+            let Some((&oldest, &t)) = self.last_grants.iter().min_by_key(|(_, t)| **t) else {
+                break;
+            };
+            self.last_grants.remove(&oldest);
+            self.folded_ns = Some(self.folded_ns.map_or(t, |f| f.max(t)));
+        }
+    }
+
+    /// How much longer, on this holder's clock, a lease it granted a CM
+    /// other than `asking` may last: from the last grant, a lease measured
+    /// on that CM's clock is surely over after `lease × (1 + ε)` here. A
+    /// new CM (`asking`) waits this out (reported in NEW-CONFIG-ACK) before
+    /// committing, so the replaced CM has stopped serving whatever it was
+    /// granted late. Grants to `asking` itself do not count: a re-sent
+    /// NEW-CONFIG's second ACK would otherwise report the first one, and
+    /// every CM failover waited one lease for nothing (found measuring it).
+    pub fn cm_lease_left_ns(&self, now: u64, asking: NodeId) -> u64 {
+        let over = self.params.surely_over_ns();
+        self.last_grants
+            .iter()
+            .filter(|(cm, _)| **cm != asking)
+            .map(|(_, t)| *t)
+            .chain(self.folded_ns)
+            .map(|t| t.saturating_add(over).saturating_sub(now))
+            .max()
+            .unwrap_or(0)
     }
 
     /// True while this holder's lease at the CM is valid: it may serve.
@@ -300,6 +333,10 @@ impl LeaseClient {
                 "a lease outlives its newest request"
             );
         }
+        assert!(
+            self.last_grants.len() <= MAX_GRANTED_CMS,
+            "granted CMs unbounded"
+        );
     }
 }
 
@@ -592,6 +629,24 @@ mod tests {
 
     fn params() -> LeaseParams {
         LeaseParams::new(10, 1000)
+    }
+
+    /// A re-sent NEW-CONFIG's second ACK must not report the grant the
+    /// first ACK gave the very CM asking (every CM failover waited a lease
+    /// for it), while grants to any other CM still count.
+    #[test]
+    fn grants_to_the_asking_cm_do_not_count_in_the_lease_left() {
+        let p = LeaseParams::new(50, 0);
+        let mut c = LeaseClient::new(p, LeaseHolder::Node(NodeId(2)), ConfigId(1), NodeId(0), 0);
+        c.note_grant(10 * MS); // to CM 0
+        c.reset(20 * MS, ConfigId(2), NodeId(1));
+        c.note_grant(20 * MS); // to CM 1: its NEW-CONFIG-ACK
+        // CM 1 asks: only the grant to CM 0 counts (10 + 50 - 30).
+        assert_eq!(c.cm_lease_left_ns(30 * MS, NodeId(1)), 30 * MS);
+        // Another would-be CM asks: the grant to CM 1 counts too.
+        assert_eq!(c.cm_lease_left_ns(30 * MS, NodeId(3)), 40 * MS);
+        assert_eq!(c.cm_lease_left_ns(80 * MS, NodeId(3)), 0);
+        c.check_invariants();
     }
 
     #[test]

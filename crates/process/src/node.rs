@@ -1033,8 +1033,13 @@ impl NodeProcess {
             }
         }
         let upper = self.gateway.clock_mut().fast_forward_value(now);
+        // Grants to CMs other than the one proposing (NEW-CONFIG's sender).
+        let asking = match &m {
+            ReconfigMessage::NewConfig { from, .. } => *from,
+            _ => self.config.cm(),
+        };
         let left = match &self.lease {
-            LeaseRole::Member(c) => c.cm_lease_left_ns(now),
+            LeaseRole::Member(c) => c.cm_lease_left_ns(now, asking),
             LeaseRole::Cm(_) => 0,
         };
         let acks_new_config = matches!(m, ReconfigMessage::NewConfig { .. });
@@ -1098,7 +1103,7 @@ impl NodeProcess {
         if let LeaseRole::Member(c) = &self.lease {
             // This node too may have granted the replaced CM a lease.
             self.reconfig
-                .extend_commit_wait(now, c.cm_lease_left_ns(now));
+                .extend_commit_wait(now, c.cm_lease_left_ns(now, self.id));
         }
         self.after_engines(now);
         self.pump(now);
