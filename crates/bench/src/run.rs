@@ -162,6 +162,27 @@ pub async fn rpc(client: &Client, clients: usize, secs: u64, show: bool) -> f64 
     count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Times a load batch is retried after an error that a reconfiguration
+/// explains (each attempt is itself `Session::run`, which retries aborts).
+pub const LOAD_ATTEMPTS: u32 = 20;
+
+/// Errors after which an idempotent batch may simply run again.
+trait RetryableLoad {
+    fn is_retryable_load(&self) -> bool;
+}
+
+impl RetryableLoad for TxnError {
+    fn is_retryable_load(&self) -> bool {
+        self.is_abort()
+            || matches!(
+                self,
+                TxnError::Indeterminate { .. }
+                    | TxnError::ClockUnavailable
+                    | TxnError::Transport(_)
+            )
+    }
+}
+
 /// Load rows with `loaders` parallel sessions, `batch` rows per transaction.
 ///
 /// Errors: the first operational error (aborts are retried).
@@ -203,16 +224,34 @@ where
                     return Ok::<(), TxnError>(());
                 };
                 let n = chunk.len() as u64;
-                s.run(TxnOptions::default(), |tx| {
-                    let chunk = chunk.clone();
-                    Box::pin(async move {
-                        for (k, v) in chunk {
-                            tx.put(k, v).await?;
+                // A batch only puts fixed values, so running it again is
+                // harmless: a reconfiguration during the load (a commit
+                // whose outcome was lost, a clock disabled while the CM
+                // changes, a dead node's connection) is waited out and the
+                // batch retried, up to `LOAD_ATTEMPTS` times.
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    let r = s
+                        .run(TxnOptions::default(), |tx| {
+                            let chunk = chunk.clone();
+                            Box::pin(async move {
+                                for (k, v) in chunk {
+                                    tx.put(k, v).await?;
+                                }
+                                Ok(())
+                            })
+                        })
+                        .await;
+                    match r {
+                        Ok(()) => break,
+                        Err(e) if attempt < LOAD_ATTEMPTS && e.is_retryable_load() => {
+                            tracing::warn!("load batch, attempt {attempt}: {e}; retrying");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
                         }
-                        Ok(())
-                    })
-                })
-                .await?;
+                        Err(e) => return Err(e),
+                    }
+                }
                 loaded.fetch_add(n, Ordering::Relaxed);
                 pb.inc(n);
             }

@@ -388,6 +388,9 @@ enum BenchCmd {
         /// Where the runs' JSON, timelines and the summary go.
         #[arg(long, default_value = "bench-results/failover")]
         out: PathBuf,
+        /// The clusters' lease, ms (default: `[lease] lease_ms`).
+        #[arg(long)]
+        lease_ms: Option<u64>,
     },
 }
 
@@ -417,6 +420,7 @@ fn failover(
     bank_sessions: usize,
     durability: DurabilityArg,
     out: &std::path::Path,
+    lease_ms: Option<u64>,
 ) -> Result<(), String> {
     let mut summary = serde_json::Map::new();
     let mut table = Vec::new();
@@ -445,7 +449,7 @@ fn failover(
                 nodes,
                 kill: kill.clone(),
                 kill_at: Some(duration as f64 / 2.0),
-                lease_ms: None,
+                lease_ms,
                 timeline: Some(dir.join(format!("timeline-{i}"))),
                 durability: Some(durability),
                 bank_sessions,
@@ -1092,6 +1096,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             bank_sessions,
             durability,
             out,
+            lease_ms,
         } => {
             return failover(
                 *runs,
@@ -1103,6 +1108,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 *bank_sessions,
                 *durability,
                 out,
+                *lease_ms,
             )
         }
     };

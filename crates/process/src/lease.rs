@@ -641,7 +641,7 @@ mod tests {
         c.note_grant(10 * MS); // to CM 0
         c.reset(20 * MS, ConfigId(2), NodeId(1));
         c.note_grant(20 * MS); // to CM 1: its NEW-CONFIG-ACK
-        // CM 1 asks: only the grant to CM 0 counts (10 + 50 - 30).
+                               // CM 1 asks: only the grant to CM 0 counts (10 + 50 - 30).
         assert_eq!(c.cm_lease_left_ns(30 * MS, NodeId(1)), 30 * MS);
         // Another would-be CM asks: the grant to CM 1 counts too.
         assert_eq!(c.cm_lease_left_ns(30 * MS, NodeId(3)), 40 * MS);
