@@ -552,6 +552,25 @@ fn kill_9_of_a_client_mid_commit_releases_its_locks_and_decides_its_commits() {
             .sum();
         (release_ms, blocked, total, killed_ns)
     });
+    // The CM suspects the dead client a lease after its last renewal: wait
+    // for it (the accounts may all be free before that, when the client
+    // held no lock at the kill).
+    let lease_ms = c.config().lease.lease_ms;
+    let deadline = std::time::Instant::now() + Duration::from_millis(20 * lease_ms + 2000);
+    while std::time::Instant::now() < deadline {
+        let any = std::fs::read_dir(&dir)
+            .expect("cluster dir")
+            .flatten()
+            .any(|e| {
+                std::fs::read_to_string(e.path().join("events.jsonl"))
+                    .unwrap_or_default()
+                    .contains("ClientSuspect")
+            });
+        if any {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // The milestones after the kill, from the nodes' events (same
     // monotonic clock).
     let mut suspected = 0;
