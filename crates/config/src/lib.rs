@@ -263,6 +263,13 @@ pub struct ClockConfig {
     /// the old master stopped answering plus this (FaRMv2 §4.3: "servers
     /// removed from the configuration have stopped giving out timestamps").
     pub max_sample_age_us: u64,
+    /// How far ahead of its time the clock master keeps the time bound
+    /// stored in the coordination service, ms (default 500; it asks again
+    /// when half is left). A new clock master starts global time at the
+    /// stored bound, so global time jumps ahead by up to this at a CM
+    /// change; the master hands out no time while a raise is late
+    /// (FaRMv2 §4.3's monotonicity, kept across whole-cluster restarts).
+    pub time_bound_window_ms: u64,
 }
 
 impl Default for ClockConfig {
@@ -271,6 +278,7 @@ impl Default for ClockConfig {
             drift_ppm: 1000,
             sync_interval_us: 1000,
             max_sample_age_us: 10_000,
+            time_bound_window_ms: 500,
         }
     }
 }
@@ -573,6 +581,9 @@ impl Configuration {
                 "clock.max_sample_age_us {} must be at least twice sync_interval_us {}",
                 self.clock.max_sample_age_us, self.clock.sync_interval_us
             ));
+        }
+        if self.clock.time_bound_window_ms == 0 {
+            return bad("clock.time_bound_window_ms must be positive".into());
         }
         if self.lease.lease_ms == 0 {
             return bad("lease.lease_ms must be positive".into());

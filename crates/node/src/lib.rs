@@ -463,6 +463,21 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                     route(&sh, effects).await;
                 });
             }
+            NodeEffect::RaiseTimeBound { to_ns } => {
+                // `[coordination] replicas = 0`: no service to store the
+                // bound in, so it is granted here, unstored. Global time
+                // then survives a CM change (FF) but not a crash of every
+                // node; the warning at the CAS above applies here too.
+                let sh = shell.clone();
+                tokio::spawn(async move {
+                    let effects = {
+                        let mut p = lock(&sh.process);
+                        p.on_time_bound(mono_ns(), to_ns);
+                        drain(&mut p, &sh)
+                    };
+                    route(&sh, effects).await;
+                });
+            }
             NodeEffect::Event(ev) => {
                 tracing::info!(?ev, "reconfiguration");
                 record_event(shell, &ev);

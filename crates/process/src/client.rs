@@ -470,7 +470,7 @@ impl ClientProcess {
             .map(|r| format!("{:?}->{}#{}", r.purpose, r.to, r.attempt))
             .collect();
         format!(
-            "config {} cm {} synced {} txns {} finishing {} rpcs [{}] waits {} truncations {} closing {}",
+            "config {} cm {} synced {} txns {} finishing {} rpcs [{}] waits {} (first ready {:?}) truncations {} closing {}",
             self.config_id.0,
             self.cm,
             self.clock.is_synchronised(),
@@ -478,6 +478,7 @@ impl ClientProcess {
             self.finishing.len(),
             rpcs.join(", "),
             self.waits.len(),
+            self.waits.iter().next().map(|(w, _)| w.0),
             self.queued_truncations(),
             self.closing.is_some()
         )
@@ -940,6 +941,7 @@ impl ClientProcess {
             | ClockError::StaleLocalTime { .. }
             | ClockError::Inconsistent { .. }
             | ClockError::Expired { .. }
+            | ClockError::PastTimeBound { .. }
             | ClockError::Disabled => TxnError::ClockUnavailable,
         })?;
         self.stats.ts_count += 1;

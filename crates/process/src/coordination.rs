@@ -36,6 +36,14 @@ pub trait CoordinationService {
         expected: ConfigId,
         proposed: Configuration,
     ) -> Result<(), Box<Configuration>>;
+
+    /// The stored time bound, global ns (0 at first): no clock master hands
+    /// out time at or past it (FaRMv2 §4.3's monotonicity across restarts).
+    fn time_bound_ns(&self) -> u64;
+
+    /// Raise the stored time bound to at least `to_ns`; returns the bound
+    /// now stored (it never decreases).
+    fn raise_time_bound(&mut self, to_ns: u64) -> u64;
 }
 
 /// A linearizable in-memory register (simulator, tests, one-node clusters).
@@ -43,6 +51,7 @@ pub trait CoordinationService {
 pub struct MemoryService {
     current: Configuration,
     swaps: u64,
+    time_bound_ns: u64,
 }
 
 impl MemoryService {
@@ -51,6 +60,7 @@ impl MemoryService {
         MemoryService {
             current: initial,
             swaps: 0,
+            time_bound_ns: 0,
         }
     }
 
@@ -77,6 +87,15 @@ impl CoordinationService for MemoryService {
         self.swaps += 1;
         Ok(())
     }
+
+    fn time_bound_ns(&self) -> u64 {
+        self.time_bound_ns
+    }
+
+    fn raise_time_bound(&mut self, to_ns: u64) -> u64 {
+        self.time_bound_ns = self.time_bound_ns.max(to_ns);
+        self.time_bound_ns
+    }
 }
 
 #[cfg(test)]
@@ -100,5 +119,19 @@ mod tests {
         assert!(svc.compare_and_swap(by_1.id(), skip).is_err());
         assert_eq!(svc.current().id(), ConfigId(2));
         assert_eq!(svc.swaps(), 1);
+    }
+
+    #[test]
+    fn the_time_bound_never_decreases() {
+        let c1 = Configuration::local(3, 7000, 3, 12, std::path::Path::new("/tmp/c"));
+        let mut svc = MemoryService::new(c1);
+        assert_eq!(svc.time_bound_ns(), 0);
+        assert_eq!(svc.raise_time_bound(500), 500);
+        assert_eq!(
+            svc.raise_time_bound(200),
+            500,
+            "a lower raise keeps the bound"
+        );
+        assert_eq!(svc.time_bound_ns(), 500);
     }
 }

@@ -555,6 +555,22 @@ impl LeaseManager {
         }
     }
 
+    /// Member `node` asked to join, so it restarted without its memory:
+    /// if it has not asked for a lease in this configuration yet, its
+    /// formation grace ends now and it is suspected at the next tick
+    /// instead of a grace later (a whole-cluster restart must not wait
+    /// `formation_grace_ms` for a member that came back empty). A member
+    /// already heard from is alive here: its JOIN is a stale message, and
+    /// its lease decides. Suspecting is always safe (the removal still
+    /// waits out every lease, FaRM §5.2); this only shortens the wait.
+    pub fn forfeit_grace(&mut self, node: NodeId, now: u64) {
+        if let Some(h) = self.held.get_mut(&LeaseHolder::Node(node)) {
+            if !h.heard {
+                h.last_request_ns = now.saturating_sub(self.params.lease_ns);
+            }
+        }
+    }
+
     /// Holders whose lease has expired at the CM (no request for a lease
     /// period), in order: FaRM §5.2 step 1's suspects.
     pub fn suspects(&self, now: u64) -> Vec<LeaseHolder> {

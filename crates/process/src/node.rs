@@ -102,6 +102,14 @@ pub enum NodeEffect {
         /// Its successor.
         proposed: Box<Configuration>,
     },
+    /// Ask the coordination service to raise its time bound to at least
+    /// `to_ns` (global ns); answer with [`NodeProcess::on_time_bound`]
+    /// (only with `[coordination] replicas = 0`; the embedded service is
+    /// asked with messages).
+    RaiseTimeBound {
+        /// The bound wanted, global ns.
+        to_ns: u64,
+    },
     /// Write the coordination replica's state durably, replacing the
     /// last one, before carrying out any later effect (Raft's hard state
     /// and log; see [`crate::raft_service`]). Hand it back through
@@ -200,8 +208,9 @@ pub enum NodeEvent {
 enum Standing {
     /// A member of its configuration.
     Member,
-    /// Restarted with its memory lost: a member of nothing, silent on
-    /// leases and reconfiguration (joining is not built yet).
+    /// Restarted with its memory lost (or restored from disk and waiting
+    /// for its CM's renewal): a member of nothing. It asks to join, and
+    /// (memory lost) answers probes as empty.
     Restarted,
     /// A configuration removed it.
     Removed,
@@ -225,6 +234,14 @@ fn sender(from: Peer, claimed: Option<NodeId>) -> Option<NodeId> {
         Peer::Node(n) => Some(n),
         Peer::Conn(_) => claimed,
     }
+}
+
+/// The clock master's reserve below the stored time bound, ns: twice the
+/// maximum sample age, which covers how far past the master's answer any
+/// synchronised process's upper bound can run (see
+/// [`ClockSync::set_time_bound`]).
+fn time_bound_reserve_ns(config: &Configuration) -> u64 {
+    2 * config.clock.max_sample_age_us.saturating_mul(1000)
 }
 
 /// The coordinator id of the thin-client coordinator embedded in node
@@ -262,6 +279,21 @@ pub struct NodeProcess {
     /// Whether the applied configuration changed the CM (clock failover at
     /// its commit, FaRMv2 §4.3).
     clock_failover: bool,
+    /// The highest time bound this node knows the coordination service
+    /// stores, global ns: a new clock master starts its time there or
+    /// above, and the master hands out time only below it (FaRMv2 §4.3
+    /// monotonicity across restarts; see [`ClockSync::set_time_bound`]).
+    time_bound_ns: u64,
+    /// The stored time bound the CAS that made this node CM returned: its
+    /// clock starts there (or at FF, if higher) when the configuration
+    /// commits. Its own raises since do not move that start.
+    takeover_bound_ns: u64,
+    /// The highest raise asked of an outside service (replicas = 0) and
+    /// not yet answered, global ns.
+    time_bound_asked_ns: u64,
+    /// The highest configuration whose probe this node answered as empty
+    /// (restarted without memory): it accepts only newer NEW-CONFIGs.
+    probed_empty_in: ConfigId,
     /// The clock was disabled when effects were last drained (the
     /// `ClockDisabled`/`ClockEnabled` events report its changes).
     clock_was_disabled: bool,
@@ -329,6 +361,9 @@ impl NodeProcess {
         let mut gateway = ClientProcess::new(&config, coordinator, seed).managed();
         if config.cm() == id {
             gateway = gateway.with_master_clock();
+            // No time until the first raise of the stored bound.
+            let reserve = time_bound_reserve_ns(&config);
+            gateway.clock_mut().set_time_bound(0, reserve);
         }
         let lease_params = LeaseParams::new(config.lease.lease_ms, config.clock.drift_ppm);
         let lease = if config.cm() == id {
@@ -376,6 +411,10 @@ impl NodeProcess {
             reconfig,
             recovery: RecoveryFlow::new(id, &config),
             clock_failover: false,
+            time_bound_ns: 0,
+            takeover_bound_ns: 0,
+            time_bound_asked_ns: 0,
+            probed_empty_in: ConfigId(0),
             clock_was_disabled: false,
             proposal_sent_ns: 0,
             regions_active_reported: true,
@@ -457,14 +496,19 @@ impl NodeProcess {
         p.log_seq = log.last().map_or(cp_seq, |(s, _)| (*s).max(cp_seq));
         p.master_offset_ns = offset;
         p.restored = true;
+        // Every restored clock waits for a clock master's takeover: a
+        // restored CM becomes the master again when its renewal commits,
+        // starting at the time bound the CAS returned (FaRMv2 §4.3 FF, and
+        // the stored bound for what no surviving FF value remembers).
+        let drift = p.config.clock.drift_ppm;
+        p.gateway.clock_mut().follow_new_master(0, drift);
+        p.clock_failover = true;
         if p.config.cm() != id {
             // Outside any configuration until the restarted CM renews this
             // one (whole-cluster restart) or this node joins again with
             // empty replicas (the cluster went on without it; its data is
             // stale). Meanwhile it serves nothing.
             p.standing = Standing::Restarted;
-            let drift = p.config.clock.drift_ppm;
-            p.gateway.clock_mut().follow_new_master(0, drift);
         }
         Ok(p)
     }
@@ -512,6 +556,7 @@ impl NodeProcess {
             match o {
                 CasOutput::Send { to, msg } => self.send_oneway(to, Request::Coord(msg)),
                 CasOutput::Done(result) => self.on_cas_result(now, result),
+                CasOutput::TimeBound(bound_ns) => self.on_time_bound(now, bound_ns),
             }
         }
     }
@@ -520,13 +565,17 @@ impl NodeProcess {
     /// replica hosted here, answers to the CAS client.
     fn on_coord(&mut self, now: u64, m: CoordMessage) {
         match m {
-            CoordMessage::Raft { .. } | CoordMessage::Cas { .. } => {
+            CoordMessage::Raft { .. }
+            | CoordMessage::Cas { .. }
+            | CoordMessage::RaiseTimeBound { .. } => {
                 if let Some(s) = &mut self.service {
                     s.on_message(now, m);
                 }
                 self.after_service();
             }
-            CoordMessage::CasReply { .. } | CoordMessage::NotLeader { .. } => {
+            CoordMessage::CasReply { .. }
+            | CoordMessage::NotLeader { .. }
+            | CoordMessage::TimeBound { .. } => {
                 self.cas.on_message(now, &m);
                 self.after_cas(now);
             }
@@ -696,11 +745,6 @@ impl NodeProcess {
                 .with_grace(now.saturating_add(grace_ns)),
             )
         };
-        if self.restored && c.cm() == self.id {
-            // Global time continues where this master left it.
-            let start = (now as i128 + self.master_offset_ns as i128).max(0) as u64;
-            self.gateway.clock_mut().become_master(now, start);
-        }
     }
 
     /// A CM restored from disk renews its configuration (retried after a
@@ -760,19 +804,34 @@ impl NodeProcess {
             Request::Clock(ClockRequest::Sync) => {
                 // A master that lost its lease majority stops handing out
                 // time (its successor's FF only covers it until then).
-                let master = self.is_clock_master() && self.may_serve(now);
+                let master = self.is_clock_master();
+                let serving = master && self.may_serve(now);
                 let clock = self.gateway.clock_mut();
                 if !master {
                     self.wrong_role("the clock master")
+                } else if !serving {
+                    Response::Rejected(Rejection::WrongRole(
+                        "the clock master holds no lease majority now (FaRM §5.1): it hands \
+                         out no time until it does"
+                            .into(),
+                    ))
                 } else if clock.is_disabled() {
                     Response::Rejected(Rejection::WrongRole(
                         "the clock is disabled during a CM change (FaRMv2 §4.3)".into(),
                     ))
                 } else {
-                    ClockResponse::MasterTime {
-                        master_ns: clock.master_time(now),
+                    match clock.time(now) {
+                        Ok(iv) if clock.is_master() => ClockResponse::MasterTime {
+                            master_ns: iv.upper,
+                        }
+                        .into(),
+                        Ok(_) => Response::Rejected(Rejection::WrongRole(
+                            "the clock master has not taken over yet (FaRMv2 §4.3)".into(),
+                        )),
+                        Err(e) => Response::Rejected(Rejection::WrongRole(format!(
+                            "the clock master hands out no time now: {e}"
+                        ))),
                     }
-                    .into()
                 }
             }
             Request::Cm(CmRequest::RegisterClient) => self.register_client(),
@@ -966,9 +1025,26 @@ impl NodeProcess {
             return;
         };
         if self.standing != Standing::Member {
-            // Outside the configuration: only a NEW-CONFIG that adds this
-            // node back matters (it starts from scratch: memory is gone or
+            // Outside the configuration: a probe is answered as empty (if
+            // memory was lost), and only a NEW-CONFIG that adds this node
+            // back matters (it starts from scratch: memory is gone or
             // stale).
+            if let ReconfigMessage::Probe { config, seq, .. } = &m {
+                if self.standing == Standing::Restarted && !self.restored {
+                    // Never again accept a NEW-CONFIG of this configuration
+                    // (from its old CM): having counted toward a successor's
+                    // probe, this node must not grant that CM a lease.
+                    self.probed_empty_in = self.probed_empty_in.max(*config);
+                    let reply = ReconfigMessage::ProbeReply {
+                        config: *config,
+                        from: self.id,
+                        seq: *seq,
+                        empty: true,
+                    };
+                    self.send_oneway(from, Request::Reconfig(reply));
+                }
+                return;
+            }
             if let ReconfigMessage::NewConfig {
                 config_toml,
                 config,
@@ -999,6 +1075,7 @@ impl NodeProcess {
                     return;
                 }
                 let adds_me = *config > self.config.id()
+                    && *config > self.probed_empty_in
                     && Configuration::from_toml(config_toml).is_ok_and(|c| {
                         c.is_member(me)
                             && c.regions().iter().all(|r| {
@@ -1062,7 +1139,15 @@ impl NodeProcess {
     /// FaRM §5.2: a node asks to join; the CM adds it (as a backup of
     /// regions short of replicas, filled by data recovery).
     fn on_join(&mut self, now: u64, joiner: NodeId) {
-        if self.config.cm() != self.id || self.config.is_member(joiner) {
+        if self.config.cm() != self.id {
+            return;
+        }
+        if self.config.is_member(joiner) {
+            // A member that asks to join lost its memory: once removed it
+            // is added back as a new member.
+            if let LeaseRole::Cm(m) = &mut self.lease {
+                m.forfeit_grace(joiner, now);
+            }
             return;
         }
         let Ok(node) = self.config.node(joiner).cloned() else {
@@ -1087,9 +1172,63 @@ impl NodeProcess {
         }
     }
 
+    /// The coordination service stores a time bound of at least
+    /// `bound_ns` (global ns): from a CAS answer or a raise's. A clock
+    /// master may hand out time up to it (less the reserve).
+    pub fn on_time_bound(&mut self, now: u64, bound_ns: u64) {
+        if bound_ns >= self.time_bound_asked_ns {
+            self.time_bound_asked_ns = 0;
+        }
+        self.time_bound_ns = self.time_bound_ns.max(bound_ns);
+        let reserve = time_bound_reserve_ns(&self.config);
+        let clock = self.gateway.clock_mut();
+        if clock.is_master() {
+            clock.set_time_bound(self.time_bound_ns, reserve);
+        }
+        self.keep_time_bound_ahead(now);
+    }
+
+    /// The clock master keeps the stored time bound at least half a window
+    /// ahead of its time plus the reserve, raising it to a whole window
+    /// ahead. A new CM whose CAS won raises it at once from the bound the
+    /// CAS returned (where its time will start), so that its clock serves
+    /// as soon as the configuration commits.
+    fn keep_time_bound_ahead(&mut self, now: u64) {
+        // Applied with this node as CM, clock failover at the commit.
+        let taking_over = self.clock_failover && self.config.cm() == self.id;
+        let clock = self.gateway.clock_mut();
+        let base = if clock.is_master() && self.config.cm() == self.id && !clock.is_disabled() {
+            clock.master_time(now)
+        } else if taking_over {
+            self.takeover_bound_ns
+        } else {
+            return;
+        };
+        let reserve = time_bound_reserve_ns(&self.config);
+        let window = self.config.clock.time_bound_window_ms.max(1) * 1_000_000;
+        let enough = base.saturating_add(reserve + window / 2);
+        if self.time_bound_ns >= enough {
+            return;
+        }
+        let to_ns = base.saturating_add(reserve + window);
+        if self.cas.is_external() {
+            if self.time_bound_asked_ns < enough {
+                self.time_bound_asked_ns = to_ns;
+                self.effects.push(NodeEffect::RaiseTimeBound { to_ns });
+            }
+        } else if self.cas.raising_time_bound_to().is_none_or(|t| t < enough) {
+            self.cas
+                .hint_leader(self.service.as_ref().and_then(|r| r.leader()));
+            self.cas.raise_time_bound(now, to_ns);
+            self.after_cas(now);
+        }
+    }
+
     /// The coordination service answered this node's CAS.
     pub fn on_cas_result(&mut self, now: u64, result: Result<(), Box<Configuration>>) {
         if result.is_ok() {
+            // The CAS answer's bound came first (on_time_bound).
+            self.takeover_bound_ns = self.time_bound_ns;
             let next = ConfigId(self.reconfig.config().id().0 + 1);
             self.effects
                 .push(NodeEffect::Event(NodeEvent::ConfigCas(next)));
@@ -1106,6 +1245,7 @@ impl NodeProcess {
                 .extend_commit_wait(now, c.cm_lease_left_ns(now, self.id));
         }
         self.after_engines(now);
+        self.keep_time_bound_ahead(now);
         self.pump(now);
     }
 
@@ -1226,9 +1366,17 @@ impl NodeProcess {
             .push(NodeEffect::Event(NodeEvent::Committed(config)));
         if std::mem::take(&mut self.clock_failover) {
             let drift = self.config.clock.drift_ppm;
+            let reserve = time_bound_reserve_ns(&self.config);
+            let bound = self.time_bound_ns;
+            let start = self.takeover_bound_ns;
             let clock = self.gateway.clock_mut();
             if self.config.cm() == self.id {
-                clock.become_master(now, clock_ff_ns);
+                // Start at or above the bound stored when this CM's CAS
+                // won: above every time any earlier master handed out, even
+                // what no FF value remembers (a whole-cluster restart).
+                // Later raises are covered by FF, as in FaRMv2 §4.3.
+                clock.become_master(now, clock_ff_ns.max(start));
+                clock.set_time_bound(bound, reserve);
                 let offset = clock.master_offset_ns();
                 self.master_offset_ns = offset.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
                 if self.participant.journaling() {
@@ -1243,6 +1391,7 @@ impl NodeProcess {
         self.recovery
             .start(now, &self.config, &mut self.participant);
         self.data_recovered_reported = false;
+        self.keep_time_bound_ahead(now);
     }
 
     fn wrong_role(&self, role: &str) -> Response {
@@ -1512,6 +1661,7 @@ impl NodeProcess {
         if self.standing == Standing::Member {
             self.renew_after_restart(now);
             self.lease_tick(now);
+            self.keep_time_bound_ahead(now);
             let upper = self.gateway.clock_mut().fast_forward_value(now);
             self.reconfig.tick(now, upper);
             self.recovery.tick(now);
@@ -1604,7 +1754,7 @@ impl NodeProcess {
                 if !suspects.is_empty() {
                     if self.reconfig.reconfiguring() {
                         self.reconfig.abandon_unacked(now, &suspects);
-                    } else if self.reconfig.may_start() {
+                    } else if self.reconfig.may_suspect_members() {
                         self.note_suspect(now, suspects.clone());
                         self.reconfig.suspect_members(now, &suspects);
                     }
@@ -1642,6 +1792,16 @@ impl NodeProcess {
     /// Recovery counters.
     pub fn recovery_stats(&self) -> crate::recovery::RecoveryStats {
         self.recovery.stats()
+    }
+
+    /// The reconfiguration engine's and recovery's state, one line (to
+    /// read a stuck simulation).
+    pub fn describe_recovery(&self) -> String {
+        format!(
+            "reconfig {}, recovery busy {}",
+            self.reconfig.describe(),
+            self.recovery.busy()
+        )
     }
 
     /// True while reconfiguration or recovery work is pending here.

@@ -5,7 +5,22 @@
 //! partition can never win. FaRM keeps the configuration in Zookeeper. A
 //! Meridian cluster should need no outside service, so the first 1, 3 or 5
 //! nodes (`[coordination] replicas`) embed a Raft group whose replicated
-//! state machine is one register: the current configuration.
+//! state machine is one register: the current configuration, and beside it
+//! the *time bound*.
+//!
+//! **The time bound.** FaRMv2 §4.3 keeps global time monotonic across a
+//! CM change with FF, the maximum clock upper bound the surviving members
+//! report. After a whole-cluster crash no member survives to report one,
+//! and a restored CM's own clock says nothing about what its predecessor
+//! handed out (swarm seed 407: read_ts 759 ms after commits at 816 ms). So
+//! the register also stores a bound on every time any master may have
+//! handed out, as Percolator's and TiDB's timestamp oracles store theirs: a
+//! clock master serves time only below the stored bound (less a reserve for
+//! its followers' uncertainty), raises it a window ahead
+//! (`clock.time_bound_window_ms`) in the background, and a new master
+//! starts at or above the bound the CAS that made it CM returned. A raise
+//! is a log entry like a CAS: `RaiseTimeBound { to_ns }` sets the bound to
+//! `max(stored, to_ns)` and every answer carries the stored bound.
 //!
 //! **Algorithm.** [`ServiceReplica`] wraps a raft-rs `RawNode` (the `Ready`
 //! model: a synchronous state machine, so it runs unchanged in the
@@ -35,6 +50,7 @@
 //! it. The simulator keeps it across crashes.
 //!
 //! **Invariants.** The register's identifier only grows, by one per swap;
+//! the time bound never decreases;
 //! every replica applies the same entries in the same order; the log tail
 //! holds at most [`COMPACT_ENTRIES`] applied entries.
 
@@ -110,13 +126,41 @@ pub enum ServiceOutput {
     Persist(Vec<u8>),
 }
 
-/// One entry of the replicated log: a compare-and-swap.
+/// One entry of the replicated log.
 #[derive(Serialize, Deserialize)]
-struct CasCommand {
-    from: NodeId,
-    req: u64,
-    expected: ConfigId,
-    proposed_toml: String,
+enum Command {
+    /// Replace the configuration `expected` by `proposed_toml`.
+    Cas {
+        from: NodeId,
+        req: u64,
+        expected: ConfigId,
+        proposed_toml: String,
+    },
+    /// Raise the time bound to at least `to_ns`.
+    RaiseTimeBound { from: NodeId, req: u64, to_ns: u64 },
+}
+
+/// The register as a snapshot holds it: the configuration exactly as
+/// proposed, and the time bound (global time never reaches it unless it was
+/// raised first; see [`CoordMessage::RaiseTimeBound`]).
+#[derive(Serialize, Deserialize)]
+struct RegisterImage {
+    config_toml: String,
+    time_bound_ns: u64,
+}
+
+impl RegisterImage {
+    fn encode(&self) -> Result<Vec<u8>, ServiceError> {
+        bincode::serialize(self).map_err(|e| ServiceError::Corrupt(e.to_string()))
+    }
+
+    fn decode(bytes: &[u8]) -> Result<(Self, Configuration), ServiceError> {
+        let image: RegisterImage =
+            bincode::deserialize(bytes).map_err(|e| ServiceError::Corrupt(e.to_string()))?;
+        let config = Configuration::from_toml(&image.config_toml)
+            .map_err(|e| ServiceError::Corrupt(e.to_string()))?;
+        Ok((image, config))
+    }
 }
 
 /// The persisted form of a replica: protobuf bytes of raft-rs's types.
@@ -281,6 +325,9 @@ pub struct ServiceReplica {
     current: Configuration,
     /// `current` as TOML, exactly as proposed (answers and snapshots).
     current_toml: String,
+    /// The register's time bound, global ns (FaRMv2 §4.3 across restarts:
+    /// no clock master hands out time at or past it).
+    time_bound_ns: u64,
     applied: u64,
     /// Requests this replica proposed, answered when applied: (requester,
     /// its request number) → when proposed, ns.
@@ -323,10 +370,14 @@ impl ServiceReplica {
             Some(bytes) => RaftStore::decode(bytes)?,
             None => {
                 let mut snapshot = Snapshot::default();
-                let toml = initial
+                let config_toml = initial
                     .to_toml()
                     .map_err(|e| ServiceError::Corrupt(e.to_string()))?;
-                snapshot.set_data(toml.into_bytes().into());
+                let image = RegisterImage {
+                    config_toml,
+                    time_bound_ns: 0,
+                };
+                snapshot.set_data(image.encode()?.into());
                 let mut cs = ConfState::default();
                 cs.set_voters(group.iter().map(|n| raft_id(*n)).collect());
                 snapshot.mut_metadata().set_conf_state(cs);
@@ -337,10 +388,7 @@ impl ServiceReplica {
                 }
             }
         };
-        let current_toml = String::from_utf8(store.snapshot.get_data().to_vec())
-            .map_err(|e| ServiceError::Corrupt(e.to_string()))?;
-        let current = Configuration::from_toml(&current_toml)
-            .map_err(|e| ServiceError::Corrupt(e.to_string()))?;
+        let (image, current) = RegisterImage::decode(store.snapshot.get_data())?;
         let applied = store.snap_index();
         let election = params.election_ticks + 2 * rank;
         let cfg = raft::Config {
@@ -364,7 +412,8 @@ impl ServiceReplica {
             params,
             raw,
             current,
-            current_toml,
+            current_toml: image.config_toml,
+            time_bound_ns: image.time_bound_ns,
             applied,
             waiting: BTreeMap::new(),
             next_tick_ns: None,
@@ -376,6 +425,11 @@ impl ServiceReplica {
     /// The configuration the register holds (as applied here).
     pub fn current(&self) -> &Configuration {
         &self.current
+    }
+
+    /// The register's time bound as applied here, global ns.
+    pub fn time_bound_ns(&self) -> u64 {
+        self.time_bound_ns
     }
 
     /// The leader this replica knows of.
@@ -471,8 +525,23 @@ impl ServiceReplica {
                 expected,
                 proposed_toml,
             } => self.on_cas(now, from, req, expected, proposed_toml),
+            CoordMessage::RaiseTimeBound { from, req, to_ns } => {
+                if !self.is_leader() {
+                    let leader = self.leader();
+                    self.send(from, CoordMessage::NotLeader { req, leader });
+                } else if to_ns <= self.time_bound_ns {
+                    // Already that high: the bound only grows, so this
+                    // answer stays true without a log entry.
+                    let bound_ns = self.time_bound_ns;
+                    self.send(from, CoordMessage::TimeBound { req, bound_ns });
+                } else {
+                    self.propose(now, from, req, Command::RaiseTimeBound { from, req, to_ns });
+                }
+            }
             // Answers go to CasClient, not here.
-            CoordMessage::CasReply { .. } | CoordMessage::NotLeader { .. } => {}
+            CoordMessage::CasReply { .. }
+            | CoordMessage::NotLeader { .. }
+            | CoordMessage::TimeBound { .. } => {}
         }
         self.on_ready(now);
     }
@@ -496,12 +565,17 @@ impl ServiceReplica {
             self.reply(from, req, false);
             return;
         }
-        let cmd = CasCommand {
+        let cmd = Command::Cas {
             from,
             req,
             expected,
             proposed_toml,
         };
+        self.propose(now, from, req, cmd);
+    }
+
+    /// Propose `cmd` (this replica leads) and remember to answer it.
+    fn propose(&mut self, now: u64, from: NodeId, req: u64, cmd: Command) {
         let Ok(data) = bincode::serialize(&cmd) else {
             return;
         };
@@ -530,12 +604,14 @@ impl ServiceReplica {
 
     fn reply(&mut self, to: NodeId, req: u64, swapped: bool) {
         let current_toml = self.current_toml.clone();
+        let time_bound_ns = self.time_bound_ns;
         self.send(
             to,
             CoordMessage::CasReply {
                 req,
                 swapped,
                 current_toml,
+                time_bound_ns,
             },
         );
     }
@@ -560,21 +636,37 @@ impl ServiceReplica {
             if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
                 continue;
             }
-            let Ok(cmd) = bincode::deserialize::<CasCommand>(&e.data) else {
+            let Ok(cmd) = bincode::deserialize::<Command>(&e.data) else {
                 continue;
             };
-            let proposed = Configuration::from_toml(&cmd.proposed_toml).ok();
-            let swapped = match proposed {
-                Some(p) if cmd.expected == self.current.id() && p.id().0 == cmd.expected.0 + 1 => {
-                    self.current = p;
-                    self.current_toml = cmd.proposed_toml;
-                    self.swaps += 1;
-                    true
+            match cmd {
+                Command::Cas {
+                    from,
+                    req,
+                    expected,
+                    proposed_toml,
+                } => {
+                    let proposed = Configuration::from_toml(&proposed_toml).ok();
+                    let swapped = match proposed {
+                        Some(p) if expected == self.current.id() && p.id().0 == expected.0 + 1 => {
+                            self.current = p;
+                            self.current_toml = proposed_toml;
+                            self.swaps += 1;
+                            true
+                        }
+                        _ => false,
+                    };
+                    if self.waiting.remove(&(from, req)).is_some() {
+                        self.reply(from, req, swapped);
+                    }
                 }
-                _ => false,
-            };
-            if self.waiting.remove(&(cmd.from, cmd.req)).is_some() {
-                self.reply(cmd.from, cmd.req, swapped);
+                Command::RaiseTimeBound { from, req, to_ns } => {
+                    self.time_bound_ns = self.time_bound_ns.max(to_ns);
+                    if self.waiting.remove(&(from, req)).is_some() {
+                        let bound_ns = self.time_bound_ns;
+                        self.send(from, CoordMessage::TimeBound { req, bound_ns });
+                    }
+                }
             }
         }
     }
@@ -589,12 +681,18 @@ impl ServiceReplica {
         let Ok(term) = store.term(self.applied) else {
             return false;
         };
-        let toml = self.current_toml.clone();
+        let image = RegisterImage {
+            config_toml: self.current_toml.clone(),
+            time_bound_ns: self.time_bound_ns,
+        };
+        let Ok(data) = image.encode() else {
+            return false;
+        };
         let applied = self.applied;
         let store = self.raw.mut_store();
         let conf = store.snapshot.get_metadata().get_conf_state().clone();
         let mut snap = Snapshot::default();
-        snap.set_data(toml.into_bytes().into());
+        snap.set_data(data.into());
         let meta = snap.mut_metadata();
         meta.index = applied;
         meta.term = term;
@@ -628,13 +726,12 @@ impl ServiceReplica {
         let mut dirty = false;
         if !rd.snapshot().is_empty() {
             let snap = rd.snapshot().clone();
-            if let Ok(t) = String::from_utf8(snap.get_data().to_vec()) {
-                if let Ok(c) = Configuration::from_toml(&t) {
-                    if c.id() >= self.current.id() {
-                        self.current = c;
-                        self.current_toml = t;
-                    }
+            if let Ok((image, c)) = RegisterImage::decode(snap.get_data()) {
+                if c.id() >= self.current.id() {
+                    self.current = c;
+                    self.current_toml = image.config_toml;
                 }
+                self.time_bound_ns = self.time_bound_ns.max(image.time_bound_ns);
             }
             let store = self.raw.mut_store();
             let idx = snap.get_metadata().index;
@@ -714,6 +811,16 @@ struct CasRequest {
     tries: u32,
 }
 
+/// A time-bound raise in flight from this node.
+#[derive(Clone, Debug)]
+struct BoundRequest {
+    req: u64,
+    to_ns: u64,
+    target: usize,
+    deadline_ns: u64,
+    tries: u32,
+}
+
 /// What [`CasClient`] asks of its node.
 #[derive(Clone, Debug, PartialEq)]
 pub enum CasOutput {
@@ -728,6 +835,9 @@ pub enum CasOutput {
     /// configuration now, else the service's configuration (or, after
     /// giving up, the expected one back).
     Done(Result<(), Box<Configuration>>),
+    /// The service stores at least this time bound, global ns (from a CAS
+    /// answer or a raise's).
+    TimeBound(u64),
 }
 
 /// The requesting side of the service, on every node (FaRM §5.2 step 3).
@@ -739,6 +849,7 @@ pub struct CasClient {
     leader_hint: Option<NodeId>,
     next_req: u64,
     pending: Option<(CasRequest, Configuration)>,
+    bound: Option<BoundRequest>,
     out: Vec<CasOutput>,
 }
 
@@ -752,6 +863,7 @@ impl CasClient {
             leader_hint: None,
             next_req: 1,
             pending: None,
+            bound: None,
             out: Vec::new(),
         }
     }
@@ -800,6 +912,54 @@ impl CasClient {
         self.send_pending(now);
     }
 
+    /// Ask the service to raise its time bound to at least `to_ns` (global
+    /// ns); answered by [`CasOutput::TimeBound`]. A raise in flight to at
+    /// least as much is kept; a lower one is replaced. A raise that finds
+    /// no leader is dropped after the same number of tries as a CAS (the
+    /// clock master asks again).
+    pub fn raise_time_bound(&mut self, now: u64, to_ns: u64) {
+        if self.bound.as_ref().is_some_and(|b| b.to_ns >= to_ns) {
+            return;
+        }
+        let target = self
+            .leader_hint
+            .and_then(|l| self.group.iter().position(|n| *n == l))
+            .unwrap_or(0);
+        let req = self.next_req;
+        self.next_req += 1;
+        self.bound = Some(BoundRequest {
+            req,
+            to_ns,
+            target,
+            deadline_ns: now,
+            tries: 0,
+        });
+        self.send_bound(now);
+    }
+
+    /// The bound a raise in flight asks for, global ns.
+    pub fn raising_time_bound_to(&self) -> Option<u64> {
+        self.bound.as_ref().map(|b| b.to_ns)
+    }
+
+    fn send_bound(&mut self, now: u64) {
+        let timeout = self.params.request_timeout_ns();
+        let Some(b) = &mut self.bound else {
+            return;
+        };
+        let Some(&to) = self.group.get(b.target) else {
+            return;
+        };
+        b.deadline_ns = now + timeout;
+        b.tries += 1;
+        let msg = CoordMessage::RaiseTimeBound {
+            from: self.me,
+            req: b.req,
+            to_ns: b.to_ns,
+        };
+        self.out.push(CasOutput::Send { to, msg });
+    }
+
     fn send_pending(&mut self, now: u64) {
         let timeout = self.params.request_timeout_ns();
         let Some((r, _)) = &mut self.pending else {
@@ -821,6 +981,44 @@ impl CasClient {
 
     /// An answer from the service.
     pub fn on_message(&mut self, now: u64, msg: &CoordMessage) {
+        if let CoordMessage::CasReply { time_bound_ns, .. } = msg {
+            // Any answer, even a late one, tells a bound that is stored.
+            self.out.push(CasOutput::TimeBound(*time_bound_ns));
+        }
+        if let Some(b) = &mut self.bound {
+            match msg {
+                CoordMessage::TimeBound { req, bound_ns } if *req == b.req => {
+                    if let Some(l) = self.group.get(b.target) {
+                        self.leader_hint = Some(*l);
+                    }
+                    self.bound = None;
+                    self.out.push(CasOutput::TimeBound(*bound_ns));
+                    return;
+                }
+                CoordMessage::NotLeader { req, leader } if *req == b.req => {
+                    let next = leader.and_then(|l| self.group.iter().position(|n| *n == l));
+                    match next {
+                        Some(i) if i != b.target => {
+                            b.target = i;
+                            self.leader_hint = *leader;
+                            self.send_bound(now);
+                        }
+                        _ => {
+                            b.target = (b.target + 1) % self.group.len().max(1);
+                            b.deadline_ns =
+                                now + self.params.heartbeat_ticks as u64 * self.params.tick_ns;
+                        }
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
+        if let CoordMessage::TimeBound { bound_ns, .. } = msg {
+            // A late answer to a replaced raise: still a stored bound.
+            self.out.push(CasOutput::TimeBound(*bound_ns));
+            return;
+        }
         let Some((r, proposed)) = &mut self.pending else {
             return;
         };
@@ -829,6 +1027,7 @@ impl CasClient {
                 req,
                 swapped,
                 current_toml,
+                ..
             } if *req == r.req => {
                 let mine = *swapped || *current_toml == r.proposed_toml;
                 let result = if mine {
@@ -867,6 +1066,17 @@ impl CasClient {
 
     /// Resend after a timeout, or give up (the reconfiguration starts over).
     pub fn tick(&mut self, now: u64, expected_config: &Configuration) {
+        let tries = 4 * self.group.len().max(1);
+        if let Some(b) = &mut self.bound {
+            if now >= b.deadline_ns {
+                if b.tries as usize >= tries {
+                    self.bound = None;
+                } else {
+                    b.target = (b.target + 1) % self.group.len().max(1);
+                    self.send_bound(now);
+                }
+            }
+        }
         let Some((r, _)) = &mut self.pending else {
             return;
         };
@@ -885,7 +1095,12 @@ impl CasClient {
 
     /// When the pending request times out, ns.
     pub fn next_wake_ns(&self) -> Option<u64> {
-        self.pending.as_ref().map(|(r, _)| r.deadline_ns)
+        let cas = self.pending.as_ref().map(|(r, _)| r.deadline_ns);
+        let bound = self.bound.as_ref().map(|b| b.deadline_ns);
+        match (cas, bound) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Outputs so far, in order.
@@ -910,6 +1125,7 @@ mod tests {
         cut: BTreeSet<NodeId>,
         disks: Vec<Option<Vec<u8>>>,
         done: Vec<Vec<Result<(), Box<Configuration>>>>,
+        bounds: Vec<Vec<u64>>,
         now: u64,
     }
 
@@ -931,6 +1147,7 @@ mod tests {
                 cut: BTreeSet::new(),
                 disks: vec![None; 3],
                 done: vec![Vec::new(); 3],
+                bounds: vec![Vec::new(); 3],
                 now: 0,
             }
         }
@@ -951,6 +1168,7 @@ mod tests {
                             self.queue.push_back((NodeId(i as u32), to, msg))
                         }
                         CasOutput::Done(r) => self.done[i].push(r),
+                        CasOutput::TimeBound(b) => self.bounds[i].push(b),
                     }
                 }
             }
@@ -972,7 +1190,9 @@ mod tests {
                     }
                     let t = to.0 as usize;
                     match msg {
-                        CoordMessage::Raft { .. } | CoordMessage::Cas { .. } => {
+                        CoordMessage::Raft { .. }
+                        | CoordMessage::Cas { .. }
+                        | CoordMessage::RaiseTimeBound { .. } => {
                             self.replicas[t].on_message(self.now, msg)
                         }
                         m => self.clients[t].on_message(self.now, &m),
@@ -1082,6 +1302,44 @@ mod tests {
         net.run(5);
         assert_eq!(net.done[2].len(), 2, "answered within 5 ms");
         assert_eq!(net.done[2][1], Ok(()));
+    }
+
+    #[test]
+    fn the_time_bound_is_raised_replicated_survives_restarts_and_never_drops() {
+        let mut net = Net::new();
+        net.run(40);
+        let leader = net.leader().expect("a leader within 40 ms");
+        net.clients[0].raise_time_bound(net.now, 5_000);
+        net.run(10);
+        assert_eq!(net.bounds[0].last(), Some(&5_000), "the raise is answered");
+        assert_eq!(net.clients[0].raising_time_bound_to(), None, "and done");
+        // A lower raise is answered with the stored, higher bound.
+        net.clients[2].raise_time_bound(net.now, 3_000);
+        net.run(10);
+        assert_eq!(net.bounds[2].last(), Some(&5_000));
+        // A CAS answer carries the bound too (a new CM starts above it).
+        net.clients[1].start(net.now, ConfigId(1), successor(1));
+        net.run(20);
+        assert_eq!(net.done[1], vec![Ok(())]);
+        assert_eq!(net.bounds[1].last(), Some(&5_000));
+        // The leader restarts from its disk: the bound is still there, on
+        // every replica.
+        let disk = net.disks[leader].clone().expect("persisted");
+        net.replicas[leader] =
+            ServiceReplica::new(&config(), NodeId(leader as u32), Some(&disk)).unwrap();
+        net.run(60);
+        for r in &net.replicas {
+            assert_eq!(r.time_bound_ns(), 5_000);
+            r.check_invariants();
+        }
+        net.clients[0].raise_time_bound(net.now, 9_000);
+        net.run(20);
+        assert_eq!(net.bounds[0].last(), Some(&9_000));
+        assert!(
+            net.bounds.iter().flatten().all(|b| *b >= 3_000),
+            "no answer below a bound already stored: {:?}",
+            net.bounds
+        );
     }
 
     #[test]

@@ -17,6 +17,10 @@
 //! 2. *Probe.* The would-be CM probes every member but the suspects and
 //!    waits up to `probe_timeout` for replies. It goes on only if the
 //!    replies and itself are a majority of the current members. A member
+//!    that restarted without its memory answers as *empty*: it counts
+//!    toward the majority (its old incarnation is gone, so it is on no
+//!    other side of a partition and grants the old CM nothing) but is left
+//!    out of the new configuration, and joins again afterwards. A member
 //!    answering a probe from someone other than its CM stops renewing its
 //!    lease with the old CM (so the old CM loses its majority within one
 //!    lease; see `lease`).
@@ -141,6 +145,9 @@ enum State {
         seq: u64,
         suspects: BTreeSet<NodeId>,
         replied: BTreeSet<NodeId>,
+        /// Members that answered from outside every configuration: they
+        /// restarted empty (count toward the majority, hold nothing).
+        empty: BTreeSet<NodeId>,
         deadline_ns: u64,
     },
     /// Step 3.
@@ -195,6 +202,12 @@ pub struct Reconfig {
     removed: bool,
     state: State,
     next_probe_seq: u64,
+    /// The proposal [`Reconfig::abandon_unacked`] left for a probe: if the
+    /// probe cannot make a successor (a minority, or a lost region), the
+    /// CM goes back to it, resending NEW-CONFIG, rather than sit with an
+    /// applied configuration nobody will ever commit (found by the swarm:
+    /// seed 8).
+    abandoned: Option<Box<State>>,
     out: Vec<ReconfigOutput>,
 }
 
@@ -211,6 +224,7 @@ impl Reconfig {
             removed: false,
             state: State::Member,
             next_probe_seq: 1,
+            abandoned: None,
             out: Vec::new(),
         }
     }
@@ -267,12 +281,24 @@ impl Reconfig {
     pub fn rejoin(&mut self) {
         self.removed = false;
         self.pending_commit = false;
+        self.abandoned = None;
         self.state = State::Member;
     }
 
     /// True when an attempt could start now (not deferred, not running).
     pub fn may_start(&self) -> bool {
         !self.removed && !self.pending_commit && matches!(self.state, State::Member)
+    }
+
+    /// True when the CM may start removing members whose lease expired: as
+    /// [`Reconfig::may_start`], but also while it still resends
+    /// NEW-CONFIG-COMMIT — to a member that died meanwhile it would resend
+    /// forever, and data recovery waits for that member (found by the
+    /// swarm: seed 31).
+    pub fn may_suspect_members(&self) -> bool {
+        !self.removed
+            && !self.pending_commit
+            && matches!(self.state, State::Member | State::Committing { .. })
     }
 
     /// True when this member may suspect its CM (FaRM §5.2 step 1): as
@@ -298,7 +324,7 @@ impl Reconfig {
     /// Step 1 at the CM: members whose lease expired.
     pub fn suspect_members(&mut self, now: u64, suspects: &[NodeId]) {
         // Deferred (a failed attempt waits a lease) counts as busy here.
-        if self.removed || !matches!(self.state, State::Member) || suspects.is_empty() {
+        if !self.may_suspect_members() || suspects.is_empty() {
             return;
         }
         let suspects: BTreeSet<NodeId> = suspects
@@ -365,6 +391,7 @@ impl Reconfig {
             seq,
             suspects,
             replied: BTreeSet::new(),
+            empty: BTreeSet::new(),
             deadline_ns: now.saturating_add(self.params.probe_timeout_ns),
         };
         self.maybe_end_probe(now);
@@ -374,6 +401,7 @@ impl Reconfig {
         let State::Probing {
             suspects,
             replied,
+            empty,
             deadline_ns,
             ..
         } = &self.state
@@ -385,17 +413,18 @@ impl Reconfig {
             .iter()
             .filter(|m| !suspects.contains(m) && **m != self.me)
             .count();
-        if replied.len() < asked && now < *deadline_ns {
+        if replied.len() + empty.len() < asked && now < *deadline_ns {
             return;
         }
         let mut alive = replied.clone();
         alive.insert(self.me);
-        if alive.len() * 2 <= members.len() {
-            // A minority cannot reconfigure (FaRM §5.2 step 2); try again
-            // after a lease, if still suspected.
-            self.state = State::Deferred {
-                until_ns: now.saturating_add(self.params.lease.lease_ns),
-            };
+        // A member that restarted empty answers too: its old incarnation
+        // is gone, so it cannot be on the other side of a partition, and
+        // it grants the old CM nothing (FaRM §5.2 step 2's majority is
+        // about who else may still serve).
+        if (alive.len() + empty.len()) * 2 <= members.len() {
+            // A minority cannot reconfigure (FaRM §5.2 step 2).
+            self.probe_failed(now);
             return;
         }
         let base = match &self.service_config {
@@ -413,6 +442,7 @@ impl Reconfig {
                     expected: base.id(),
                     proposed: proposed.clone(),
                 });
+                self.abandoned = None;
                 self.state = State::Casing {
                     proposed,
                     probe_end_ns: now,
@@ -428,9 +458,7 @@ impl Reconfig {
                         detail: e.to_string(),
                     });
                 }
-                self.state = State::Deferred {
-                    until_ns: now.saturating_add(self.params.lease.lease_ns),
-                };
+                self.probe_failed(now);
             }
         }
     }
@@ -533,6 +561,8 @@ impl Reconfig {
         }
         self.config = config.clone();
         self.pending_commit = true;
+        // A newer configuration supersedes any abandoned proposal.
+        self.abandoned = None;
         self.out.push(ReconfigOutput::Applied {
             config: Box::new(config),
             cm_changed,
@@ -624,18 +654,34 @@ impl Reconfig {
                             config,
                             from: me,
                             seq,
+                            empty: false,
                         },
                     );
                     return from != self.config.cm();
                 }
             }
-            ReconfigMessage::ProbeReply { config, from, seq } => {
+            ReconfigMessage::ProbeReply {
+                config,
+                from,
+                seq,
+                empty: was_emptied,
+            } => {
                 if let State::Probing {
-                    seq: s, replied, ..
+                    seq: s,
+                    replied,
+                    empty,
+                    ..
                 } = &mut self.state
                 {
-                    if *s == seq && config == mine {
-                        replied.insert(from);
+                    if *s == seq && config == mine && self.config.is_member(from) {
+                        if was_emptied {
+                            if !replied.contains(&from) {
+                                empty.insert(from);
+                            }
+                        } else {
+                            empty.remove(&from);
+                            replied.insert(from);
+                        }
                     }
                 }
                 self.maybe_end_probe(now);
@@ -670,6 +716,7 @@ impl Reconfig {
                 }
                 if !next.is_member(me) {
                     self.removed = true;
+                    self.abandoned = None;
                     self.state = State::Member;
                     self.out.push(ReconfigOutput::Removed { config });
                     return false;
@@ -841,10 +888,25 @@ impl Reconfig {
     /// A proposal this node leads could not finish because `unacked`
     /// members never acknowledged it (their leases expired at the new CM):
     /// start over from the proposal, which the service already holds.
+    ///
+    /// A member gets a lease from the first NEW-CONFIG to acknowledge it:
+    /// its lease at the CM may have run out only because it answered
+    /// another node's probe (and stopped renewing), which says nothing of
+    /// its health (found by the swarm: seed 8 abandoned a proposal 0.1 ms
+    /// before the ACK came).
     pub fn abandon_unacked(&mut self, now: u64, suspects: &[NodeId]) {
-        let State::Proposing { acks, proposed, .. } = &self.state else {
+        let State::Proposing {
+            acks,
+            proposed,
+            proposed_at_ns,
+            ..
+        } = &self.state
+        else {
             return;
         };
+        if now < proposed_at_ns.saturating_add(self.params.lease.lease_ns) {
+            return;
+        }
         let stuck: BTreeSet<NodeId> = suspects
             .iter()
             .copied()
@@ -853,14 +915,63 @@ impl Reconfig {
         if stuck.is_empty() {
             return;
         }
-        self.state = State::Member;
+        let proposal = std::mem::replace(&mut self.state, State::Member);
+        self.abandoned = Some(Box::new(proposal));
         self.start_probe(now, stuck);
+    }
+
+    /// A probe that cannot make a successor: back to the proposal
+    /// [`Reconfig::abandon_unacked`] left, if any, resending NEW-CONFIG;
+    /// else try again after a lease, if still suspected.
+    fn probe_failed(&mut self, now: u64) {
+        match self.abandoned.take() {
+            Some(mut p) => {
+                if let State::Proposing { next_resend_ns, .. } = p.as_mut() {
+                    *next_resend_ns = now;
+                }
+                self.state = *p;
+                self.resend(now);
+            }
+            None => {
+                self.state = State::Deferred {
+                    until_ns: now.saturating_add(self.params.lease.lease_ns),
+                };
+            }
+        }
     }
 
     /// The CM learned that `node` holds a complete copy of `region` (FaRM
     /// §5.4): it may be promoted by the next remap.
     pub fn mark_ready(&mut self, region: meridian_wire::RegionId, node: NodeId) {
         self.config.mark_ready(region, node);
+    }
+
+    /// The engine's state, one line (to read a stuck simulation).
+    pub fn describe(&self) -> String {
+        match &self.state {
+            State::Member => format!("member (pending commit {})", self.pending_commit),
+            State::Deferred { until_ns } => format!("deferred until {until_ns}"),
+            State::Probing {
+                suspects,
+                replied,
+                empty,
+                ..
+            } => format!("probing (suspects {suspects:?}, replied {replied:?}, empty {empty:?})"),
+            State::Casing { proposed, .. } => format!("casing {}", proposed.id().0),
+            State::Proposing {
+                proposed,
+                acks,
+                commit_after_ns,
+                ..
+            } => format!(
+                "proposing {} (acked {:?}, commit after {commit_after_ns})",
+                proposed.id().0,
+                acks.keys().collect::<Vec<_>>()
+            ),
+            State::Committing { config, acked, .. } => {
+                format!("committing {} (acked {acked:?})", config.0)
+            }
+        }
     }
 
     /// The next local time at which a timer here fires.
@@ -899,6 +1010,13 @@ impl Reconfig {
                 "the CM runs the configuration it proposes"
             ),
             _ => {}
+        }
+        if let Some(a) = &self.abandoned {
+            assert!(
+                matches!(a.as_ref(), State::Proposing { proposed, .. } if proposed.id() == self.config.id())
+                    && matches!(self.state, State::Probing { .. }),
+                "an abandoned proposal is this configuration's, kept only while probing"
+            );
         }
         if !self.removed {
             assert!(

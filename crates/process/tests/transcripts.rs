@@ -217,6 +217,7 @@ type Net = VecDeque<(NodeId, NodeId, Frame)>;
 /// `deliver` command.
 fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
     let mut s = String::new();
+    let mut raised = Vec::new();
     for e in n.drain_effects() {
         match e {
             NodeEffect::Send { to, frame } => {
@@ -230,6 +231,11 @@ fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
             }
             NodeEffect::Cas { expected, proposed } => {
                 let _ = writeln!(s, "{} cas {expected:?} -> {:?}", n.id(), proposed.id());
+            }
+            NodeEffect::RaiseTimeBound { to_ns } => {
+                // The outside service stores it at once.
+                let _ = writeln!(s, "{} raise time bound to {to_ns}", n.id());
+                raised.push(to_ns);
             }
             NodeEffect::Event(ev) => {
                 let _ = writeln!(s, "{} event {ev:?}", n.id());
@@ -248,6 +254,13 @@ fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
             NodeEffect::Checkpoint { through_seq, .. } => {
                 let _ = writeln!(s, "{} checkpoint through #{through_seq}", n.id());
             }
+        }
+    }
+    for to_ns in raised {
+        n.on_time_bound(0, to_ns);
+        let more = node_effects(n, net);
+        if more != "(no effects)\n" {
+            s.push_str(&more);
         }
     }
     if s.is_empty() {

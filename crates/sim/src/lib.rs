@@ -460,8 +460,9 @@ enum Out {
 struct World {
     now_ns: u64,
     outbox: Vec<Out>,
-    /// Global time is the first CM's clock until the CM changes (FaRMv2
-    /// §4.3 fast-forward moves it to the new CM's clock plus an offset the
+    /// Global time is the first CM's clock until a clock master takes over
+    /// (a CM change or a restart: FaRMv2 §4.3 fast-forward and the stored
+    /// time bound move it to the new master's clock plus an offset the
     /// simulator does not model): the time oracle checks until then.
     oracle_until_ns: u64,
 }
@@ -930,7 +931,10 @@ enum Event {
     Heal(Vec<(Addr, Addr)>),
     Pause(u32, u64),
     /// The coordination service's answer to node `.0` (incarnation `.1`).
-    CasReply(u32, u32, Result<(), Box<Configuration>>),
+    CasReply(u32, u32, Result<(), Box<Configuration>>, u64),
+    /// The coordination service's answer to node `.0`'s (incarnation `.1`)
+    /// time-bound raise: the stored bound.
+    TimeBoundReply(u32, u32, u64),
 }
 
 struct NodeSlot {
@@ -987,6 +991,13 @@ pub struct Sim {
     node_events: Vec<(u64, u32, NodeEvent)>,
     /// `MERIDIAN_SIM_TRACE` set: print every event to stderr.
     trace: bool,
+    /// Global time never goes back (FaRMv2 §4.3), across CM changes and
+    /// whole-cluster restarts: the highest master time any node has handed
+    /// out (a clock-sync answer), with the node. Every later answer must
+    /// be at least that.
+    max_master_time: Option<(u64, u32)>,
+    /// Violations of that oracle (reported as workload failures).
+    time_failures: Vec<String>,
 }
 
 impl Sim {
@@ -1084,6 +1095,8 @@ impl Sim {
             crashes: 0,
             uncertainty: (0, 0),
             too_old: 0,
+            max_master_time: None,
+            time_failures: Vec::new(),
             harvested: Vec::new(),
             trace: std::env::var_os("MERIDIAN_SIM_TRACE").is_some(),
         };
@@ -1380,13 +1393,14 @@ impl Sim {
             match &n.process {
                 Some(p) => {
                     out.push(format!(
-                        "node {i} (inc {}): member {} config {} (cm {}, members {:?}) recovering {} gateway {}",
+                        "node {i} (inc {}): member {} config {} (cm {}, members {:?}) recovering {} ({}) gateway {}",
                         n.inc,
                         p.is_member(),
                         p.config().id().0,
                         p.config().cm(),
                         p.config().members(),
                         p.recovering(),
+                        p.describe_recovery(),
                         p.gateway().describe_pending()
                     ));
                 }
@@ -1520,7 +1534,7 @@ impl Sim {
                     self.schedule(now, Event::NodeTick(n, inc));
                 }
             }
-            Event::CasReply(n, inc, result) => {
+            Event::CasReply(n, inc, result, bound_ns) => {
                 let now = self.now();
                 let slot = &mut self.nodes[n as usize];
                 if slot.inc != inc {
@@ -1528,7 +1542,20 @@ impl Sim {
                 }
                 let local = slot.clock.local(now);
                 if let Some(p) = slot.process.as_mut() {
+                    p.on_time_bound(local, bound_ns);
                     p.on_cas_result(local, result);
+                    self.route_node(n);
+                }
+            }
+            Event::TimeBoundReply(n, inc, bound_ns) => {
+                let now = self.now();
+                let slot = &mut self.nodes[n as usize];
+                if slot.inc != inc {
+                    return;
+                }
+                let local = slot.clock.local(now);
+                if let Some(p) = slot.process.as_mut() {
+                    p.on_time_bound(local, bound_ns);
                     self.route_node(n);
                 }
             }
@@ -1564,6 +1591,13 @@ impl Sim {
         for e in effects {
             match e {
                 NodeEffect::Send { to, frame } => {
+                    if let Frame::Response {
+                        resp: Response::Clock(ClockResponse::MasterTime { master_ns }),
+                        ..
+                    } = &frame
+                    {
+                        self.check_master_time(now, n, *master_ns);
+                    }
                     let to = match to {
                         Peer::Node(m) => Addr::Node(m.0),
                         Peer::Conn(id) => {
@@ -1585,7 +1619,17 @@ impl Sim {
                         .gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns)
                         * 3;
                     let inc = self.nodes[n as usize].inc;
-                    self.schedule(now + delay, Event::CasReply(n, inc, result));
+                    let bound = self.coordination.time_bound_ns();
+                    self.schedule(now + delay, Event::CasReply(n, inc, result, bound));
+                }
+                NodeEffect::RaiseTimeBound { to_ns } => {
+                    let bound = self.coordination.raise_time_bound(to_ns);
+                    let delay = self
+                        .rng
+                        .gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns)
+                        * 3;
+                    let inc = self.nodes[n as usize].inc;
+                    self.schedule(now + delay, Event::TimeBoundReply(n, inc, bound));
                 }
                 NodeEffect::PersistCoordination(state) => {
                     self.nodes[n as usize].disk = Some(state);
@@ -1605,18 +1649,20 @@ impl Sim {
                     if self.trace {
                         eprintln!("t={now} node {n}: {ev:?}");
                     }
-                    if let NodeEvent::Applied(_) = ev {
-                        let cm = self.nodes[n as usize]
+                    // A clock disabled means a master takeover (a CM
+                    // change, or a restart), which moves global time off
+                    // the first CM's clock: the oracle ends there.
+                    let takeover = match ev {
+                        NodeEvent::Applied(_) => self.nodes[n as usize]
                             .process
                             .as_ref()
-                            .map(|p| p.config().cm());
-                        if cm.is_some_and(|cm| cm != self.config.cm()) {
-                            let mut w = lock(&self.world);
-                            w.oracle_until_ns = w.oracle_until_ns.min(now);
-                        }
-                    }
-                    if self.trace {
-                        eprintln!("t={now} node {n} event {ev:?}");
+                            .is_some_and(|p| p.config().cm() != self.config.cm()),
+                        NodeEvent::ClockDisabled(_) => true,
+                        _ => false,
+                    };
+                    if takeover {
+                        let mut w = lock(&self.world);
+                        w.oracle_until_ns = w.oracle_until_ns.min(now);
                     }
                     self.node_events.push((now, n, ev));
                 }
@@ -1783,13 +1829,29 @@ impl Sim {
         }
     }
 
+    /// The global-time oracle: a master time handed out below one handed
+    /// out before (by any node) is a clock-failover bug.
+    fn check_master_time(&mut self, now: u64, node: u32, master_ns: u64) {
+        match self.max_master_time {
+            Some((max, by)) if master_ns < max => {
+                if self.time_failures.len() < 8 {
+                    self.time_failures.push(format!(
+                        "global time went back at t={now}: node {node} handed out master \
+                         time {master_ns} after node {by} handed out {max}"
+                    ));
+                }
+            }
+            _ => self.max_master_time = Some((master_ns, node)),
+        }
+    }
+
     fn finish(mut self, timed_out: bool) -> SimReport {
         let now = self.now();
         let mut history = History::default();
         if let Some(r) = self.initial.take() {
             history.push(r);
         }
-        let mut failures = Vec::new();
+        let mut failures = std::mem::take(&mut self.time_failures);
         for c in 0..self.clients.len() {
             self.harvest(c);
         }
@@ -1860,6 +1922,37 @@ impl Sim {
     /// so every backup must hold what its primary holds and no log record
     /// may be left.
     fn check_clean_end(&mut self) {
+        // A reconfiguration the last client crash started may still be
+        // recovering: let the nodes finish it (their ticks and messages
+        // only, for at most a simulated second).
+        let until = lock(&self.world).now_ns.saturating_add(1_000_000_000);
+        while self
+            .nodes
+            .iter()
+            .filter_map(|n| n.process.as_ref())
+            .any(|p| p.recovering())
+        {
+            let Some(Reverse((at, seq))) = self.queue.pop() else {
+                break;
+            };
+            if at > until {
+                break;
+            }
+            let Some(ev) = self.events.remove(&seq) else {
+                continue;
+            };
+            if matches!(
+                ev,
+                Event::NodeTick(..)
+                    | Event::Deliver {
+                        to: Addr::Node(_),
+                        ..
+                    }
+            ) {
+                lock(&self.world).now_ns = at;
+                self.step(ev);
+            }
+        }
         // Deliver what is still in flight (one-way messages, acks).
         while let Some(Reverse((at, seq))) = self.queue.pop() {
             let Some(ev) = self.events.remove(&seq) else {

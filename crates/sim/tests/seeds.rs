@@ -78,10 +78,6 @@ fn swarm_seeds_pass_the_checker() {
     let (mut crashes, mut dropped, mut unknown) = (0, 0, 0);
     let (mut reconfigured, mut recovered) = (0u64, 0u64);
     for seed in seeds(400) {
-        if QUARANTINED.contains(&seed) && std::env::var("MERIDIAN_SIM_SEED").is_err() {
-            eprintln!("seed {seed}: QUARANTINED (known safety bug after reconfiguration, issue 6)");
-            continue;
-        }
         let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
         // Liveness after healing: every transient fault heals, a client
         // that gives up releases its locks (review finding 2), node
@@ -95,12 +91,7 @@ fn swarm_seeds_pass_the_checker() {
         let f = r.faults;
         let lossy_net =
             f.loss_permille > 0 || f.duplicate_permille > 0 || f.long_delay_permille > 0;
-        if !r.region_lost
-            && !STUCK_KNOWN.contains(&seed)
-            && !f.partitions
-            && !f.one_way_partitions
-            && !f.node_pauses
-            && !lossy_net
+        if !r.region_lost && !f.partitions && !f.one_way_partitions && !f.node_pauses && !lossy_net
         {
             assert!(
                 !r.timed_out,
@@ -125,37 +116,34 @@ fn swarm_seeds_pass_the_checker() {
     assert!(recovered > 0, "recovery must decide some transactions");
 }
 
-/// Swarm seeds that still find safety bugs after reconfiguration (issue
-/// 6, open: strict-serializability and opacity cycles after a CM change or
-/// recovery). They are skipped by the CI subset and replayed, expected to
-/// pass once fixed, by the ignored tests below.
-const QUARANTINED: [u64; 0] = [];
-
-/// Seeds beyond the CI subset that still fail (issue 6). Empty: 179, 398,
-/// 461 and 3515 were fixed by the grant-ack commit wait, the unique
-/// coordinator ids and the backup-aware GC safe point; 1379 passes since
-/// the fixes of seeds 2, 27, 369 and 780.
-const QUARANTINED_REGRESSIONS: [u64; 0] = [];
-
-/// Seeds that stay stuck after healing for a known liveness bug (issue 6,
-/// open). Empty: 369 (a recovery hold never released for a transaction the
-/// primary had truncated) is fixed.
-const STUCK_KNOWN: [u64; 0] = [];
-
-/// KNOWN BUGS (issue 6, open). Run with `cargo test -- --ignored`; once
-/// fixed they must pass and the quarantine must go. (Node pauses combined
-/// with node crashes, 155 and 331, pass since this stop; the swarm combines
-/// them again.)
+/// Swarm seeds that once broke safety (issue 6), each with what it found.
+/// - 3515: a rejected COMMIT-PRIMARY ack from a restarted node left the
+///   other ack RPCs of a forgotten transaction behind (ClientProcess
+///   invariant).
+/// - 780: after the CM (the clock master) was cut off, a client that had
+///   not heard of the new configuration kept handing out timestamps from
+///   the old master's samples, below the new master's fast-forwarded time:
+///   a read missed a write that had completed before it began
+///   (strict-serializability violation). Samples now expire
+///   (`clock.max_sample_age_us`) and the new master waits for them.
+/// - 1379: safety after reconfiguration (passes since the fixes above).
+/// - 155, 331 with node pauses added: pauses combined with crashes.
+/// - 407: global time went backwards after a whole-cluster crash — the
+///   restarted CM resumed its own clock below timestamps its predecessor
+///   had handed out (no FF survived the crash); fixed by the time bound
+///   stored in the coordination service (G-single-realtime before). The
+///   liveness fixes since changed its schedule; the simulator's
+///   global-time oracle now catches the bug directly (a master started at
+///   FF alone fails swarm seed 0 of the CI subset).
 #[test]
-#[ignore = "known bugs: safety after reconfiguration (issue 6)"]
-fn quarantined_seeds_known_bugs() {
+fn regression_seeds_pass_the_checker() {
+    for seed in [3515, 780, 1379, 407] {
+        run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
+    }
     for seed in [155, 331] {
         let mut cfg = SimConfig::swarm(seed);
         cfg.faults.node_pauses = true;
         run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
-    }
-    for seed in QUARANTINED.into_iter().chain(QUARANTINED_REGRESSIONS) {
-        run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -190,36 +178,27 @@ fn ycsb_runs_in_the_simulator_with_and_without_faults() {
     unrecorded_runs(SimConfig::ycsb);
 }
 
-/// Seeds that once failed, kept as regressions.
-/// - 3515: a rejected COMMIT-PRIMARY ack from a restarted node left the
-///   other ack RPCs of a forgotten transaction behind (ClientProcess
-///   invariant).
-/// - 780: after the CM (the clock master) was cut off, a client that had
-///   not heard of the new configuration kept handing out timestamps from
-///   the old master's samples, below the new master's fast-forwarded time:
-///   a read missed a write that had completed before it began
-///   (strict-serializability violation). Samples now expire
-///   (`clock.max_sample_age_us`) and the new master waits for them.
-/// - 1379: safety after reconfiguration (passes since the fixes above).
-#[test]
-fn regression_seeds_pass_the_checker() {
-    for seed in [3515, 780, 1379] {
-        if QUARANTINED_REGRESSIONS.contains(&seed) {
-            eprintln!("seed {seed}: QUARANTINED (known safety bug after reconfiguration, issue 6)");
-            continue;
-        }
-        run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
-    }
-}
-
 /// Liveness regressions (issue 6): these seeds stayed stuck and must
 /// finish.
 /// - 76 (duplicates, node and client crashes): the CM died between
 ///   NEW-CONFIG and NEW-CONFIG-COMMIT; the members waiting for the commit
 ///   never suspected it, and every region stayed blocked.
+/// - 8 (loss, pauses, drift): the CM abandoned its proposal because a
+///   member's lease ran out (it had answered another node's probe) just
+///   before its ACK came; the probe that followed found a minority and the
+///   CM sat on a configuration nobody would commit.
+/// - 31 (partitions, crashes): the CM resent NEW-CONFIG-COMMIT forever to
+///   a member that crashed meanwhile, suspecting nobody while committing.
+/// - 173 (crashes, pauses, drift): the CM and one more member restarted
+///   empty; the survivors were no majority of the configuration, although
+///   the restarted nodes' old incarnations were surely gone (they now
+///   answer probes as empty).
+/// - 265 (whole-cluster crash, disk): a member came back without its disk
+///   state; the restored CM waited `formation_grace_ms` (2 s) for its
+///   lease instead of suspecting it at its JOIN.
 #[test]
 fn liveness_regression_seeds_finish() {
-    for seed in [76] {
+    for seed in [76, 8, 31, 173, 265] {
         let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             !r.timed_out,

@@ -126,6 +126,18 @@ pub enum ClockError {
         /// Upper bound the sample implies, ns.
         upper_ns: u64,
     },
+    /// Clock master only: its time (plus the reserve that covers the
+    /// processes synchronised with it) reached the time bound last stored in
+    /// the coordination service. It hands out no time until the bound is
+    /// raised, so that a master that takes over later, even after a
+    /// whole-cluster crash, can start above every timestamp ever handed
+    /// out ([`ClockSync::set_time_bound`]).
+    PastTimeBound {
+        /// The master's global time, ns.
+        time_ns: u64,
+        /// The stored bound, ns.
+        bound_ns: u64,
+    },
 }
 
 impl std::fmt::Display for ClockError {
@@ -151,6 +163,10 @@ impl std::fmt::Display for ClockError {
             ClockError::Inconsistent { lower_ns, upper_ns } => write!(
                 f,
                 "clock master went backwards or drift bound exceeded: upper bound {upper_ns} ns below known lower bound {lower_ns} ns"
+            ),
+            ClockError::PastTimeBound { time_ns, bound_ns } => write!(
+                f,
+                "clock master at {time_ns} ns waits for its stored time bound ({bound_ns} ns) to be raised"
             ),
         }
     }
@@ -202,6 +218,10 @@ pub struct ClockSync {
     /// with the clock master keeps handing out time from it (FaRMv2 §4.3:
     /// the new master enables only after every such sample expired).
     max_sample_age_ns: u64,
+    /// Master only: (stored time bound, reserve), ns. Time is handed out
+    /// (and answered to synchronisations) only while `time + reserve <
+    /// bound`. `None`: no bound (a master outside any coordination service).
+    time_bound: Option<(u64, u64)>,
     /// Highest lower bound ever returned (monotonicity guard / invariant).
     last_lower: u64,
     /// Local time at which `last_lower` was computed.
@@ -229,6 +249,7 @@ impl ClockSync {
             best_upper: Vec::new(),
             latest: None,
             max_sample_age_ns: 0,
+            time_bound: None,
             last_lower: 0,
             last_local_ns: 0,
             stats: ClockStats::default(),
@@ -248,6 +269,7 @@ impl ClockSync {
             best_upper: Vec::new(),
             latest: None,
             max_sample_age_ns: 0,
+            time_bound: None,
             last_lower: 0,
             last_local_ns: 0,
             stats: ClockStats::default(),
@@ -403,6 +425,14 @@ impl ClockSync {
     fn interval(&mut self, local_ns: u64) -> Result<Interval, ClockError> {
         if self.is_master {
             let now = self.master_time(local_ns);
+            if let Some((bound_ns, reserve_ns)) = self.time_bound {
+                if now.saturating_add(reserve_ns) >= bound_ns {
+                    return Err(ClockError::PastTimeBound {
+                        time_ns: now,
+                        bound_ns,
+                    });
+                }
+            }
             self.last_lower = self.last_lower.max(now);
             self.last_local_ns = self.last_local_ns.max(local_ns);
             return Ok(Interval {
@@ -477,6 +507,27 @@ impl ClockSync {
     /// process restart on the same boot).
     pub fn master_offset_ns(&self) -> i128 {
         self.master_offset_ns
+    }
+
+    /// Clock master: hand out no time `t` with `t + reserve_ns >= bound_ns`
+    /// ([`ClockError::PastTimeBound`]). `bound_ns` is the time bound the
+    /// coordination service stores (global ns); the master raises it ahead
+    /// of its time. `reserve_ns` covers the processes synchronised with
+    /// this master: their upper bound exceeds the master time they were
+    /// told by at most the sample age times `1 + drift`, so twice the
+    /// maximum sample age keeps every timestamp any process hands out below
+    /// the stored bound. A new master starts at the stored bound or above
+    /// ([`ClockSync::become_master`] with it in `ff_ns`), so global time
+    /// never goes backwards even when every node crashed and no FF value
+    /// survived. A lower `bound_ns` than the one set is ignored.
+    pub fn set_time_bound(&mut self, bound_ns: u64, reserve_ns: u64) {
+        let bound_ns = self.time_bound.map_or(bound_ns, |(b, _)| b.max(bound_ns));
+        self.time_bound = Some((bound_ns, reserve_ns));
+    }
+
+    /// The stored time bound this clock respects (master), ns.
+    pub fn time_bound_ns(&self) -> Option<u64> {
+        self.time_bound.map(|(b, _)| b)
     }
 
     /// True while the clock is disabled (FaRMv2 §4.3).
@@ -567,6 +618,43 @@ mod tests {
     /// A drifting local clock: local = offset + true * (1 + d).
     fn local(true_ns: u64, offset: i64, drift_ppm: i64) -> u64 {
         (offset as i128 + true_ns as i128 + true_ns as i128 * drift_ppm as i128 / 1_000_000) as u64
+    }
+
+    #[test]
+    fn a_master_hands_out_time_only_below_its_stored_bound_less_the_reserve() {
+        let mut m = ClockSync::master();
+        m.become_master(0, 1_000);
+        m.set_time_bound(0, 100);
+        assert!(
+            matches!(
+                m.time(0),
+                Err(ClockError::PastTimeBound {
+                    time_ns: 1_000,
+                    bound_ns: 0
+                })
+            ),
+            "no time before the first raise"
+        );
+        m.set_time_bound(2_000, 100);
+        assert_eq!(m.time(500).unwrap().upper, 1_500);
+        assert_eq!(m.time(899).unwrap().upper, 1_899);
+        // 1 900 + the reserve reaches the bound: stop.
+        assert!(matches!(m.time(900), Err(ClockError::PastTimeBound { .. })));
+        // A lower bound (a stale answer) never lowers it.
+        m.set_time_bound(1_200, 100);
+        assert_eq!(m.time_bound_ns(), Some(2_000));
+        m.set_time_bound(5_000, 100);
+        assert_eq!(m.time(900).unwrap().upper, 1_900);
+        // A follower is never limited by a bound: only the master is.
+        let mut f = ClockSync::new(1000);
+        f.set_time_bound(0, 100);
+        f.on_sync(SyncSample {
+            send_local_ns: 10,
+            master_ns: 1_950,
+            recv_local_ns: 20,
+        })
+        .unwrap();
+        assert!(f.time(30).is_ok());
     }
 
     #[test]

@@ -414,6 +414,28 @@ pub enum CoordMessage {
         swapped: bool,
         /// The service's configuration after the request, TOML.
         current_toml: String,
+        /// The service's time bound after the request, global ns.
+        time_bound_ns: u64,
+    },
+    /// Raise the time bound to at least `to_ns` (global ns). A clock
+    /// master hands out no time at or past the bound it last saw stored,
+    /// so a master that takes over, even after every node crashed, starts
+    /// global time at the stored bound and it never goes backwards
+    /// (FaRMv2 §4.3's monotonicity, kept across restarts).
+    RaiseTimeBound {
+        /// The requesting node (the answer goes there).
+        from: NodeId,
+        /// The requester's number for this request.
+        req: u64,
+        /// The bound wanted, global ns.
+        to_ns: u64,
+    },
+    /// The time bound stored after a `RaiseTimeBound`, global ns.
+    TimeBound {
+        /// The request answered.
+        req: u64,
+        /// The stored bound (at least the one asked for).
+        bound_ns: u64,
     },
     /// This replica is not the leader; try `leader` (if known).
     NotLeader {
@@ -664,6 +686,12 @@ pub enum ReconfigMessage {
         from: NodeId,
         /// The probe round answered.
         seq: u64,
+        /// The replier restarted without its memory and is outside every
+        /// configuration (it asks to join): it counts toward the probe's
+        /// majority — its old incarnation is gone and it grants the old CM
+        /// no lease — but holds no replica, so the new configuration
+        /// leaves it out (it joins again afterwards).
+        empty: bool,
     },
     /// Step 5: the new configuration, as TOML text (the `config` crate's
     /// format), from its CM. Also the new CM's lease request.
