@@ -472,7 +472,8 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                 tokio::spawn(async move {
                     let effects = {
                         let mut p = lock(&sh.process);
-                        p.on_time_bound(mono_ns(), to_ns);
+                        let me = p.id();
+                        p.on_time_bound(mono_ns(), to_ns, me);
                         drain(&mut p, &sh)
                     };
                     route(&sh, effects).await;

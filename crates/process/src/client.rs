@@ -470,7 +470,7 @@ impl ClientProcess {
             .map(|r| format!("{:?}->{}#{}", r.purpose, r.to, r.attempt))
             .collect();
         format!(
-            "config {} cm {} synced {} txns {} finishing {} rpcs [{}] waits {} (first ready {:?}) truncations {} closing {}",
+            "config {} cm {} synced {} txns {} finishing {} rpcs [{}] waits {} (first {:?}) truncations {} closing {}",
             self.config_id.0,
             self.cm,
             self.clock.is_synchronised(),
@@ -478,7 +478,13 @@ impl ClientProcess {
             self.finishing.len(),
             rpcs.join(", "),
             self.waits.len(),
-            self.waits.iter().next().map(|(w, _)| w.0),
+            self.waits.iter().next().map(|(w, kind)| {
+                let what = match kind {
+                    Wait::Ts { .. } => "GET_TS",
+                    Wait::Sleep(_) => "sleep",
+                };
+                (what, w.0)
+            }),
             self.queued_truncations(),
             self.closing.is_some()
         )

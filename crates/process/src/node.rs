@@ -556,7 +556,7 @@ impl NodeProcess {
             match o {
                 CasOutput::Send { to, msg } => self.send_oneway(to, Request::Coord(msg)),
                 CasOutput::Done(result) => self.on_cas_result(now, result),
-                CasOutput::TimeBound(bound_ns) => self.on_time_bound(now, bound_ns),
+                CasOutput::TimeBound { bound_ns, cm } => self.on_time_bound(now, bound_ns, cm),
             }
         }
     }
@@ -1172,10 +1172,19 @@ impl NodeProcess {
         }
     }
 
-    /// The coordination service stores a time bound of at least
-    /// `bound_ns` (global ns): from a CAS answer or a raise's. A clock
-    /// master may hand out time up to it (less the reserve).
-    pub fn on_time_bound(&mut self, now: u64, bound_ns: u64) {
+    /// The coordination service stored a time bound of `bound_ns` (global
+    /// ns) with a configuration whose CM is `cm`: from a CAS answer or a
+    /// raise's. Only this node as that CM uses it — a clock master may
+    /// hand out time up to it (less the reserve), and a new master starts
+    /// at the bound its CAS returned. A master a CAS replaced ignores
+    /// bounds stored after it (its successor may raise them at once), so
+    /// every time it hands out stays below the bound its successor starts
+    /// at, whatever FF says (swarm seed 956: a member that never synced
+    /// reported no upper bound).
+    pub fn on_time_bound(&mut self, now: u64, bound_ns: u64, cm: NodeId) {
+        if cm != self.id {
+            return;
+        }
         if bound_ns >= self.time_bound_asked_ns {
             self.time_bound_asked_ns = 0;
         }

@@ -20,7 +20,10 @@
 //! (`clock.time_bound_window_ms`) in the background, and a new master
 //! starts at or above the bound the CAS that made it CM returned. A raise
 //! is a log entry like a CAS: `RaiseTimeBound { to_ns }` sets the bound to
-//! `max(stored, to_ns)` and every answer carries the stored bound.
+//! `max(stored, to_ns)` and every answer carries the stored bound and the
+//! CM of the configuration stored with it. Only that CM uses the bound, so
+//! a master a CAS replaced never serves past the bound stored at that CAS,
+//! which is where its successor starts.
 //!
 //! **Algorithm.** [`ServiceReplica`] wraps a raft-rs `RawNode` (the `Ready`
 //! model: a synchronous state machine, so it runs unchanged in the
@@ -531,9 +534,13 @@ impl ServiceReplica {
                     self.send(from, CoordMessage::NotLeader { req, leader });
                 } else if to_ns <= self.time_bound_ns {
                     // Already that high: the bound only grows, so this
-                    // answer stays true without a log entry.
+                    // answer stays true without a log entry. (A deposed
+                    // leader may answer from an older state: its bound and
+                    // CM were stored together then, which is all a master
+                    // needs; see `CasClient`.)
                     let bound_ns = self.time_bound_ns;
-                    self.send(from, CoordMessage::TimeBound { req, bound_ns });
+                    let cm = self.current.cm();
+                    self.send(from, CoordMessage::TimeBound { req, bound_ns, cm });
                 } else {
                     self.propose(now, from, req, Command::RaiseTimeBound { from, req, to_ns });
                 }
@@ -605,6 +612,7 @@ impl ServiceReplica {
     fn reply(&mut self, to: NodeId, req: u64, swapped: bool) {
         let current_toml = self.current_toml.clone();
         let time_bound_ns = self.time_bound_ns;
+        let cm = self.current.cm();
         self.send(
             to,
             CoordMessage::CasReply {
@@ -612,6 +620,7 @@ impl ServiceReplica {
                 swapped,
                 current_toml,
                 time_bound_ns,
+                cm,
             },
         );
     }
@@ -664,7 +673,8 @@ impl ServiceReplica {
                     self.time_bound_ns = self.time_bound_ns.max(to_ns);
                     if self.waiting.remove(&(from, req)).is_some() {
                         let bound_ns = self.time_bound_ns;
-                        self.send(from, CoordMessage::TimeBound { req, bound_ns });
+                        let cm = self.current.cm();
+                        self.send(from, CoordMessage::TimeBound { req, bound_ns, cm });
                     }
                 }
             }
@@ -835,9 +845,14 @@ pub enum CasOutput {
     /// configuration now, else the service's configuration (or, after
     /// giving up, the expected one back).
     Done(Result<(), Box<Configuration>>),
-    /// The service stores at least this time bound, global ns (from a CAS
-    /// answer or a raise's).
-    TimeBound(u64),
+    /// The service stored this time bound, global ns, together with a
+    /// configuration whose CM is `cm` (from a CAS answer or a raise's).
+    TimeBound {
+        /// The bound, global ns.
+        bound_ns: u64,
+        /// The CM of the configuration stored with it.
+        cm: NodeId,
+    },
 }
 
 /// The requesting side of the service, on every node (FaRM §5.2 step 3).
@@ -981,18 +996,27 @@ impl CasClient {
 
     /// An answer from the service.
     pub fn on_message(&mut self, now: u64, msg: &CoordMessage) {
-        if let CoordMessage::CasReply { time_bound_ns, .. } = msg {
+        if let CoordMessage::CasReply {
+            time_bound_ns, cm, ..
+        } = msg
+        {
             // Any answer, even a late one, tells a bound that is stored.
-            self.out.push(CasOutput::TimeBound(*time_bound_ns));
+            self.out.push(CasOutput::TimeBound {
+                bound_ns: *time_bound_ns,
+                cm: *cm,
+            });
         }
         if let Some(b) = &mut self.bound {
             match msg {
-                CoordMessage::TimeBound { req, bound_ns } if *req == b.req => {
+                CoordMessage::TimeBound { req, bound_ns, cm } if *req == b.req => {
                     if let Some(l) = self.group.get(b.target) {
                         self.leader_hint = Some(*l);
                     }
                     self.bound = None;
-                    self.out.push(CasOutput::TimeBound(*bound_ns));
+                    self.out.push(CasOutput::TimeBound {
+                        bound_ns: *bound_ns,
+                        cm: *cm,
+                    });
                     return;
                 }
                 CoordMessage::NotLeader { req, leader } if *req == b.req => {
@@ -1014,9 +1038,12 @@ impl CasClient {
                 _ => {}
             }
         }
-        if let CoordMessage::TimeBound { bound_ns, .. } = msg {
+        if let CoordMessage::TimeBound { bound_ns, cm, .. } = msg {
             // A late answer to a replaced raise: still a stored bound.
-            self.out.push(CasOutput::TimeBound(*bound_ns));
+            self.out.push(CasOutput::TimeBound {
+                bound_ns: *bound_ns,
+                cm: *cm,
+            });
             return;
         }
         let Some((r, proposed)) = &mut self.pending else {
@@ -1168,7 +1195,7 @@ mod tests {
                             self.queue.push_back((NodeId(i as u32), to, msg))
                         }
                         CasOutput::Done(r) => self.done[i].push(r),
-                        CasOutput::TimeBound(b) => self.bounds[i].push(b),
+                        CasOutput::TimeBound { bound_ns, .. } => self.bounds[i].push(bound_ns),
                     }
                 }
             }

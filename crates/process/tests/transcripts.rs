@@ -257,7 +257,8 @@ fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
         }
     }
     for to_ns in raised {
-        n.on_time_bound(0, to_ns);
+        let me = n.id();
+        n.on_time_bound(0, to_ns, me);
         let more = node_effects(n, net);
         if more != "(no effects)\n" {
             s.push_str(&more);

@@ -931,10 +931,11 @@ enum Event {
     Heal(Vec<(Addr, Addr)>),
     Pause(u32, u64),
     /// The coordination service's answer to node `.0` (incarnation `.1`).
-    CasReply(u32, u32, Result<(), Box<Configuration>>, u64),
+    /// `.3`: the stored time bound and the CM stored with it.
+    CasReply(u32, u32, Result<(), Box<Configuration>>, (u64, NodeId)),
     /// The coordination service's answer to node `.0`'s (incarnation `.1`)
-    /// time-bound raise: the stored bound.
-    TimeBoundReply(u32, u32, u64),
+    /// time-bound raise: the stored bound and the CM stored with it.
+    TimeBoundReply(u32, u32, (u64, NodeId)),
 }
 
 struct NodeSlot {
@@ -1534,7 +1535,7 @@ impl Sim {
                     self.schedule(now, Event::NodeTick(n, inc));
                 }
             }
-            Event::CasReply(n, inc, result, bound_ns) => {
+            Event::CasReply(n, inc, result, (bound_ns, cm)) => {
                 let now = self.now();
                 let slot = &mut self.nodes[n as usize];
                 if slot.inc != inc {
@@ -1542,12 +1543,12 @@ impl Sim {
                 }
                 let local = slot.clock.local(now);
                 if let Some(p) = slot.process.as_mut() {
-                    p.on_time_bound(local, bound_ns);
+                    p.on_time_bound(local, bound_ns, cm);
                     p.on_cas_result(local, result);
                     self.route_node(n);
                 }
             }
-            Event::TimeBoundReply(n, inc, bound_ns) => {
+            Event::TimeBoundReply(n, inc, (bound_ns, cm)) => {
                 let now = self.now();
                 let slot = &mut self.nodes[n as usize];
                 if slot.inc != inc {
@@ -1555,7 +1556,7 @@ impl Sim {
                 }
                 let local = slot.clock.local(now);
                 if let Some(p) = slot.process.as_mut() {
-                    p.on_time_bound(local, bound_ns);
+                    p.on_time_bound(local, bound_ns, cm);
                     self.route_node(n);
                 }
             }
@@ -1619,11 +1620,17 @@ impl Sim {
                         .gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns)
                         * 3;
                     let inc = self.nodes[n as usize].inc;
-                    let bound = self.coordination.time_bound_ns();
+                    let bound = (
+                        self.coordination.time_bound_ns(),
+                        self.coordination.current().cm(),
+                    );
                     self.schedule(now + delay, Event::CasReply(n, inc, result, bound));
                 }
                 NodeEffect::RaiseTimeBound { to_ns } => {
-                    let bound = self.coordination.raise_time_bound(to_ns);
+                    let bound = (
+                        self.coordination.raise_time_bound(to_ns),
+                        self.coordination.current().cm(),
+                    );
                     let delay = self
                         .rng
                         .gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns)

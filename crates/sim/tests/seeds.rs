@@ -135,9 +135,15 @@ fn swarm_seeds_pass_the_checker() {
 ///   liveness fixes since changed its schedule; the simulator's
 ///   global-time oracle now catches the bug directly (a master started at
 ///   FF alone fails swarm seed 0 of the CI subset).
+/// - 956 (one-way partition, pauses, drift): a member that never synced
+///   with the first master (paused) reported no clock bound, and the old
+///   master served time up to a bound its successor had raised: the new
+///   master started below times the old one handed out (global-time
+///   oracle). Bounds now carry the CM stored with them, and a replaced
+///   master ignores its successor's.
 #[test]
 fn regression_seeds_pass_the_checker() {
-    for seed in [3515, 780, 1379, 407] {
+    for seed in [3515, 780, 1379, 407, 956] {
         run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
     }
     for seed in [155, 331] {

@@ -546,8 +546,25 @@ impl ClockSync {
     /// maximum of the last fast-forward and the upper bound of the current
     /// interval (whether or not the clock is disabled). Every timestamp this
     /// process ever handed out is at most this.
+    ///
+    /// Samples too old to hand out time from (`max_sample_age`) still
+    /// bound the master's time here: their upper bound only grows with
+    /// the time since, at the drift bound. (Using only fresh ones made a
+    /// member paused past the sample age report no bound at all, and a new
+    /// master started below times the old one had handed out: swarm seed
+    /// 956.) A master reports its own time, even past its time bound.
     pub fn fast_forward_value(&mut self, local_ns: u64) -> u64 {
-        let upper = self.interval(local_ns).map(|iv| iv.upper).unwrap_or(0);
+        let upper = if self.is_master {
+            self.master_time(local_ns)
+        } else {
+            self.best_upper
+                .iter()
+                .chain(self.latest.as_ref())
+                .filter(|s| s.recv_local_ns <= local_ns)
+                .map(|s| self.upper_at(s, local_ns).max(0) as u64)
+                .min()
+                .unwrap_or(0)
+        };
         self.fast_forward_ns.max(upper).max(self.last_lower)
     }
 
@@ -655,6 +672,23 @@ mod tests {
         })
         .unwrap();
         assert!(f.time(30).is_ok());
+    }
+
+    #[test]
+    fn a_follower_whose_samples_expired_still_bounds_the_master_time() {
+        let mut c = ClockSync::new(1000).with_max_sample_age(10_000);
+        c.on_sync(SyncSample {
+            send_local_ns: 1_000,
+            master_ns: 500_000,
+            recv_local_ns: 2_000,
+        })
+        .unwrap();
+        // 1 ms later the sample is too old to hand out time from...
+        assert!(matches!(c.time(1_000_000), Err(ClockError::Expired { .. })));
+        // ...but FF still bounds the master: it ran at most 1 ms + drift.
+        let ff = c.fast_forward_value(1_000_000);
+        assert!(ff >= 500_000 + 999_000, "FF {ff} below the master's time");
+        assert!(ff <= 500_000 + 999_000 + 1_000, "FF {ff} too loose");
     }
 
     #[test]

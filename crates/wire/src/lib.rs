@@ -416,6 +416,10 @@ pub enum CoordMessage {
         current_toml: String,
         /// The service's time bound after the request, global ns.
         time_bound_ns: u64,
+        /// The CM of the configuration stored with that bound: only that
+        /// CM's clock may use the bound (a master replaced by a CAS must
+        /// not serve up to bounds raised after it).
+        cm: NodeId,
     },
     /// Raise the time bound to at least `to_ns` (global ns). A clock
     /// master hands out no time at or past the bound it last saw stored,
@@ -436,6 +440,8 @@ pub enum CoordMessage {
         req: u64,
         /// The stored bound (at least the one asked for).
         bound_ns: u64,
+        /// The CM of the configuration stored with it (see `CasReply`).
+        cm: NodeId,
     },
     /// This replica is not the leader; try `leader` (if known).
     NotLeader {
