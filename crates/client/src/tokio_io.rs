@@ -7,13 +7,23 @@
 //! a frame that does not fit is dropped and its RPC times out, exactly like
 //! a lost message. A broken connection fails every RPC outstanding on it
 //! ([`Core::on_disconnect`]) and is re-established (review finding 8).
+//!
+//! Clients are coordinators, so they hold leases at the CM (FaRM §5.1).
+//! Their renewals and the CM's grants go over UDP on a lease thread of
+//! their own (`meridian_transport::lease_udp`), which touches only the
+//! process's `LeaseDesk`: a busy client runtime does not make a live
+//! client look dead.
 
 use crate::{ClientError, Core, Io};
 use meridian_config::Configuration;
 use meridian_process::client::ClientProcess;
+use meridian_process::lease::{LeaseDesk, LeaseFrom, LeaseOutcome};
 use meridian_runtime::{mono_ns, wait};
+use meridian_transport::lease_udp::{self, LeaseEndpoint, Outgoing};
+use meridian_wire::LeaseMessage;
 use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request};
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
 use tokio::sync::mpsc;
 
@@ -22,6 +32,66 @@ pub struct TokioIo {
     links: BTreeMap<NodeId, mpsc::Sender<Vec<u8>>>,
     clock_link: mpsc::Sender<Vec<u8>>,
     clock_master: NodeId,
+    /// The lease thread's socket (a clone) and the nodes' addresses.
+    lease: Option<(std::net::UdpSocket, BTreeMap<NodeId, SocketAddr>)>,
+}
+
+/// The client's side of the lease thread.
+struct ClientLeases {
+    desk: LeaseDesk,
+    core: Weak<Core>,
+    rt: tokio::runtime::Handle,
+    by_addr: BTreeMap<SocketAddr, NodeId>,
+    addrs: BTreeMap<NodeId, SocketAddr>,
+}
+
+impl LeaseEndpoint for ClientLeases {
+    fn on_frame(&mut self, now: u64, src: SocketAddr, frame: Frame, _out: &mut Outgoing) {
+        let Frame::OneWay {
+            req: Request::Lease(m),
+            ..
+        } = frame
+        else {
+            return;
+        };
+        // Only nodes grant leases; anything else is not for us.
+        let Some(&from) = self.by_addr.get(&src) else {
+            return;
+        };
+        if let LeaseOutcome::Forward = self.desk.on_message(now, LeaseFrom::Node(from), &m) {
+            let core = self.core.clone();
+            self.rt.spawn(async move {
+                if let Some(c) = core.upgrade() {
+                    c.with(|p, now| p.on_lease_forward(now, from, m));
+                }
+            });
+        }
+    }
+
+    fn on_timer(&mut self, now: u64, out: &mut Outgoing) -> Option<u64> {
+        self.core.upgrade()?;
+        if let Some((cm, m)) = self.desk.renew(now) {
+            if let Some(a) = self.addrs.get(&cm) {
+                out.push((*a, lease_message_frame(m)));
+            }
+        }
+        Some(self.desk.next_renew_ns().unwrap_or(u64::MAX))
+    }
+}
+
+/// A lease message as a one-way frame.
+fn lease_message_frame(msg: LeaseMessage) -> Frame {
+    let config = match &msg {
+        LeaseMessage::Request { config, .. }
+        | LeaseMessage::Grant { config, .. }
+        | LeaseMessage::GrantAck { config, .. } => *config,
+        LeaseMessage::Release { .. } => meridian_wire::ConfigId(0),
+    };
+    Frame::OneWay {
+        config,
+        truncate: Default::default(),
+        req: Request::Lease(msg),
+    }
 }
 
 impl Io for TokioIo {
@@ -30,6 +100,19 @@ impl Io for TokioIo {
     }
 
     fn send(&self, to: NodeId, frame: Frame) {
+        if let (
+            Frame::OneWay {
+                req: Request::Lease(_),
+                ..
+            },
+            Some((sock, addrs)),
+        ) = (&frame, &self.lease)
+        {
+            if let Some(a) = addrs.get(&to) {
+                lease_udp::send_frame(sock, *a, &frame);
+                return;
+            }
+        }
         let clock = to == self.clock_master
             && matches!(
                 frame,
@@ -85,12 +168,36 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
     }
     let (clock_tx, clock_rx) = mpsc::channel(64);
     receivers.push((master, master_addr, clock_rx));
+    let addrs = resolve(&config);
+    let desk = process.lease_desk();
+    // Without a lease socket the lease goes over the TCP links (slower to
+    // renew under load, but correct).
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| Ok((s.try_clone()?, s)))
+        .map_err(|e| tracing::warn!("no lease socket ({e}); leases over TCP"))
+        .ok();
     let io = TokioIo {
         links,
         clock_link: clock_tx,
         clock_master: master,
+        lease: socket
+            .as_ref()
+            .and_then(|(s, _)| s.try_clone().ok())
+            .map(|s| (s, addrs.clone())),
     };
     let core = Core::new(config, process, Box::new(io));
+    if let Some((_, thread_socket)) = socket {
+        let leases = ClientLeases {
+            desk,
+            core: Arc::downgrade(&core),
+            rt: tokio::runtime::Handle::current(),
+            by_addr: addrs.iter().map(|(n, a)| (*a, *n)).collect(),
+            addrs,
+        };
+        if let Err(e) = lease_udp::spawn("client-lease", thread_socket, leases, mono_ns) {
+            tracing::warn!("no lease thread ({e}); leases renewed on the runtime");
+        }
+    }
     for (node, addr, rx) in receivers {
         tokio::spawn(link(Arc::downgrade(&core), node, addr, rx, batch));
     }
@@ -132,4 +239,17 @@ async fn link(
         },
     )
     .await
+}
+
+/// Every node's address, resolved (the lease thread's address book).
+fn resolve(config: &Configuration) -> BTreeMap<NodeId, SocketAddr> {
+    use std::net::ToSocketAddrs;
+    config
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let a = n.addr.to_socket_addrs().ok()?.next()?;
+            Some((NodeId(n.id), a))
+        })
+        .collect()
 }

@@ -13,7 +13,11 @@
 //!   runs itself) and feed the responses back; a dedicated link to the
 //!   clock master carries clock synchronisations, so batches of transaction
 //!   traffic do not delay them;
-//! - a timer calls `tick` when the process asks to be woken.
+//! - a timer calls `tick` when the process asks to be woken;
+//! - a lease thread of its own (`meridian_transport::lease_udp`) answers
+//!   lease messages and sends renewals over UDP on the node's address,
+//!   touching only the process's `LeaseDesk`, never the process lock
+//!   (FaRM §5.1: load must not starve leases).
 //!
 //! The incarnation (unique across restarts, review finding 6) is a counter
 //! in the node's data directory, incremented and fsynced before the node
@@ -23,10 +27,12 @@
 //! core's worth of work, and three nodes plus clients share two cores here.
 
 use meridian_config::Configuration;
+use meridian_process::lease::{LeaseDesk, LeaseFrom, LeaseOutcome};
 use meridian_process::node::{NodeEffect, NodeProcess, Peer};
 use meridian_runtime::{mono_ns, wait};
+use meridian_transport::lease_udp::{LeaseEndpoint, Outgoing};
 use meridian_transport::{FrameReader, Outbox};
-use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request, Response};
+use meridian_wire::{encode_frame, ClockRequest, Frame, LeaseMessage, NodeId, Request, Response};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -97,6 +103,99 @@ struct Shell {
     node_id: NodeId,
     next_conn: AtomicU64,
     config: Configuration,
+    /// The lease thread's UDP socket (a clone): lease frames to other
+    /// nodes leave on it, whichever thread made them.
+    lease_socket: std::net::UdpSocket,
+    /// Every node's lease address (its `addr`, resolved).
+    lease_addrs: BTreeMap<NodeId, std::net::SocketAddr>,
+}
+
+/// The node's side of the lease thread: its `LeaseDesk` and address book
+/// (see [`meridian_transport::lease_udp`]).
+struct NodeLeases {
+    desk: LeaseDesk,
+    shell: Weak<Shell>,
+    rt: tokio::runtime::Handle,
+    by_addr: BTreeMap<std::net::SocketAddr, NodeId>,
+    addrs: BTreeMap<NodeId, std::net::SocketAddr>,
+}
+
+/// A lease message as a one-way frame (a lease message names its own
+/// configuration; a release names none).
+pub(crate) fn lease_frame(msg: LeaseMessage) -> Frame {
+    let config = match &msg {
+        LeaseMessage::Request { config, .. }
+        | LeaseMessage::Grant { config, .. }
+        | LeaseMessage::GrantAck { config, .. } => *config,
+        LeaseMessage::Release { .. } => meridian_wire::ConfigId(0),
+    };
+    Frame::OneWay {
+        config,
+        truncate: Default::default(),
+        req: Request::Lease(msg),
+    }
+}
+
+impl LeaseEndpoint for NodeLeases {
+    fn on_frame(&mut self, now: u64, src: std::net::SocketAddr, frame: Frame, out: &mut Outgoing) {
+        let Frame::OneWay {
+            req: Request::Lease(m),
+            ..
+        } = frame
+        else {
+            tracing::debug!(%src, "a datagram that is not a lease message: dropped");
+            return;
+        };
+        let from = self.by_addr.get(&src).copied();
+        let via = from.map_or(LeaseFrom::Anonymous, LeaseFrom::Node);
+        match self.desk.on_message(now, via, &m) {
+            LeaseOutcome::Reply { to, msg } => {
+                let dst = to.and_then(|n| self.addrs.get(&n).copied()).unwrap_or(src);
+                out.push((dst, lease_frame(msg)));
+            }
+            LeaseOutcome::Nothing => {}
+            LeaseOutcome::Forward => {
+                let Some(sh) = self.shell.upgrade() else {
+                    return;
+                };
+                self.rt.spawn(async move {
+                    let effects = {
+                        let mut p = lock(&sh.process);
+                        p.on_lease_forward(mono_ns(), from, m);
+                        drain(&mut p, &sh)
+                    };
+                    route(&sh, effects).await;
+                });
+            }
+        }
+    }
+
+    fn on_timer(&mut self, now: u64, out: &mut Outgoing) -> Option<u64> {
+        self.shell.upgrade()?;
+        if let Some((cm, m)) = self.desk.renew(now) {
+            if let Some(a) = self.addrs.get(&cm) {
+                out.push((*a, lease_frame(m)));
+            }
+        }
+        Some(self.desk.next_renew_ns().unwrap_or(u64::MAX))
+    }
+}
+
+/// Every node's address, resolved (the lease thread's address book).
+fn resolve_nodes(config: &Configuration) -> BTreeMap<NodeId, std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let mut out = BTreeMap::new();
+    for n in &config.nodes {
+        match n.addr.to_socket_addrs().map(|mut a| a.next()) {
+            Ok(Some(a)) => {
+                out.insert(NodeId(n.id), a);
+            }
+            _ => {
+                tracing::warn!(node = n.id, addr = %n.addr, "cannot resolve a node's address; no leases with it")
+            }
+        }
+    }
+    out
 }
 
 /// Append `ev` to the node's `events.jsonl` (see [`Shell::events`]).
@@ -203,6 +302,11 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
             addr: me.addr.clone(),
             source,
         })?;
+    // The lease thread's socket: UDP on the same address (FaRM §5.1).
+    let lease_socket = std::net::UdpSocket::bind(&me.addr).map_err(|source| NodeError::Bind {
+        addr: format!("{} (udp, leases)", me.addr),
+        source,
+    })?;
     // Disk durability: the write-ahead log and checkpoint of the last run
     // rebuild the node (NodeProcess::restore decides whether it rejoins
     // with that data or empty). Memory durability (FaRM's non-volatile
@@ -324,7 +428,24 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         node_id: id,
         next_conn: AtomicU64::new(1),
         config: config.clone(),
+        lease_socket: lease_socket.try_clone().map_err(|source| NodeError::Bind {
+            addr: format!("{} (udp, leases)", me.addr),
+            source,
+        })?,
+        lease_addrs: resolve_nodes(&config),
     });
+    let leases = NodeLeases {
+        desk: lock(&shell.process).lease_desk(),
+        shell: Arc::downgrade(&shell),
+        rt: tokio::runtime::Handle::current(),
+        by_addr: shell.lease_addrs.iter().map(|(n, a)| (*a, *n)).collect(),
+        addrs: shell.lease_addrs.clone(),
+    };
+    meridian_transport::lease_udp::spawn(&format!("lease-{id}"), lease_socket, leases, mono_ns)
+        .map_err(|source| NodeError::Bind {
+            addr: format!("{} (lease thread)", me.addr),
+            source,
+        })?;
     tracing::info!(node = %id, addr = %me.addr, master = is_master, incarnation, "node listening");
     for (node, addr, rx) in receivers {
         tokio::spawn(link(Arc::downgrade(&shell), node, addr, rx, batch));
@@ -412,6 +533,21 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
     for e in effects {
         match e {
             NodeEffect::Send { to, frame } => {
+                // Lease messages to nodes go on the lease socket (FaRM
+                // §5.1), not behind transaction frames.
+                if let (
+                    Frame::OneWay {
+                        req: Request::Lease(_),
+                        ..
+                    },
+                    Peer::Node(n),
+                ) = (&frame, to)
+                {
+                    if let Some(a) = shell.lease_addrs.get(&n) {
+                        meridian_transport::lease_udp::send_frame(&shell.lease_socket, *a, &frame);
+                        continue;
+                    }
+                }
                 let sync = matches!(
                     frame,
                     Frame::Request {

@@ -32,7 +32,7 @@
 //! abort, a clock sync or a ping); the deadline index matches the RPC table;
 //! queues stay within `Limits`.
 
-use crate::lease::{LeaseClient, LeaseParams};
+use crate::lease::{LeaseClient, LeaseDesk, LeaseFrom, LeaseOutcome, LeaseParams, LeaseRole};
 use crate::{CallId, Effect};
 use meridian_config::{Configuration, Limits, RegionMap};
 use meridian_time::{ClockError, ClockSync, SyncSample};
@@ -249,7 +249,7 @@ pub struct ClientProcess {
     /// This client's lease at the CM (FaRM §5.1: clients are coordinators,
     /// so the CM must learn of their failure); made at the first tick after
     /// the client has a coordinator id.
-    lease: Option<LeaseClient>,
+    lease: LeaseDesk,
 }
 
 impl ClientProcess {
@@ -294,7 +294,7 @@ impl ClientProcess {
             stats: ClientStats::default(),
             lease_params: (config.lease.lease_ms > 0)
                 .then(|| LeaseParams::new(config.lease.lease_ms, config.clock.drift_ppm)),
-            lease: None,
+            lease: LeaseDesk::new(LeaseRole::None, true),
         }
     }
 
@@ -325,9 +325,11 @@ impl ClientProcess {
         self.cm = config.cm();
         self.members = config.members();
         self.map = Arc::new(RegionMap::new(config));
-        if let Some(l) = self.lease.as_mut() {
-            l.reset(now, config.id(), config.cm());
-        }
+        self.lease.with(now, |r, now| {
+            if let LeaseRole::Member(l) = r {
+                l.reset(now, config.id(), config.cm());
+            }
+        });
         if cm_changed && !self.managed {
             // Never hand out a timestamp below one handed out before.
             let ff = self.clock.fast_forward_value(now);
@@ -421,7 +423,25 @@ impl ClientProcess {
 
     /// Counters.
     pub fn stats(&self) -> ClientStats {
-        self.stats
+        let (grants, requests) = self.lease.counts();
+        ClientStats {
+            lease_grants: grants,
+            lease_requests: requests,
+            ..self.stats
+        }
+    }
+
+    /// The lease engine, for the shell's lease thread (FaRM §5.1).
+    pub fn lease_desk(&self) -> LeaseDesk {
+        self.lease.clone()
+    }
+
+    /// A lease message the shell's lease thread could not decide alone
+    /// ([`LeaseOutcome::Forward`]): a grant for a newer configuration, so
+    /// this client missed a reconfiguration.
+    pub fn on_lease_forward(&mut self, now: u64, from: NodeId, m: LeaseMessage) {
+        self.on_lease(now, from, &m);
+        self.arm(now);
     }
 
     /// True once the clock has synchronised with the clock master.
@@ -809,25 +829,26 @@ impl ClientProcess {
     /// its requests carry its configuration id, and the configuration that
     /// recovers its transactions refuses them.)
     fn lease_tick(&mut self, now: u64) {
-        if self.lease.is_none() && self.coordinator != 0 && self.closing.is_none() {
+        if self.coordinator != 0 && self.closing.is_none() {
             if let Some(p) = self.lease_params {
-                self.lease = Some(LeaseClient::new(
-                    p,
+                let (me, config, cm) = (
                     LeaseHolder::Client(self.coordinator),
                     self.config_id,
                     self.cm,
-                    now,
-                ));
+                );
+                self.lease.with(now, |r, now| {
+                    if let LeaseRole::None = r {
+                        *r = LeaseRole::Member(LeaseClient::new(p, me, config, cm, now));
+                    }
+                });
             }
         }
-        let Some(l) = self.lease.as_mut() else {
-            return;
-        };
-        let suspected = l.cm_suspected(now);
-        if let Some(m) = l.tick(now) {
-            let cm = l.cm();
+        let suspected = self.lease.with(now, |r, now| match r {
+            LeaseRole::Member(l) => l.cm_suspected(now),
+            _ => false,
+        });
+        if let Some((cm, m)) = self.lease.renew(now) {
             self.send_oneway(cm, Request::Lease(m));
-            self.stats.lease_requests += 1;
             if suspected {
                 self.refresh_config(now, None);
             }
@@ -840,13 +861,13 @@ impl ClientProcess {
         if let LeaseMessage::Grant { config, .. } = m {
             if *config > self.config_id {
                 self.refresh_config(now, Some(from));
+                return;
             }
         }
-        // The CM holds no lease at a client: no GrantAck.
-        if let Some(l) = self.lease.as_mut() {
-            if l.on_message(now, from, m).is_some() {
-                self.stats.lease_grants += 1;
-            }
+        // The CM holds no lease at a client: no GrantAck. A grant for a
+        // newer configuration than the lease's comes back as Forward.
+        if let LeaseOutcome::Forward = self.lease.on_message(now, LeaseFrom::Node(from), m) {
+            self.refresh_config(now, Some(from));
         }
     }
 
@@ -1512,7 +1533,10 @@ impl ClientProcess {
             // outcome stayed unknown: then its lease runs out and the
             // configuration that follows recovers it (FaRM §5.3).
             self.lease_params = None;
-            if let Some(l) = self.lease.take() {
+            let role = self
+                .lease
+                .with(0, |r, _| std::mem::replace(r, LeaseRole::None));
+            if let LeaseRole::Member(l) = role {
                 if self.unresolved_low.is_none() {
                     self.send_oneway(
                         l.cm(),
@@ -1536,8 +1560,8 @@ impl ClientProcess {
         if let Some(&(d, _)) = self.deadlines.iter().next() {
             at = at.min(d);
         }
-        match &self.lease {
-            Some(l) => at = at.min(l.next_renew_ns()),
+        match self.lease.next_renew_ns() {
+            Some(t) => at = at.min(t),
             None if self.lease_params.is_some() && self.coordinator != 0 => at = at.min(now),
             None => {}
         }

@@ -166,6 +166,16 @@ impl LeaseClient {
         self.cm
     }
 
+    /// The configuration this holder's requests name.
+    pub fn config(&self) -> ConfigId {
+        self.config
+    }
+
+    /// Who holds this lease.
+    pub fn me(&self) -> LeaseHolder {
+        self.me
+    }
+
     /// Grants received so far.
     pub fn grants(&self) -> u64 {
         self.grants
@@ -637,6 +647,268 @@ impl LeaseManager {
     }
 }
 
+/// A process's lease role (FaRM §5.1).
+#[derive(Debug)]
+pub enum LeaseRole {
+    /// No lease yet (a client before it registers, or after a clean close).
+    None,
+    /// A member other than the CM, or a client: holds a lease at the CM.
+    Member(LeaseClient),
+    /// The CM: tracks every member's and client's lease.
+    Cm(LeaseManager),
+}
+
+/// Who a lease message comes from, as the transport knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseFrom {
+    /// A node the transport identified (a link, or a datagram from the
+    /// node's own address in the address book).
+    Node(NodeId),
+    /// An anonymous sender (an accepted connection, a datagram from an
+    /// address outside the address book): the message's own claim stands.
+    Anonymous,
+}
+
+/// What to do after [`LeaseDesk::on_message`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseOutcome {
+    /// Send this back to the sender (`to`: the node, when known).
+    Reply {
+        /// The node the reply goes to (`None`: back to an anonymous sender).
+        to: Option<NodeId>,
+        /// The reply (a `Grant` or a `GrantAck`).
+        msg: LeaseMessage,
+    },
+    /// Nothing to send.
+    Nothing,
+    /// The lease engine alone cannot decide: the owning process must see
+    /// the message on its own thread (a non-member to be told it was
+    /// removed; a grant for a newer configuration).
+    Forward,
+}
+
+#[derive(Debug)]
+struct Desk {
+    role: LeaseRole,
+    /// The owner is a member (or a registered client) and may use leases.
+    serving: bool,
+    /// The members of the owner's configuration (the CM answers only them).
+    members: BTreeSet<NodeId>,
+    /// The latest `now` seen: the two threads read the clock at different
+    /// moments, and the engines expect time not to go back.
+    last_now: u64,
+    /// Grants a holder received, and requests it sent.
+    grants: u64,
+    requests: u64,
+}
+
+/// The lease engine shared by the process that owns it and a dedicated
+/// lease thread (FaRM §5.1: "lease renewal ... runs in a dedicated
+/// thread ... at the highest user-space priority", so that load cannot
+/// starve it).
+///
+/// The owning process (`NodeProcess`, `ClientProcess`) drives the slow
+/// decisions on its own thread through [`LeaseDesk::with`]: suspicion,
+/// reconfiguration, NEW-CONFIG as a grant. The shell's lease thread only
+/// answers lease messages ([`LeaseDesk::on_message`]) and sends renewals
+/// ([`LeaseDesk::renew`]), taking this small lock and never the process's.
+/// The simulator calls the same two methods through the process, on one
+/// thread, so the code that ships is the code it runs.
+///
+/// Invariant: time as the engines see it never goes back
+/// (`LeaseDesk::clamp`), whichever thread calls.
+#[derive(Clone, Debug)]
+pub struct LeaseDesk(std::sync::Arc<std::sync::Mutex<Desk>>);
+
+impl LeaseDesk {
+    /// A desk holding `role`; the owner serves from the start if `serving`.
+    pub fn new(role: LeaseRole, serving: bool) -> Self {
+        LeaseDesk(std::sync::Arc::new(std::sync::Mutex::new(Desk {
+            role,
+            serving,
+            members: BTreeSet::new(),
+            last_now: 0,
+            grants: 0,
+            requests: 0,
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Desk> {
+        match self.0.lock() {
+            Ok(g) => g,
+            // A panic elsewhere already stops the process (invariants are
+            // asserted); the state itself is plain data.
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// `now`, never below a time already seen here.
+    fn clamp(d: &mut Desk, now: u64) -> u64 {
+        d.last_now = d.last_now.max(now);
+        d.last_now
+    }
+
+    /// Run `f` on the role, at `now` (clamped: returned as the second
+    /// argument to `f`).
+    pub fn with<R>(&self, now: u64, f: impl FnOnce(&mut LeaseRole, u64) -> R) -> R {
+        let mut d = self.lock();
+        let now = Self::clamp(&mut d, now);
+        f(&mut d.role, now)
+    }
+
+    /// Read the role without a time (for queries that take none).
+    pub fn read<R>(&self, f: impl FnOnce(&LeaseRole) -> R) -> R {
+        f(&self.lock().role)
+    }
+
+    /// The owner may (not) use its leases: a removed or restarted node
+    /// neither answers nor renews.
+    pub fn set_serving(&self, serving: bool) {
+        self.lock().serving = serving;
+    }
+
+    /// The members of the owner's current configuration.
+    pub fn set_members(&self, members: impl IntoIterator<Item = NodeId>) {
+        self.lock().members = members.into_iter().collect();
+    }
+
+    /// Grants received and requests sent by a holder so far.
+    pub fn counts(&self) -> (u64, u64) {
+        let d = self.lock();
+        (d.grants, d.requests)
+    }
+
+    /// A lease message from `from` at `now` (FaRM §5.1): the CM grants a
+    /// member's or a client's request and records a `GrantAck`; a holder
+    /// records a grant and acknowledges it. Messages of a non-member to
+    /// the CM, and grants for another configuration, are
+    /// [`LeaseOutcome::Forward`]ed to the owner.
+    pub fn on_message(&self, now: u64, from: LeaseFrom, m: &LeaseMessage) -> LeaseOutcome {
+        let mut d = self.lock();
+        let now = Self::clamp(&mut d, now);
+        if !d.serving {
+            return LeaseOutcome::Nothing;
+        }
+        let client = matches!(
+            m,
+            LeaseMessage::Request {
+                holder: LeaseHolder::Client(_),
+                ..
+            } | LeaseMessage::GrantAck {
+                holder: LeaseHolder::Client(_),
+                ..
+            } | LeaseMessage::Release {
+                holder: LeaseHolder::Client(_)
+            }
+        );
+        let claimed = match m {
+            LeaseMessage::Request { holder, .. }
+            | LeaseMessage::GrantAck { holder, .. }
+            | LeaseMessage::Release { holder } => match holder {
+                LeaseHolder::Node(n) => Some(*n),
+                LeaseHolder::Client(_) => None,
+            },
+            LeaseMessage::Grant { .. } => match &d.role {
+                LeaseRole::Member(c) => Some(c.cm()),
+                _ => None,
+            },
+        };
+        let sender = match from {
+            LeaseFrom::Node(n) => Some(n),
+            LeaseFrom::Anonymous => claimed,
+        };
+        let Desk {
+            role,
+            members,
+            grants,
+            ..
+        } = &mut *d;
+        match role {
+            LeaseRole::Cm(mgr) if client => match mgr.on_message(now, m) {
+                Some(msg) => LeaseOutcome::Reply {
+                    to: match from {
+                        LeaseFrom::Node(n) => Some(n),
+                        LeaseFrom::Anonymous => None,
+                    },
+                    msg,
+                },
+                None => LeaseOutcome::Nothing,
+            },
+            _ if client => LeaseOutcome::Nothing,
+            LeaseRole::Cm(mgr) => {
+                let Some(n) = sender else {
+                    return LeaseOutcome::Nothing;
+                };
+                if !members.contains(&n) {
+                    return LeaseOutcome::Forward;
+                }
+                match mgr.on_message(now, m) {
+                    Some(msg) => LeaseOutcome::Reply { to: Some(n), msg },
+                    None => LeaseOutcome::Nothing,
+                }
+            }
+            LeaseRole::Member(c) => {
+                let Some(n) = sender else {
+                    return LeaseOutcome::Nothing;
+                };
+                if let LeaseMessage::Grant { config, .. } = m {
+                    if *config > c.config() {
+                        return LeaseOutcome::Forward;
+                    }
+                }
+                match c.on_message(now, n, m) {
+                    Some(msg) => {
+                        *grants += 1;
+                        let to = match c.me() {
+                            // The CM holds no lease at a client.
+                            LeaseHolder::Client(_) => return LeaseOutcome::Nothing,
+                            LeaseHolder::Node(_) => Some(n),
+                        };
+                        LeaseOutcome::Reply { to, msg }
+                    }
+                    None => LeaseOutcome::Nothing,
+                }
+            }
+            LeaseRole::None => LeaseOutcome::Nothing,
+        }
+    }
+
+    /// A holder's renewal, if one is due at `now`: the CM to send it to and
+    /// the request (FaRM §5.1, every `lease / 5`).
+    pub fn renew(&self, now: u64) -> Option<(NodeId, LeaseMessage)> {
+        let mut d = self.lock();
+        let now = Self::clamp(&mut d, now);
+        if !d.serving {
+            return None;
+        }
+        let LeaseRole::Member(c) = &mut d.role else {
+            return None;
+        };
+        let cm = c.cm();
+        let m = c.tick(now)?;
+        d.requests += 1;
+        Some((cm, m))
+    }
+
+    /// When the next renewal is due (local ns), if this desk renews.
+    pub fn next_renew_ns(&self) -> Option<u64> {
+        let d = self.lock();
+        match (&d.role, d.serving) {
+            (LeaseRole::Member(c), true) => Some(c.next_renew_ns()),
+            _ => None,
+        }
+    }
+
+    /// Panics (release builds too) if the role's invariants are broken.
+    pub fn check_invariants(&self) {
+        match &self.lock().role {
+            LeaseRole::Member(c) => c.check_invariants(),
+            LeaseRole::Cm(m) => m.check_invariants(),
+            LeaseRole::None => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,6 +917,124 @@ mod tests {
 
     fn params() -> LeaseParams {
         LeaseParams::new(10, 1000)
+    }
+
+    fn cm_desk() -> LeaseDesk {
+        let m = LeaseManager::new(params(), ConfigId(1), NodeId(0), &[NodeId(0), NodeId(1)], 0);
+        let d = LeaseDesk::new(LeaseRole::Cm(m), true);
+        d.set_members([NodeId(0), NodeId(1)]);
+        d
+    }
+
+    fn request(holder: LeaseHolder, seq: u64) -> LeaseMessage {
+        LeaseMessage::Request {
+            config: ConfigId(1),
+            holder,
+            seq,
+        }
+    }
+
+    /// The lease thread's path: the CM desk grants a member and a client
+    /// alone, hands a non-member back to the node, and a desk that does not
+    /// serve (a removed node) answers nothing.
+    #[test]
+    fn the_desk_grants_members_and_clients_and_forwards_non_members() {
+        let d = cm_desk();
+        let member = d.on_message(
+            MS,
+            LeaseFrom::Node(NodeId(1)),
+            &request(LeaseHolder::Node(NodeId(1)), 1),
+        );
+        assert!(
+            matches!(
+                member,
+                LeaseOutcome::Reply {
+                    to: Some(NodeId(1)),
+                    msg: LeaseMessage::Grant { seq: 1, .. }
+                }
+            ),
+            "{member:?}"
+        );
+        let client = d.on_message(
+            MS,
+            LeaseFrom::Anonymous,
+            &request(LeaseHolder::Client(9), 1),
+        );
+        assert!(
+            matches!(
+                client,
+                LeaseOutcome::Reply {
+                    to: None,
+                    msg: LeaseMessage::Grant { .. }
+                }
+            ),
+            "{client:?}"
+        );
+        let stranger = d.on_message(
+            MS,
+            LeaseFrom::Node(NodeId(4)),
+            &request(LeaseHolder::Node(NodeId(4)), 1),
+        );
+        assert_eq!(stranger, LeaseOutcome::Forward);
+        d.set_serving(false);
+        let removed = d.on_message(
+            MS,
+            LeaseFrom::Node(NodeId(1)),
+            &request(LeaseHolder::Node(NodeId(1)), 2),
+        );
+        assert_eq!(removed, LeaseOutcome::Nothing);
+    }
+
+    /// Renewals are due once whichever thread asks, and a holder's desk
+    /// never sees time go back (two threads read the clock at different
+    /// moments).
+    #[test]
+    fn a_renewal_is_due_once_and_time_never_goes_back() {
+        let c = LeaseClient::new(
+            params(),
+            LeaseHolder::Node(NodeId(1)),
+            ConfigId(1),
+            NodeId(0),
+            0,
+        );
+        let d = LeaseDesk::new(LeaseRole::Member(c), true);
+        assert!(d.renew(5 * MS).is_some());
+        assert!(
+            d.renew(5 * MS).is_none(),
+            "a second thread at the same time renews again"
+        );
+        // A thread that read the clock earlier asks late: still not due.
+        assert!(d.renew(MS).is_none());
+        assert_eq!(d.with(MS, |_, now| now), 5 * MS, "time went back");
+        // The grant for seq 1 gives the holder its lease and is acknowledged.
+        let grant = LeaseMessage::Grant {
+            config: ConfigId(1),
+            seq: 1,
+            lease: true,
+        };
+        let out = d.on_message(6 * MS, LeaseFrom::Node(NodeId(0)), &grant);
+        assert!(
+            matches!(
+                out,
+                LeaseOutcome::Reply {
+                    to: Some(NodeId(0)),
+                    msg: LeaseMessage::GrantAck { .. }
+                }
+            ),
+            "{out:?}"
+        );
+        assert_eq!(d.counts(), (1, 1));
+        // A grant of a newer configuration goes to the owner.
+        let newer = LeaseMessage::Grant {
+            config: ConfigId(2),
+            seq: 1,
+            lease: true,
+        };
+        assert_eq!(
+            d.on_message(7 * MS, LeaseFrom::Node(NodeId(0)), &newer),
+            LeaseOutcome::Forward
+        );
+        assert!(d.read(|r| matches!(r, LeaseRole::Member(c) if c.holds(7 * MS))));
     }
 
     /// A re-sent NEW-CONFIG's second ACK must not report the grant the

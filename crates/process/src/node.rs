@@ -49,7 +49,9 @@
 //! at most one call outstanding.
 
 use crate::client::{CallResult, ClientProcess, TxnHandle};
-use crate::lease::{LeaseClient, LeaseManager, LeaseParams};
+use crate::lease::{
+    LeaseClient, LeaseDesk, LeaseFrom, LeaseManager, LeaseOutcome, LeaseParams, LeaseRole,
+};
 use crate::raft_service::{CasClient, CasOutput, ServiceError, ServiceOutput, ServiceReplica};
 use crate::reconfig::{Reconfig, ReconfigOutput, ReconfigParams};
 use crate::recovery::RecoveryFlow;
@@ -216,15 +218,6 @@ enum Standing {
     Removed,
 }
 
-/// The node's lease role (FaRM §5.1).
-#[derive(Debug)]
-enum LeaseRole {
-    /// A member other than the CM: holds a lease at the CM.
-    Member(LeaseClient),
-    /// The CM: tracks every member's lease.
-    Cm(LeaseManager),
-}
-
 /// The node a one-way protocol message comes from: the link it arrived on
 /// if the shell knows it (the simulator), else the sender the message
 /// names (the tokio shell's accepted connections are anonymous; peers are
@@ -273,7 +266,9 @@ pub struct NodeProcess {
     config: Configuration,
     standing: Standing,
     lease_params: LeaseParams,
-    lease: LeaseRole,
+    /// The lease engine, shared with the shell's lease thread (FaRM §5.1:
+    /// renewals and grants must not wait for this node's work).
+    lease: LeaseDesk,
     reconfig: Reconfig,
     recovery: RecoveryFlow,
     /// Whether the applied configuration changed the CM (clock failover at
@@ -380,6 +375,8 @@ impl NodeProcess {
                 0,
             ))
         };
+        let lease = LeaseDesk::new(lease, true);
+        lease.set_members(config.members());
         let reconfig = Reconfig::new(
             id,
             ReconfigParams {
@@ -509,6 +506,7 @@ impl NodeProcess {
             // empty replicas (the cluster went on without it; its data is
             // stale). Meanwhile it serves nothing.
             p.standing = Standing::Restarted;
+            p.lease.set_serving(false);
         }
         Ok(p)
     }
@@ -596,6 +594,7 @@ impl NodeProcess {
         let mut p = Self::new(config, id, incarnation)?;
         p.participant = Participant::without_regions(id, &p.config);
         p.standing = Standing::Restarted;
+        p.lease.set_serving(false);
         // Its clock is nobody's master any more: it synchronises once a
         // configuration takes it back.
         let drift = p.config.clock.drift_ppm;
@@ -722,7 +721,7 @@ impl NodeProcess {
             } else {
                 0
             };
-        self.lease = if c.cm() == self.id {
+        let role = if c.cm() == self.id {
             LeaseRole::Cm(
                 LeaseManager::new(
                     self.lease_params,
@@ -745,6 +744,7 @@ impl NodeProcess {
                 .with_grace(now.saturating_add(grace_ns)),
             )
         };
+        self.lease.with(now, |r, _| *r = role);
     }
 
     /// A CM restored from disk renews its configuration (retried after a
@@ -925,10 +925,11 @@ impl NodeProcess {
     /// True while this node holds its lease (the CM: leases at a majority).
     pub fn may_serve(&self, now: u64) -> bool {
         self.standing == Standing::Member
-            && match &self.lease {
+            && self.lease.read(|r| match r {
                 LeaseRole::Member(c) => c.holds(now),
                 LeaseRole::Cm(m) => m.holds_majority(now),
-            }
+                LeaseRole::None => false,
+            })
     }
 
     fn send_oneway(&mut self, to: NodeId, req: Request) {
@@ -940,74 +941,71 @@ impl NodeProcess {
         self.send(Peer::Node(to), frame);
     }
 
+    /// A lease message (FaRM §5.1), through the same [`LeaseDesk`] path
+    /// the shell's lease thread takes; what the desk cannot decide alone
+    /// comes back here.
     fn on_lease(&mut self, now: u64, from: Peer, m: LeaseMessage) {
-        if let LeaseMessage::Request {
-            holder: LeaseHolder::Client(_),
-            ..
+        let via = match from {
+            Peer::Node(n) => LeaseFrom::Node(n),
+            Peer::Conn(_) => LeaseFrom::Anonymous,
+        };
+        match self.lease.on_message(now, via, &m) {
+            LeaseOutcome::Reply { to, msg } => {
+                let to = to.map_or(from, Peer::Node);
+                self.send(
+                    to,
+                    Frame::OneWay {
+                        config: self.config.id(),
+                        truncate: Default::default(),
+                        req: Request::Lease(msg),
+                    },
+                );
+            }
+            LeaseOutcome::Nothing => {}
+            LeaseOutcome::Forward => self.on_lease_forwarded(from, &m),
         }
-        | LeaseMessage::GrantAck {
-            holder: LeaseHolder::Client(_),
-            ..
+    }
+
+    /// A lease message the desk handed back: a non-member asking the CM
+    /// for a lease is told it was removed (with the CM's NEW-CONFIG; it
+    /// then asks to join). A grant for a newer configuration is ignored:
+    /// NEW-CONFIG brings that configuration.
+    fn on_lease_forwarded(&mut self, from: Peer, m: &LeaseMessage) {
+        if self.standing != Standing::Member || self.config.cm() != self.id {
+            return;
         }
-        | LeaseMessage::Release {
-            holder: LeaseHolder::Client(_),
-        } = &m
-        {
-            return self.on_client_lease(now, from, &m);
-        }
-        let claimed = match &m {
+        let claimed = match m {
             LeaseMessage::Request { holder, .. }
             | LeaseMessage::GrantAck { holder, .. }
             | LeaseMessage::Release { holder } => match holder {
                 LeaseHolder::Node(n) => Some(*n),
                 LeaseHolder::Client(_) => None,
             },
-            LeaseMessage::Grant { .. } => match &self.lease {
-                LeaseRole::Member(c) => Some(c.cm()),
-                LeaseRole::Cm(_) => None,
-            },
+            LeaseMessage::Grant { .. } => None,
         };
-        let Some(from) = sender(from, claimed) else {
-            return;
-        };
-        if self.standing != Standing::Member {
-            return;
-        }
-        let reply = match &mut self.lease {
-            LeaseRole::Cm(mgr) => {
-                if !self.config.is_member(from) {
-                    return self.tell_removed(from);
-                }
-                mgr.on_message(now, &m)
+        if let Some(n) = sender(from, claimed) {
+            if !self.config.is_member(n) {
+                self.tell_removed(n);
             }
-            LeaseRole::Member(c) => c.on_message(now, from, &m),
-        };
-        if let Some(r) = reply {
-            self.send_oneway(from, Request::Lease(r));
         }
     }
 
-    /// A client's lease message (FaRM §5.1; clients are coordinators). Only
-    /// the CM, while a member, tracks client leases; the grant goes back on
-    /// the connection the request came on. Elsewhere it is dropped: a client
-    /// that hears no grant for a lease refreshes its configuration.
-    fn on_client_lease(&mut self, now: u64, from: Peer, m: &LeaseMessage) {
-        if self.standing != Standing::Member {
-            return;
-        }
-        let LeaseRole::Cm(mgr) = &mut self.lease else {
-            return;
+    /// A lease message the shell's lease thread could not decide alone
+    /// ([`LeaseOutcome::Forward`]), from `from` (a node the thread
+    /// identified by its address, or anonymous).
+    pub fn on_lease_forward(&mut self, now: u64, from: Option<NodeId>, m: LeaseMessage) {
+        self.start_leases(now);
+        let peer = match from {
+            Some(n) => Peer::Node(n),
+            None => Peer::Conn(0),
         };
-        if let Some(reply) = mgr.on_message(now, m) {
-            self.send(
-                from,
-                Frame::OneWay {
-                    config: self.config.id(),
-                    truncate: Default::default(),
-                    req: Request::Lease(reply),
-                },
-            );
-        }
+        self.on_lease_forwarded(peer, &m);
+        self.pump(now);
+    }
+
+    /// The lease engine, for the shell's lease thread.
+    pub fn lease_desk(&self) -> LeaseDesk {
+        self.lease.clone()
     }
 
     fn on_reconfig(&mut self, now: u64, from: Peer, m: ReconfigMessage) {
@@ -1103,11 +1101,14 @@ impl NodeProcess {
             return self.tell_removed(from);
         }
         if let ReconfigMessage::NewConfigAck { config, .. } = &m {
-            if let LeaseRole::Cm(mgr) = &mut self.lease {
-                if *config == self.config.id() {
-                    mgr.granted_by(from, self.proposal_sent_ns);
+            let (cfg, sent) = (self.config.id(), self.proposal_sent_ns);
+            self.lease.with(now, |r, _| {
+                if let LeaseRole::Cm(mgr) = r {
+                    if *config == cfg {
+                        mgr.granted_by(from, sent);
+                    }
                 }
-            }
+            });
         }
         let upper = self.gateway.clock_mut().fast_forward_value(now);
         // Grants to CMs other than the one proposing (NEW-CONFIG's sender).
@@ -1115,24 +1116,28 @@ impl NodeProcess {
             ReconfigMessage::NewConfig { from, .. } => *from,
             _ => self.config.cm(),
         };
-        let left = match &self.lease {
+        let left = self.lease.with(now, |r, now| match r {
             LeaseRole::Member(c) => c.cm_lease_left_ns(now, asking),
-            LeaseRole::Cm(_) => 0,
-        };
+            _ => 0,
+        });
         let acks_new_config = matches!(m, ReconfigMessage::NewConfig { .. });
         if self.reconfig.on_message(now, m, upper, left) {
-            if let LeaseRole::Member(c) = &mut self.lease {
-                c.pause_renewals(now);
-            }
+            self.lease.with(now, |r, now| {
+                if let LeaseRole::Member(c) = r {
+                    c.pause_renewals(now);
+                }
+            });
         }
         self.after_engines(now);
         if acks_new_config {
             // A NEW-CONFIG-ACK this may have sent grants its CM a lease
             // (counted from the CM's send time): a later CM must outwait
             // it, even if no `GrantAck` follows (the CM dies first).
-            if let LeaseRole::Member(c) = &mut self.lease {
-                c.note_grant(now);
-            }
+            self.lease.with(now, |r, now| {
+                if let LeaseRole::Member(c) = r {
+                    c.note_grant(now);
+                }
+            });
         }
     }
 
@@ -1145,9 +1150,11 @@ impl NodeProcess {
         if self.config.is_member(joiner) {
             // A member that asks to join lost its memory: once removed it
             // is added back as a new member.
-            if let LeaseRole::Cm(m) = &mut self.lease {
-                m.forfeit_grace(joiner, now);
-            }
+            self.lease.with(now, |r, now| {
+                if let LeaseRole::Cm(m) = r {
+                    m.forfeit_grace(joiner, now);
+                }
+            });
             return;
         }
         let Ok(node) = self.config.node(joiner).cloned() else {
@@ -1242,16 +1249,37 @@ impl NodeProcess {
             self.effects
                 .push(NodeEffect::Event(NodeEvent::ConfigCas(next)));
         }
-        let lease = &self.lease;
-        let surely = |n: NodeId| match lease {
-            LeaseRole::Cm(m) => m.surely_expired_at(LeaseHolder::Node(n), now),
-            LeaseRole::Member(_) => now,
-        };
-        self.reconfig.on_cas(now, result.map_err(|c| *c), surely);
-        if let LeaseRole::Member(c) = &self.lease {
+        let me = self.id;
+        let nodes: Vec<NodeId> = self
+            .reconfig
+            .config()
+            .nodes
+            .iter()
+            .map(|n| NodeId(n.id))
+            .collect();
+        let (surely, left) = self.lease.with(now, |r, now| {
+            let surely: BTreeMap<NodeId, u64> = nodes
+                .iter()
+                .map(|&n| {
+                    let t = match r {
+                        LeaseRole::Cm(m) => m.surely_expired_at(LeaseHolder::Node(n), now),
+                        _ => now,
+                    };
+                    (n, t)
+                })
+                .collect();
             // This node too may have granted the replaced CM a lease.
-            self.reconfig
-                .extend_commit_wait(now, c.cm_lease_left_ns(now, self.id));
+            let left = match r {
+                LeaseRole::Member(c) => Some(c.cm_lease_left_ns(now, me)),
+                _ => None,
+            };
+            (surely, left)
+        });
+        self.reconfig.on_cas(now, result.map_err(|c| *c), |n| {
+            surely.get(&n).copied().unwrap_or(now)
+        });
+        if let Some(left) = left {
+            self.reconfig.extend_commit_wait(now, left);
         }
         self.after_engines(now);
         self.keep_time_bound_ahead(now);
@@ -1295,6 +1323,7 @@ impl NodeProcess {
                             self.restored = false;
                         }
                         self.standing = Standing::Removed;
+                        self.lease.set_serving(false);
                         self.next_join_ns = now;
                         self.effects
                             .push(NodeEffect::Event(NodeEvent::Removed(config)));
@@ -1332,34 +1361,38 @@ impl NodeProcess {
         let members = config.members();
         if config.cm() == self.id {
             self.proposal_sent_ns = now;
-            match &mut self.lease {
+            let (params, me) = (self.lease_params, self.id);
+            self.lease.with(now, |r, now| match r {
                 LeaseRole::Cm(m) => m.set_config(now, config.id(), &members),
-                LeaseRole::Member(_) => {
-                    self.lease = LeaseRole::Cm(
-                        LeaseManager::new(self.lease_params, config.id(), self.id, &members, now)
+                _ => {
+                    *r = LeaseRole::Cm(
+                        LeaseManager::new(params, config.id(), me, &members, now)
                             .with_max_clients(config.limits.max_client_leases),
                     )
                 }
-            }
+            });
         } else {
-            match &mut self.lease {
+            let (params, me) = (self.lease_params, self.id);
+            self.lease.with(now, |r, now| match r {
                 LeaseRole::Member(c) => c.reset(now, config.id(), config.cm()),
-                LeaseRole::Cm(_) => {
-                    self.lease = LeaseRole::Member(LeaseClient::new(
-                        self.lease_params,
-                        LeaseHolder::Node(self.id),
+                _ => {
+                    *r = LeaseRole::Member(LeaseClient::new(
+                        params,
+                        LeaseHolder::Node(me),
                         config.id(),
                         config.cm(),
                         now,
                     ))
                 }
-            }
+            });
         }
         if cm_changed {
             self.gateway.clock_mut().disable();
         }
         self.clock_failover |= cm_changed;
         self.standing = Standing::Member;
+        self.lease.set_members(config.members());
+        self.lease.set_serving(true);
         self.restored = false;
         self.regions_active_reported = false;
         // Armed by the commit, which starts data recovery: before it no
@@ -1702,10 +1735,11 @@ impl NodeProcess {
         if self.standing != Standing::Member {
             timers.push(self.next_join_ns);
         } else {
-            timers.push(match &self.lease {
+            timers.push(self.lease.read(|r| match r {
                 LeaseRole::Member(c) => c.next_wake_ns(),
                 LeaseRole::Cm(m) => m.next_wake_ns().unwrap_or(u64::MAX),
-            });
+                LeaseRole::None => u64::MAX,
+            }));
             timers.extend(self.reconfig.next_wake_ns());
             timers.extend(self.recovery.next_wake_ns());
         }
@@ -1717,23 +1751,41 @@ impl NodeProcess {
         self.arm(now, next);
     }
 
-    /// FaRM §5.1: renew, grant, suspect.
+    /// FaRM §5.1: renew, grant, suspect. (In the tokio shell the lease
+    /// thread renews too; a renewal is due once, whichever thread asks.)
     fn lease_tick(&mut self, now: u64) {
-        match &mut self.lease {
-            LeaseRole::Member(c) => {
-                let cm = c.cm();
-                let suspected = c.cm_suspected(now);
-                if let Some(m) = c.tick(now) {
-                    self.send_oneway(cm, Request::Lease(m));
+        if let Some((cm, m)) = self.lease.renew(now) {
+            self.send_oneway(cm, Request::Lease(m));
+        }
+        enum Seen {
+            CmSuspected(NodeId),
+            Holders(Vec<LeaseHolder>),
+            Nothing,
+        }
+        let seen = self.lease.with(now, |r, now| match r {
+            LeaseRole::Member(c) if c.cm_suspected(now) => Seen::CmSuspected(c.cm()),
+            LeaseRole::Cm(m) => {
+                let expired = m.suspects(now);
+                for h in &expired {
+                    if let LeaseHolder::Client(_) = h {
+                        m.remove(*h);
+                    }
                 }
-                if suspected && self.reconfig.may_suspect_cm() {
+                Seen::Holders(expired)
+            }
+            _ => Seen::Nothing,
+        });
+        match seen {
+            Seen::Nothing => {}
+            Seen::CmSuspected(cm) => {
+                if self.reconfig.may_suspect_cm() {
                     self.note_suspect(now, vec![cm]);
                     self.reconfig.suspect_cm(now);
                 }
             }
-            LeaseRole::Cm(m) => {
+            Seen::Holders(expired) => {
                 let mut suspects = Vec::new();
-                for h in m.suspects(now) {
+                for h in expired {
                     match h {
                         LeaseHolder::Node(n) => suspects.push(n),
                         LeaseHolder::Client(c) => {
@@ -1741,7 +1793,6 @@ impl NodeProcess {
                             // the next configuration recovers every
                             // transaction of an older one (FaRM §5.3), its
                             // included, and refuses its late requests.
-                            m.remove(h);
                             self.clients_to_recover = true;
                             self.effects
                                 .push(NodeEffect::Event(NodeEvent::ClientSuspect(c)));
@@ -1825,6 +1876,7 @@ impl NodeProcess {
         }
         self.reconfig.check_invariants();
         self.recovery.check_invariants();
+        self.lease.check_invariants();
         assert!(
             self.standing != Standing::Member || self.config.is_member(self.id),
             "a member running a configuration without itself"

@@ -24,6 +24,8 @@
 //! Malformed or oversized frames are a [`TransportError`]: the connection is
 //! closed and the error logged; nothing else is affected.
 
+pub mod lease_udp;
+
 use meridian_wire::{
     decode_frame, encode_frame, Frame, Request, Response, Truncation, TxId, WireError,
 };
