@@ -270,6 +270,13 @@ pub struct ClockConfig {
     /// change; the master hands out no time while a raise is late
     /// (FaRMv2 §4.3's monotonicity, kept across whole-cluster restarts).
     pub time_bound_window_ms: u64,
+    /// A member whose clock rate differs from the clock master's by more
+    /// than this, ppm, is reported and removed (default 200; 0 = not
+    /// checked). Measured over `rate_window_ms` windows with the round
+    /// trips' error subtracted, so noise is never reported.
+    pub max_rate_ppm: u64,
+    /// The shortest window the rate is measured over, ms (default 1000).
+    pub rate_window_ms: u64,
 }
 
 impl Default for ClockConfig {
@@ -279,6 +286,8 @@ impl Default for ClockConfig {
             sync_interval_us: 1000,
             max_sample_age_us: 10_000,
             time_bound_window_ms: 500,
+            max_rate_ppm: 200,
+            rate_window_ms: 1000,
         }
     }
 }

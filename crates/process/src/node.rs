@@ -197,6 +197,15 @@ pub enum NodeEvent {
     RegionsActive(ConfigId),
     /// Data recovery filled every new replica at this node.
     DataRecovered(ConfigId),
+    /// `node`'s clock rate was found `ppm` off the clock master's, past
+    /// `clock.max_rate_ppm` (at the member: its own measurement; at the
+    /// CM: the member it removes, or itself when most members report it).
+    ClockRateExceeded {
+        /// The node whose clock is off.
+        node: NodeId,
+        /// How much faster the master's clock ran than the node's, ppm.
+        ppm: i64,
+    },
     /// This node's clock stopped handing out time: the CM changed
     /// (FaRMv2 §4.3). The configuration is the one being applied.
     ClockDisabled(ConfigId),
@@ -320,6 +329,16 @@ pub struct NodeProcess {
     cas: CasClient,
     /// The last suspicion reported, and when (events are rate-limited).
     last_suspect: Option<(Vec<NodeId>, u64)>,
+    /// This node found its clock rate off the master's (sticky until a
+    /// restart: it reports it, and once removed it does not rejoin).
+    clock_rate_bad: Option<i64>,
+    /// When this member reports its clock rate to the CM again.
+    next_rate_report_ns: u64,
+    /// CM: members' clock-rate reports in the current configuration, and
+    /// when to decide on them (one rate window after the first, so a
+    /// master off the mark is told apart from one member off it).
+    rate_reports: BTreeMap<NodeId, i64>,
+    rate_decide_at: Option<u64>,
     /// A client's lease expired: the CM renews the configuration (same
     /// members and placement, next id) as soon as no reconfiguration runs,
     /// so that recovery ends the client's transactions (FaRM §5.3).
@@ -359,6 +378,12 @@ impl NodeProcess {
             // No time until the first raise of the stored bound.
             let reserve = time_bound_reserve_ns(&config);
             gateway.clock_mut().set_time_bound(0, reserve);
+        }
+        if config.clock.max_rate_ppm > 0 {
+            gateway.clock_mut().set_rate_check(
+                config.clock.max_rate_ppm,
+                config.clock.rate_window_ms.max(1) * 1_000_000,
+            );
         }
         let lease_params = LeaseParams::new(config.lease.lease_ms, config.clock.drift_ppm);
         let lease = if config.cm() == id {
@@ -400,6 +425,10 @@ impl NodeProcess {
             service,
             cas: CasClient::new(&config, id),
             last_suspect: None,
+            clock_rate_bad: None,
+            next_rate_report_ns: 0,
+            rate_reports: BTreeMap::new(),
+            rate_decide_at: None,
             clients_to_recover: false,
             id,
             standing: Standing::Member,
@@ -1017,7 +1046,8 @@ impl NodeProcess {
             | ReconfigMessage::NewConfigAck { from, .. }
             | ReconfigMessage::NewConfigCommit { from, .. }
             | ReconfigMessage::NewConfigCommitAck { from, .. }
-            | ReconfigMessage::Join { from, .. } => *from,
+            | ReconfigMessage::Join { from, .. }
+            | ReconfigMessage::ClockRate { from, .. } => *from,
         };
         let Some(from) = sender(from, Some(claimed)) else {
             return;
@@ -1093,6 +1123,10 @@ impl NodeProcess {
         }
         if let ReconfigMessage::Join { from: joiner, .. } = &m {
             self.on_join(now, *joiner);
+            return;
+        }
+        if let ReconfigMessage::ClockRate { config, from, ppm } = m {
+            self.on_clock_rate(now, config, from, ppm);
             return;
         }
         if !self.config.is_member(from) {
@@ -1358,6 +1392,8 @@ impl NodeProcess {
             .push(NodeEffect::Event(NodeEvent::Applied(config.id())));
         self.participant.reconfigure(&config);
         self.gateway.set_config(now, &config);
+        self.rate_reports.clear();
+        self.rate_decide_at = None;
         let members = config.members();
         if config.cm() == self.id {
             self.proposal_sent_ns = now;
@@ -1703,13 +1739,17 @@ impl NodeProcess {
         if self.standing == Standing::Member {
             self.renew_after_restart(now);
             self.lease_tick(now);
+            self.clock_rate_tick(now);
             self.keep_time_bound_ahead(now);
             let upper = self.gateway.clock_mut().fast_forward_value(now);
             self.reconfig.tick(now, upper);
             self.recovery.tick(now);
             self.after_engines(now);
         }
-        if self.standing != Standing::Member && now >= self.next_join_ns {
+        if self.standing != Standing::Member
+            && now >= self.next_join_ns
+            && self.clock_rate_bad.is_none()
+        {
             self.next_join_ns = now + self.lease_params.lease_ns;
             let msg = ReconfigMessage::Join {
                 config: self.config.id(),
@@ -1742,6 +1782,7 @@ impl NodeProcess {
             }));
             timers.extend(self.reconfig.next_wake_ns());
             timers.extend(self.recovery.next_wake_ns());
+            timers.extend(self.rate_decide_at);
         }
         let next = timers
             .into_iter()
@@ -1820,6 +1861,84 @@ impl NodeProcess {
                     }
                 }
             }
+        }
+    }
+
+    /// A member whose clock rate is off the master's reports it to the CM
+    /// every lease until a configuration without it (or with another
+    /// master) comes; the CM decides what to do with the reports.
+    fn clock_rate_tick(&mut self, now: u64) {
+        if self.config.cm() == self.id {
+            if self.rate_decide_at.is_some_and(|t| now >= t) {
+                self.decide_clock_rates(now);
+            }
+            return;
+        }
+        let Some(r) = self.gateway.clock_mut().rate_exceeded() else {
+            return;
+        };
+        if self.clock_rate_bad.is_none() {
+            self.clock_rate_bad = Some(r.ppm);
+            self.effects
+                .push(NodeEffect::Event(NodeEvent::ClockRateExceeded {
+                    node: self.id,
+                    ppm: r.ppm,
+                }));
+        }
+        if now >= self.next_rate_report_ns {
+            self.next_rate_report_ns = now + self.lease_params.lease_ns;
+            let msg = ReconfigMessage::ClockRate {
+                config: self.config.id(),
+                from: self.id,
+                ppm: r.ppm,
+            };
+            self.send_oneway(self.config.cm(), Request::Reconfig(msg));
+        }
+    }
+
+    /// CM: a member reports its clock rate off the master's.
+    fn on_clock_rate(&mut self, now: u64, config: ConfigId, from: NodeId, ppm: i64) {
+        if config != self.config.id() || self.config.cm() != self.id || from == self.id {
+            return;
+        }
+        self.rate_reports.insert(from, ppm);
+        let window_ns = self.config.clock.rate_window_ms.max(1) * 1_000_000;
+        self.rate_decide_at.get_or_insert(now + window_ns);
+    }
+
+    /// CM: one rate window after the first report. If most other members
+    /// report the master's clock off, the odd clock is this one: the CM
+    /// stops granting leases, so a backup CM (another clock master) takes
+    /// over. Otherwise the reporting members are suspected and removed.
+    fn decide_clock_rates(&mut self, now: u64) {
+        self.rate_decide_at = None;
+        let reports = std::mem::take(&mut self.rate_reports);
+        let others = self.config.members().len().saturating_sub(1);
+        if reports.len() * 2 > others {
+            let ppm = reports.values().copied().sum::<i64>() / reports.len().max(1) as i64;
+            self.clock_rate_bad = Some(-ppm);
+            self.effects
+                .push(NodeEffect::Event(NodeEvent::ClockRateExceeded {
+                    node: self.id,
+                    ppm: -ppm,
+                }));
+            self.lease.set_serving(false);
+            return;
+        }
+        let mut bad = Vec::new();
+        for (n, ppm) in reports {
+            if self.config.is_member(n) {
+                self.effects
+                    .push(NodeEffect::Event(NodeEvent::ClockRateExceeded {
+                        node: n,
+                        ppm,
+                    }));
+                bad.push(n);
+            }
+        }
+        if !bad.is_empty() && self.reconfig.may_suspect_members() {
+            self.note_suspect(now, bad.clone());
+            self.reconfig.suspect_members(now, &bad);
         }
     }
 

@@ -788,7 +788,7 @@ impl Reconfig {
                 }
             }
             // Handled by the node process (it knows the address book).
-            ReconfigMessage::Join { .. } => {}
+            ReconfigMessage::Join { .. } | ReconfigMessage::ClockRate { .. } => {}
             ReconfigMessage::NewConfigCommitAck { config, from } => {
                 if let State::Committing {
                     config: c, acked, ..

@@ -262,6 +262,12 @@ pub struct SimConfig {
     /// `Execute` to a random node, whose embedded coordinator runs them
     /// (scripts that pause are always run by the client).
     pub thin_percent: u32,
+    /// `clock.max_rate_ppm` (0: rates not checked, the default: simulated
+    /// clocks drift anywhere inside ε, far past any rate limit).
+    pub max_rate_ppm: u64,
+    /// One node whose clock drifts exactly this much (node, ppm); the
+    /// others then drift within a quarter of `max_rate_ppm`.
+    pub drifting_node: Option<(u32, i64)>,
 }
 
 impl SimConfig {
@@ -288,6 +294,8 @@ impl SimConfig {
             faults: Faults::none(),
             time_limit_ns: 3_000_000_000,
             thin_percent: 20,
+            max_rate_ppm: 0,
+            drifting_node: None,
         }
     }
 
@@ -1014,6 +1022,8 @@ impl Sim {
         );
         config.clock.drift_ppm = cfg.drift_ppm;
         config.clock.sync_interval_us = cfg.sync_interval_us;
+        config.clock.max_rate_ppm = cfg.max_rate_ppm;
+        config.clock.rate_window_ms = 500;
         config.limits.gc_window_ms = cfg.gc_window_ms;
         config.limits.gc_interval_us = 1000;
         config.limits.max_versions_per_object = 8;
@@ -1034,7 +1044,10 @@ impl Sim {
         // Small, so checkpoints (and restores from them) happen in a run.
         config.durability.checkpoint_records = 200;
         let share = if cfg.faults.wide_drift { 99 } else { 45 };
-        let bound_ppb = (cfg.drift_ppm as i64) * 1000 * share / 100;
+        let bound_ppb = match cfg.drifting_node {
+            Some(_) => cfg.max_rate_ppm as i64 * 1000 / 4,
+            None => (cfg.drift_ppm as i64) * 1000 * share / 100,
+        };
         let clock = |rng: &mut StdRng, master: bool| SimClock {
             offset_ns: rng.gen_range(0..1_000_000_000),
             drift_ppb: if master {
@@ -1045,7 +1058,12 @@ impl Sim {
         };
         let nodes = (0..cfg.nodes)
             .map(|n| {
-                let clock = clock(&mut rng, NodeId(n) == config.cm());
+                let mut clock = clock(&mut rng, NodeId(n) == config.cm());
+                if let Some((d, ppm)) = cfg.drifting_node {
+                    if d == n {
+                        clock.drift_ppb = ppm * 1000;
+                    }
+                }
                 NodeSlot {
                     process: NodeProcess::new(config.clone(), NodeId(n), 1).ok(),
                     disk: None,
@@ -1973,7 +1991,17 @@ impl Sim {
                 self.step(ev);
             }
         }
-        let map = RegionMap::new(&self.config);
+        // The newest configuration any member runs (a fault-free run may
+        // still reconfigure: a node removed for its clock rate).
+        let newest = self
+            .nodes
+            .iter()
+            .filter_map(|s| s.process.as_ref())
+            .filter(|p| p.is_member())
+            .map(|p| p.config())
+            .max_by_key(|c| c.id())
+            .unwrap_or(&self.config);
+        let map = RegionMap::new(newest);
         let store = |n: NodeId, r| {
             self.nodes[n.0 as usize]
                 .process
@@ -1995,6 +2023,9 @@ impl Sim {
         }
         for slot in &self.nodes {
             if let Some(p) = &slot.process {
+                if !newest.is_member(p.id()) {
+                    continue; // removed: nobody truncates there any more
+                }
                 assert_eq!(
                     p.participant().log_len(),
                     0,

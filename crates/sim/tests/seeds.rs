@@ -7,6 +7,7 @@
 
 use meridian_process::node::NodeEvent;
 use meridian_sim::{run_and_check, Faults, Sim, SimConfig};
+use meridian_wire::NodeId;
 use std::collections::BTreeMap;
 
 fn seeds(default: u64) -> Vec<u64> {
@@ -245,6 +246,52 @@ fn a_crashed_clients_locks_are_released_and_its_commits_decided() {
     }
     assert!(crashes > 0, "no client crashed");
     assert!(renewals > 0, "no client lease ever expired");
+}
+
+/// A node whose clock runs 600 ppm off the master's (inside ε = 1000 ppm,
+/// so safe, but past `clock.max_rate_ppm` = 200) reports itself, the CM
+/// removes it, it does not rejoin, and the run still commits and checks.
+/// No other node, with clocks within 50 ppm, is ever reported.
+#[test]
+fn a_node_whose_clock_drifts_past_the_rate_limit_is_reported_and_removed() {
+    for (seed, ppm) in [(1, 600), (2, -600)] {
+        let mut cfg = SimConfig::bank(seed);
+        cfg.nodes = 5;
+        cfg.txns_per_client = 400;
+        cfg.time_limit_ns = 8_000_000_000;
+        cfg.max_rate_ppm = 200;
+        cfg.drifting_node = Some((3, ppm));
+        let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!r.timed_out, "seed {seed}: stuck:\n{}", r.stuck.join("\n"));
+        let reported: Vec<(u32, NodeId)> = r
+            .node_events
+            .iter()
+            .filter_map(|(_, at, e)| match e {
+                NodeEvent::ClockRateExceeded { node, ppm: got } => {
+                    // A clock `ppm` fast sees the master `ppm` slow.
+                    assert!(
+                        (got + ppm).abs() < 100,
+                        "measured {got} ppm for a clock {ppm} off"
+                    );
+                    Some((*at, *node))
+                }
+                _ => None,
+            })
+            .collect();
+        assert!(
+            reported.iter().any(|(at, n)| *at == 3 && *n == NodeId(3)),
+            "seed {seed}: node 3 never reported itself: {reported:?}"
+        );
+        assert!(
+            reported.iter().all(|(_, n)| *n == NodeId(3)),
+            "seed {seed}: a node within the limit was reported: {reported:?}"
+        );
+        let removed = r
+            .node_events
+            .iter()
+            .any(|(_, at, e)| *at == 3 && matches!(e, NodeEvent::Removed(_)));
+        assert!(removed, "seed {seed}: node 3 was not removed");
+    }
 }
 
 /// Each fault alone, so a failure points at one fault.

@@ -190,6 +190,102 @@ pub struct ClockStats {
     pub inconsistent: u64,
 }
 
+/// A measured rate of this clock against the clock master's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateReading {
+    /// How much faster the master's clock ran than this one, ppm (negative:
+    /// this clock runs fast).
+    pub ppm: i64,
+    /// The measurement's error bound, ppm (from the two round trips).
+    pub error_ppm: u64,
+}
+
+/// Compares this process's clock rate with the master's over windows of
+/// synchronisations (FaRMv2 §4.1 assumes every clock within ε of real
+/// time; a machine whose clock is far off that is reported and removed).
+///
+/// Two synchronisations `a`, `b` at least `window_ns` apart give the rate
+/// `(Δmaster − Δlocal) / Δlocal` with Δ taken between the round trips'
+/// midpoints; each master reading lies inside its round trip, so the
+/// error is at most `(rtt_a + rtt_b) / 2 / Δlocal`. A window is judged
+/// only once that error is at most half the limit (a loaded machine's
+/// slow round trips only delay the verdict), and the verdict is
+/// "exceeded" only when `|rate| − error > limit`: no false reports from
+/// noise.
+#[derive(Clone, Debug)]
+pub struct RateCheck {
+    limit_ppm: u64,
+    window_ns: u64,
+    anchor: Option<SyncSample>,
+    exceeded: Option<RateReading>,
+    last: Option<RateReading>,
+}
+
+impl RateCheck {
+    /// A check against `limit_ppm` over windows of at least `window_ns`.
+    pub fn new(limit_ppm: u64, window_ns: u64) -> Self {
+        RateCheck {
+            limit_ppm,
+            window_ns: window_ns.max(1),
+            anchor: None,
+            exceeded: None,
+            last: None,
+        }
+    }
+
+    /// A synchronisation arrived.
+    pub fn on_sample(&mut self, b: SyncSample) {
+        if b.recv_local_ns < b.send_local_ns {
+            return;
+        }
+        let Some(a) = self.anchor else {
+            self.anchor = Some(b);
+            return;
+        };
+        let mid = |s: &SyncSample| (s.send_local_ns as i128 + s.recv_local_ns as i128) / 2;
+        let rtt_of = |s: &SyncSample| s.recv_local_ns - s.send_local_ns;
+        let d_local = mid(&b) - mid(&a);
+        if d_local < self.window_ns as i128 {
+            // Early in the window a tighter round trip makes a better
+            // anchor (the error is the round trips').
+            if d_local < (self.window_ns / 4) as i128 && rtt_of(&b) < rtt_of(&a) {
+                self.anchor = Some(b);
+            }
+            return;
+        }
+        let d_master = b.master_ns as i128 - a.master_ns as i128;
+        let rtt = (a.recv_local_ns - a.send_local_ns) as i128
+            + (b.recv_local_ns - b.send_local_ns) as i128;
+        let error_ppm = (rtt * 1_000_000 / 2).div_euclid(d_local) as u64 + 1;
+        if error_ppm * 2 > self.limit_ppm {
+            return; // too noisy yet: a longer window shrinks the error
+        }
+        let ppm = ((d_master - d_local) * 1_000_000 / d_local) as i64;
+        let reading = RateReading { ppm, error_ppm };
+        self.last = Some(reading);
+        if ppm.unsigned_abs().saturating_sub(error_ppm) > self.limit_ppm {
+            self.exceeded = Some(reading);
+        }
+        self.anchor = Some(b);
+    }
+
+    /// The reading that surely exceeded the limit, if one did (sticky).
+    pub fn exceeded(&self) -> Option<RateReading> {
+        self.exceeded
+    }
+
+    /// The last judged reading.
+    pub fn last(&self) -> Option<RateReading> {
+        self.last
+    }
+
+    /// A new master: measurements start over.
+    pub fn reset(&mut self) {
+        self.anchor = None;
+        self.exceeded = None;
+    }
+}
+
 /// Synchronisation state of one process (FaRMv2 Figure 2).
 #[derive(Clone, Debug)]
 pub struct ClockSync {
@@ -227,6 +323,8 @@ pub struct ClockSync {
     /// Local time at which `last_lower` was computed.
     last_local_ns: u64,
     stats: ClockStats,
+    /// This clock's rate against the master's (none: not checked).
+    rate: Option<RateCheck>,
 }
 
 /// How many superseded best samples are kept per bound. A caller stalled
@@ -253,6 +351,7 @@ impl ClockSync {
             last_lower: 0,
             last_local_ns: 0,
             stats: ClockStats::default(),
+            rate: None,
         }
     }
 
@@ -273,6 +372,7 @@ impl ClockSync {
             last_lower: 0,
             last_local_ns: 0,
             stats: ClockStats::default(),
+            rate: None,
         }
     }
 
@@ -282,6 +382,30 @@ impl ClockSync {
     pub fn with_max_sample_age(mut self, ns: u64) -> Self {
         self.max_sample_age_ns = ns;
         self
+    }
+
+    /// Check this clock's rate against the master's: more than
+    /// `limit_ppm` apart over windows of at least `window_ns` is reported
+    /// by [`ClockSync::rate_exceeded`] ([`RateCheck`]).
+    pub fn with_rate_check(mut self, limit_ppm: u64, window_ns: u64) -> Self {
+        self.set_rate_check(limit_ppm, window_ns);
+        self
+    }
+
+    /// [`ClockSync::with_rate_check`] on an existing clock.
+    pub fn set_rate_check(&mut self, limit_ppm: u64, window_ns: u64) {
+        self.rate = Some(RateCheck::new(limit_ppm, window_ns));
+    }
+
+    /// The reading that surely exceeded the rate limit against the current
+    /// master, if any.
+    pub fn rate_exceeded(&self) -> Option<RateReading> {
+        self.rate.as_ref().and_then(RateCheck::exceeded)
+    }
+
+    /// The last judged rate reading against the current master.
+    pub fn rate_reading(&self) -> Option<RateReading> {
+        self.rate.as_ref().and_then(RateCheck::last)
     }
 
     /// True for the clock master.
@@ -326,6 +450,9 @@ impl ClockSync {
         if sample.recv_local_ns < sample.send_local_ns {
             self.stats.rejected += 1;
             return Ok(());
+        }
+        if let Some(r) = &mut self.rate {
+            r.on_sample(sample);
         }
         let t = sample.recv_local_ns;
         if let Some(b) = self.best_lower.first() {
@@ -598,6 +725,9 @@ impl ClockSync {
         self.best_upper.clear();
         self.disabled = true;
         self.awaiting_new_master = true;
+        if let Some(r) = &mut self.rate {
+            r.reset();
+        }
     }
 
     /// True once `time()` can answer.
@@ -672,6 +802,52 @@ mod tests {
         })
         .unwrap();
         assert!(f.time(30).is_ok());
+    }
+
+    fn sample(local_ns: u64, rate_ppm: i64, rtt_ns: u64) -> SyncSample {
+        // The master runs `rate_ppm` faster than this clock.
+        let master = local_ns as i128 + local_ns as i128 * rate_ppm as i128 / 1_000_000;
+        SyncSample {
+            send_local_ns: local_ns - rtt_ns / 2,
+            master_ns: master as u64,
+            recv_local_ns: local_ns + rtt_ns / 2,
+        }
+    }
+
+    /// A clock 300 ppm off is reported against a 200 ppm limit; 100 ppm off
+    /// is not; round trips too slow to judge delay the verdict instead of
+    /// giving a false one.
+    #[test]
+    fn a_clock_past_the_rate_limit_is_reported_and_noise_is_not() {
+        const S: u64 = 1_000_000_000;
+        for (rate, reported) in [(300, true), (-300, true), (100, false), (0, false)] {
+            let mut r = RateCheck::new(200, S);
+            for i in 1..=3 {
+                r.on_sample(sample(i * S, rate, 50_000));
+            }
+            assert_eq!(
+                r.exceeded().is_some(),
+                reported,
+                "rate {rate}: {:?}",
+                r.last()
+            );
+            let got = r.last().unwrap().ppm;
+            assert!((got - rate).abs() <= 2, "measured {got} for {rate}");
+        }
+        // 150 ms round trips over 1 s windows: ±150,000 ppm, never judged.
+        let mut r = RateCheck::new(200, S);
+        for i in 1..=3 {
+            r.on_sample(sample(i * S, 300, 150_000_000));
+        }
+        assert_eq!(r.last(), None);
+        // A synchronisation that changes master starts over.
+        let mut c = ClockSync::new(1000).with_rate_check(200, S);
+        for i in 1..=3 {
+            let _ = c.on_sync(sample(i * S, 400, 10_000));
+        }
+        assert!(c.rate_exceeded().is_some());
+        c.follow_new_master(0, 1000);
+        assert!(c.rate_exceeded().is_none());
     }
 
     #[test]

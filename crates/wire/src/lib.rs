@@ -750,6 +750,17 @@ pub enum ReconfigMessage {
         /// The node.
         from: NodeId,
     },
+    /// A member's clock rate differs from the clock master's by more than
+    /// `clock.max_rate_ppm` (FaRMv2 §4.1's drift assumption): the CM
+    /// removes the member, or steps down if most members say so of it.
+    ClockRate {
+        /// The member's configuration.
+        config: ConfigId,
+        /// The member.
+        from: NodeId,
+        /// How much faster the master's clock ran than the member's, ppm.
+        ppm: i64,
+    },
 }
 
 /// Who holds a lease at the CM: a member node, or a client (a
