@@ -193,6 +193,13 @@ pub struct Reconfig {
     /// for its commit (`pending_commit`).
     config: Configuration,
     pending_commit: bool,
+    /// A commit this CM left unfinished to probe suspects (config, FF,
+    /// members that acknowledged it): NEW-CONFIG-COMMIT is still resent to
+    /// the others until they acknowledge or a newer configuration comes. A
+    /// member that was only cut off for a while would otherwise wait for
+    /// the commit forever, and recovery with it (swarm seed 183).
+    unfinished_commit: Option<(ConfigId, u64, BTreeSet<NodeId>)>,
+    next_commit_resend_ns: u64,
     /// The configuration a lost region was last reported for.
     lost_reported: Option<ConfigId>,
     /// A newer configuration the coordination service returned when our
@@ -219,6 +226,8 @@ impl Reconfig {
             params,
             config,
             pending_commit: false,
+            unfinished_commit: None,
+            next_commit_resend_ns: 0,
             lost_reported: None,
             service_config: None,
             removed: false,
@@ -371,6 +380,15 @@ impl Reconfig {
     }
 
     fn start_probe(&mut self, now: u64, suspects: BTreeSet<NodeId>) {
+        if let State::Committing {
+            config,
+            clock_ff_ns,
+            acked,
+            ..
+        } = &self.state
+        {
+            self.unfinished_commit = Some((*config, *clock_ff_ns, acked.clone()));
+        }
         let seq = self.next_probe_seq;
         self.next_probe_seq += 1;
         let config = self.config.id();
@@ -623,6 +641,36 @@ impl Reconfig {
         }
     }
 
+    /// Resend an unfinished commit (see `unfinished_commit`) to the
+    /// members that have not acknowledged it, every `resend_ns`.
+    fn resend_unfinished_commit(&mut self, now: u64) {
+        let Some((config, clock_ff_ns, acked)) = &self.unfinished_commit else {
+            return;
+        };
+        if *config != self.config.id() || self.config.cm() != self.me {
+            self.unfinished_commit = None;
+            return;
+        }
+        if matches!(self.state, State::Committing { .. }) || now < self.next_commit_resend_ns {
+            return;
+        }
+        self.next_commit_resend_ns = now.saturating_add(self.params.resend_ns);
+        let msg = ReconfigMessage::NewConfigCommit {
+            config: *config,
+            from: self.me,
+            clock_ff_ns: *clock_ff_ns,
+        };
+        let to: Vec<NodeId> = self
+            .config
+            .members()
+            .into_iter()
+            .filter(|m| !acked.contains(m))
+            .collect();
+        for m in to {
+            self.send(m, msg.clone());
+        }
+    }
+
     /// A reconfiguration message from member `from`. `clock_upper_ns` is
     /// the upper bound of this node's clock interval now (0 if none).
     /// Returns `true` if this node answered a probe from a node other than
@@ -790,6 +838,15 @@ impl Reconfig {
             // Handled by the node process (it knows the address book).
             ReconfigMessage::Join { .. } | ReconfigMessage::ClockRate { .. } => {}
             ReconfigMessage::NewConfigCommitAck { config, from } => {
+                let members = self.config.members();
+                if let Some((c, _, acked)) = &mut self.unfinished_commit {
+                    if *c == config {
+                        acked.insert(from);
+                        if members.iter().all(|m| acked.contains(m)) {
+                            self.unfinished_commit = None;
+                        }
+                    }
+                }
                 if let State::Committing {
                     config: c, acked, ..
                 } = &mut self.state
@@ -883,6 +940,7 @@ impl Reconfig {
             State::Committing { .. } => self.resend(now),
             _ => {}
         }
+        self.resend_unfinished_commit(now);
     }
 
     /// A proposal this node leads could not finish because `unacked`
@@ -976,7 +1034,11 @@ impl Reconfig {
 
     /// The next local time at which a timer here fires.
     pub fn next_wake_ns(&self) -> Option<u64> {
-        match &self.state {
+        let unfinished = self
+            .unfinished_commit
+            .as_ref()
+            .map(|_| self.next_commit_resend_ns);
+        let state = match &self.state {
             State::Member => None,
             State::Deferred { until_ns } => Some(*until_ns),
             State::Probing { deadline_ns, .. } => Some(*deadline_ns),
@@ -987,6 +1049,10 @@ impl Reconfig {
                 ..
             } => Some((*commit_after_ns).min(*next_resend_ns)),
             State::Committing { next_resend_ns, .. } => Some(*next_resend_ns),
+        };
+        match (state, unfinished) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 

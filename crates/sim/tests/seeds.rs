@@ -203,9 +203,14 @@ fn ycsb_runs_in_the_simulator_with_and_without_faults() {
 /// - 265 (whole-cluster crash, disk): a member came back without its disk
 ///   state; the restored CM waited `formation_grace_ms` (2 s) for its
 ///   lease instead of suspecting it at its JOIN.
+/// - 183 and 651 (partitions, pauses, crashes): the CM suspected a member
+///   cut off while it resent NEW-CONFIG-COMMIT and stopped resending; the
+///   member, back after the partition healed, waited for the commit
+///   forever and recovery with it (the CM now resends an unfinished
+///   commit until acknowledged or superseded).
 #[test]
 fn liveness_regression_seeds_finish() {
-    for seed in [76, 8, 31, 173, 265] {
+    for seed in [76, 8, 31, 173, 265, 183, 651] {
         let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             !r.timed_out,
