@@ -490,10 +490,13 @@ impl ClientProcess {
             .map(|r| format!("{:?}->{}#{}", r.purpose, r.to, r.attempt))
             .collect();
         format!(
-            "config {} cm {} synced {} txns {} finishing {} rpcs [{}] waits {} (first {:?}) truncations {} closing {}",
+            "config {} cm {} synced {} (syncs {} rejected {} inconsistent {}) txns {} finishing {} rpcs [{}] waits {} (first {:?}) truncations {} closing {}",
             self.config_id.0,
             self.cm,
             self.clock.is_synchronised(),
+            self.clock.stats().syncs,
+            self.clock.stats().rejected,
+            self.clock.stats().inconsistent,
             self.txns.len(),
             self.finishing.len(),
             rpcs.join(", "),

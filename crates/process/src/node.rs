@@ -348,6 +348,10 @@ pub struct NodeProcess {
     /// the clock master offset last logged.
     log_seq: u64,
     since_checkpoint: u64,
+    /// The participant was replaced by an empty one: the next drain
+    /// writes a checkpoint of it, so a restore does not replay the new
+    /// records onto the old state.
+    force_checkpoint: bool,
     node_records: Vec<DurableRecord>,
     master_offset_ns: i64,
     /// Restored from disk: the leases get the formation grace, and the CM
@@ -459,6 +463,7 @@ impl NodeProcess {
             requests: 0,
             log_seq: 0,
             since_checkpoint: 0,
+            force_checkpoint: false,
             node_records: Vec::new(),
             master_offset_ns: 0,
             restored: false,
@@ -621,7 +626,7 @@ impl NodeProcess {
         incarnation: u32,
     ) -> Result<Self, meridian_config::ConfigError> {
         let mut p = Self::new(config, id, incarnation)?;
-        p.participant = Participant::without_regions(id, &p.config);
+        p.reset_participant();
         p.standing = Standing::Restarted;
         p.lease.set_serving(false);
         // Its clock is nobody's master any more: it synchronises once a
@@ -689,7 +694,7 @@ impl NodeProcess {
             }));
         }
         let mutations = self.participant.drain_journal();
-        if mutations.is_empty() && self.node_records.is_empty() {
+        if mutations.is_empty() && self.node_records.is_empty() && !self.force_checkpoint {
             return std::mem::take(&mut self.effects);
         }
         let mut records = std::mem::take(&mut self.node_records);
@@ -698,12 +703,17 @@ impl NodeProcess {
         self.log_seq += records.len() as u64;
         self.since_checkpoint += records.len() as u64;
         let mut out = Vec::with_capacity(self.effects.len() + 2);
-        out.push(NodeEffect::AppendLog { first_seq, records });
-        if self.since_checkpoint >= self.config.durability.checkpoint_records.max(1) {
+        if !records.is_empty() {
+            out.push(NodeEffect::AppendLog { first_seq, records });
+        }
+        if self.force_checkpoint
+            || self.since_checkpoint >= self.config.durability.checkpoint_records.max(1)
+        {
             // A checkpoint that cannot be written leaves the log growing;
             // it is retried after the next batch.
             if let Ok(state) = self.checkpoint_bytes() {
                 self.since_checkpoint = 0;
+                self.force_checkpoint = false;
                 out.push(NodeEffect::Checkpoint {
                     through_seq: self.log_seq,
                     state,
@@ -712,6 +722,24 @@ impl NodeProcess {
         }
         out.append(&mut self.effects);
         out
+    }
+
+    /// Replace the participant by an empty one (a node that rejoins with
+    /// its memory lost, or whose restored data is stale), journaling as
+    /// the old one did: the old one's undrained records are kept in order
+    /// and a checkpoint of the empty one follows them. (Replacing it
+    /// without its journal lost every later write from the disk log, and a
+    /// whole-cluster restart brought back stale replicas: swarm seed 401.)
+    fn reset_participant(&mut self) {
+        let journaling = self.participant.journaling();
+        let pending = self.participant.drain_journal();
+        self.node_records
+            .extend(pending.into_iter().map(DurableRecord::Participant));
+        self.participant = Participant::without_regions(self.id, &self.config);
+        if journaling {
+            self.participant.enable_journal();
+            self.force_checkpoint = true;
+        }
     }
 
     fn checkpoint_bytes(&self) -> Result<Vec<u8>, meridian_txn::DurabilityError> {
@@ -1112,7 +1140,7 @@ impl NodeProcess {
                             })
                     });
                 if adds_me {
-                    self.participant = Participant::without_regions(self.id, &self.config);
+                    self.reset_participant();
                     self.reconfig.rejoin();
                     let upper = self.gateway.clock_mut().fast_forward_value(now);
                     self.reconfig.on_message(now, m, upper, 0);
@@ -1353,7 +1381,7 @@ impl NodeProcess {
                         // Whatever it holds is stale now (a restored CM
                         // whose cluster went on, or a removed member).
                         if self.restored {
-                            self.participant = Participant::without_regions(self.id, &self.config);
+                            self.reset_participant();
                             self.restored = false;
                         }
                         self.standing = Standing::Removed;

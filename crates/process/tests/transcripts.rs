@@ -115,6 +115,9 @@ fn config() -> Configuration {
     c.limits.max_value_bytes = 16;
     c.limits.rpc_timeout_ms = 1;
     c.limits.max_concurrent_executes = 2;
+    // The transcripts' timelines are written for a 100 ms lease (pinned,
+    // so a change of the default does not move them).
+    c.lease.lease_ms = 100;
     // The configuration CAS shows as a `cas` effect (an outside service);
     // the embedded Raft group has its own tests in `raft_service`.
     c.coordination.replicas = 0;

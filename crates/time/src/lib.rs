@@ -455,6 +455,31 @@ impl ClockSync {
             r.on_sample(sample);
         }
         let t = sample.recv_local_ns;
+        // Samples too old to hand out time from (`max_sample_age`) do not
+        // veto a fresh one: extrapolated that far, a clock drifting past
+        // the bound against a new master made every later sample look
+        // inconsistent, and the process never synchronised again (swarm
+        // seeds 281, 322). What this process handed out (`last_lower`)
+        // still bounds every sample it accepts.
+        let max_age = self.max_sample_age_ns;
+        if max_age > 0
+            && self
+                .best_lower
+                .iter()
+                .chain(self.best_upper.iter())
+                .all(|s| t.saturating_sub(s.send_local_ns) > max_age)
+        {
+            self.best_lower.clear();
+            self.best_upper.clear();
+            let upper = self.upper_at(&sample, t);
+            if upper < self.last_lower as i128 && t >= self.last_local_ns {
+                self.stats.inconsistent += 1;
+                return Err(ClockError::Inconsistent {
+                    lower_ns: self.last_lower,
+                    upper_ns: upper.max(0) as u64,
+                });
+            }
+        }
         if let Some(b) = self.best_lower.first() {
             let known_lower = self.lower_at(b, t).max(self.last_lower as i128);
             let upper = self.upper_at(&sample, t);
@@ -812,6 +837,32 @@ mod tests {
             master_ns: master as u64,
             recv_local_ns: local_ns + rtt_ns / 2,
         }
+    }
+
+    /// A clock running 2,000 ppm fast against its master (twice the bound)
+    /// extrapolates its lower bound past the master's time, and every
+    /// later sample looked inconsistent: the process never synchronised
+    /// again. Once its samples are too old to use, a fresh sample is
+    /// accepted again (never below what was handed out).
+    #[test]
+    fn expired_samples_do_not_veto_fresh_ones() {
+        const MS: u64 = 1_000_000;
+        let mut c = ClockSync::new(1000).with_max_sample_age(10 * MS);
+        // The master runs 2,000 ppm slower than this clock.
+        let at = |local: u64| SyncSample {
+            send_local_ns: local - 1_000,
+            master_ns: local - local / 500,
+            recv_local_ns: local + 1_000,
+        };
+        c.on_sync(at(100 * MS)).unwrap();
+        let handed = c.time(100 * MS + 2_000).unwrap().lower;
+        // 50 ms later the extrapolated lower bound is past the master.
+        let late = at(150 * MS);
+        c.on_sync(late)
+            .expect("an expired sample vetoed a fresh one");
+        let iv = c.time(150 * MS + 2_000).unwrap();
+        assert!(iv.lower >= handed && iv.lower <= late.master_ns + 3_000);
+        c.check_invariants(150 * MS + 2_000);
     }
 
     /// A clock 300 ppm off is reported against a 200 ppm limit; 100 ppm off
