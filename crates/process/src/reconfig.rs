@@ -199,6 +199,8 @@ pub struct Reconfig {
     /// member that was only cut off for a while would otherwise wait for
     /// the commit forever, and recovery with it (swarm seed 183).
     unfinished_commit: Option<(ConfigId, u64, BTreeSet<NodeId>)>,
+    /// When this member first suspected the CM of this configuration.
+    cm_suspected_since: Option<(ConfigId, u64)>,
     next_commit_resend_ns: u64,
     /// The configuration a lost region was last reported for.
     lost_reported: Option<ConfigId>,
@@ -227,6 +229,7 @@ impl Reconfig {
             config,
             pending_commit: false,
             unfinished_commit: None,
+            cm_suspected_since: None,
             next_commit_resend_ns: 0,
             lost_reported: None,
             service_config: None,
@@ -367,10 +370,23 @@ impl Reconfig {
             .take(self.params.backup_cms.max(1))
             .position(|m| *m == self.me)
             .unwrap_or(self.params.backup_cms.max(1));
-        if rank == 0 {
+        // A backup of rank k gives the ones before it k leases from its
+        // first suspicion of this CM, then probes itself:
+        // the first backup may be dead too (swarm seed 427: the CM and the
+        // first backup crashed at once, and the others asked the dead
+        // backup forever).
+        let config = self.config.id();
+        let since = match self.cm_suspected_since {
+            Some((c, t)) if c == config => t,
+            _ => {
+                self.cm_suspected_since = Some((config, now));
+                now
+            }
+        };
+        let my_turn = now >= since.saturating_add(self.params.lease.lease_ns * rank as u64);
+        if rank == 0 || (my_turn && now > since) {
             self.start_probe(now, [cm].into_iter().collect());
         } else {
-            let config = self.config.id();
             let me = self.me;
             self.send(ring[0], ReconfigMessage::SuspectCm { config, from: me });
             self.state = State::Deferred {
