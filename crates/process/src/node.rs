@@ -1075,7 +1075,8 @@ impl NodeProcess {
             | ReconfigMessage::NewConfigCommit { from, .. }
             | ReconfigMessage::NewConfigCommitAck { from, .. }
             | ReconfigMessage::Join { from, .. }
-            | ReconfigMessage::ClockRate { from, .. } => *from,
+            | ReconfigMessage::ClockRate { from, .. }
+            | ReconfigMessage::ClockReady { from, .. } => *from,
         };
         let Some(from) = sender(from, Some(claimed)) else {
             return;
@@ -1394,6 +1395,9 @@ impl NodeProcess {
                         config,
                         clock_ff_ns,
                     } => self.commit_config(now, config, clock_ff_ns),
+                    ReconfigOutput::ClockReady { clock_ff_ns, .. } => {
+                        self.take_over_clock(now, clock_ff_ns)
+                    }
                 }
             }
         }
@@ -1470,6 +1474,18 @@ impl NodeProcess {
     fn commit_config(&mut self, now: u64, config: ConfigId, clock_ff_ns: u64) {
         self.effects
             .push(NodeEffect::Event(NodeEvent::Committed(config)));
+        self.take_over_clock(now, clock_ff_ns);
+        self.recovery
+            .start(now, &self.config, &mut self.participant);
+        self.data_recovered_reported = false;
+        self.keep_time_bound_ahead(now);
+    }
+
+    /// FaRMv2 §4.3: after a CM change, the new CM becomes clock master at
+    /// FF (at least the bound its CAS returned) and the others follow it.
+    /// Once per CM change: at [`ReconfigOutput::ClockReady`] when the
+    /// commit still waits for removed members' leases, else at the commit.
+    fn take_over_clock(&mut self, now: u64, clock_ff_ns: u64) {
         if std::mem::take(&mut self.clock_failover) {
             let drift = self.config.clock.drift_ppm;
             let reserve = time_bound_reserve_ns(&self.config);
@@ -1493,11 +1509,8 @@ impl NodeProcess {
             } else {
                 clock.follow_new_master(clock_ff_ns, drift);
             }
+            self.keep_time_bound_ahead(now);
         }
-        self.recovery
-            .start(now, &self.config, &mut self.participant);
-        self.data_recovered_reported = false;
-        self.keep_time_bound_ahead(now);
     }
 
     fn wrong_role(&self, role: &str) -> Response {

@@ -124,6 +124,17 @@ pub enum ReconfigOutput {
         /// Which region, and its replicas.
         detail: String,
     },
+    /// FaRMv2 §4.3, ahead of step 7: the old clock master surely hands
+    /// out no time any more, so the new master takes over at
+    /// `clock_ff_ns` and members follow it, while the commit still waits
+    /// for the leases of other removed members (a data wait, not a clock
+    /// wait: their samples of the old master have expired too).
+    ClockReady {
+        /// The configuration.
+        config: ConfigId,
+        /// Fast-forward time, ns.
+        clock_ff_ns: u64,
+    },
     /// Step 7: the applied configuration is committed; unblock, set the
     /// clock to at least `clock_ff_ns`, start transaction recovery.
     Committed {
@@ -174,6 +185,12 @@ enum State {
         /// there is no old CM to outwait.
         cm_changed: bool,
         next_resend_ns: u64,
+        /// When the CM changes: the clock takes over once every member
+        /// acknowledged and this has passed (the old master's grants plus
+        /// the clock samples' age, without the extra lease for other
+        /// removed members); then the FF it took over at.
+        clock_after_ns: u64,
+        clock_ff_ns: Option<u64>,
     },
     /// After step 7 at the CM: resend NEW-CONFIG-COMMIT until acknowledged.
     Committing {
@@ -579,6 +596,12 @@ impl Reconfig {
             after_grants_ns,
             cm_changed: proposed.cm() != old_cm,
             next_resend_ns: now,
+            clock_after_ns: now.saturating_add(
+                self.params
+                    .lease
+                    .stretch_ns(after_grants_ns.min(self.params.clock_sample_age_ns)),
+            ),
+            clock_ff_ns: None,
         };
         self.apply(*proposed);
         self.resend(now);
@@ -806,17 +829,22 @@ impl Reconfig {
                 cm_lease_left_ns,
             } => {
                 let lease = self.params.lease;
+                let sample_age_ns = self.params.clock_sample_age_ns;
                 if let State::Proposing {
                     proposed,
                     acks,
                     commit_after_ns,
                     after_grants_ns,
                     cm_changed,
+                    clock_after_ns,
                     ..
                 } = &mut self.state
                 {
                     let stretched =
                         lease.stretch_ns(cm_lease_left_ns.saturating_add(*after_grants_ns));
+                    let clock_stretched = lease.stretch_ns(
+                        cm_lease_left_ns.saturating_add((*after_grants_ns).min(sample_age_ns)),
+                    );
                     if proposed.id() == config && proposed.is_member(from) {
                         acks.insert(from, clock_upper_ns);
                         // Leases the member granted the replaced CM (even
@@ -827,6 +855,8 @@ impl Reconfig {
                         if *cm_changed {
                             *commit_after_ns =
                                 (*commit_after_ns).max(now.saturating_add(stretched));
+                            *clock_after_ns =
+                                (*clock_after_ns).max(now.saturating_add(clock_stretched));
                         }
                     }
                 }
@@ -849,6 +879,18 @@ impl Reconfig {
                         from,
                         ReconfigMessage::NewConfigCommitAck { config, from: me },
                     );
+                }
+            }
+            ReconfigMessage::ClockReady {
+                config,
+                from,
+                clock_ff_ns,
+            } => {
+                if config == mine && from == self.config.cm() && self.pending_commit {
+                    self.out.push(ReconfigOutput::ClockReady {
+                        config,
+                        clock_ff_ns,
+                    });
                 }
             }
             // Handled by the node process (it knows the address book).
@@ -894,11 +936,13 @@ impl Reconfig {
     }
 
     fn maybe_commit(&mut self, now: u64, own_upper_ns: u64) {
+        self.maybe_clock_ready(now, own_upper_ns);
         let State::Proposing {
             proposed_at_ns,
             proposed,
             acks,
             commit_after_ns,
+            clock_ff_ns: early_ff,
             ..
         } = &self.state
         else {
@@ -907,6 +951,7 @@ impl Reconfig {
         if now < *commit_after_ns || proposed.members().iter().any(|m| !acks.contains_key(m)) {
             return;
         }
+        let early_ff = *early_ff;
         let config = proposed.id();
         // FaRMv2 §4.3: FF bounds every timestamp the old master can have
         // handed out. An ACK's upper bound holds for the old master's clock
@@ -917,13 +962,15 @@ impl Reconfig {
         let carried = elapsed.saturating_add(
             (elapsed as u128 * self.params.lease.drift_ppm as u128).div_ceil(1_000_000) as u64,
         );
-        let clock_ff_ns = acks
-            .values()
-            .copied()
-            .max()
-            .unwrap_or(0)
-            .saturating_add(carried)
-            .max(own_upper_ns);
+        // A clock that took over early keeps the FF it took over at.
+        let clock_ff_ns = early_ff.unwrap_or_else(|| {
+            acks.values()
+                .copied()
+                .max()
+                .unwrap_or(0)
+                .saturating_add(carried)
+                .max(own_upper_ns)
+        });
         let mut acked = BTreeSet::new();
         acked.insert(self.me);
         self.pending_commit = false;
@@ -938,6 +985,66 @@ impl Reconfig {
             clock_ff_ns,
         });
         self.resend(now);
+    }
+
+    /// The clock takeover ahead of the commit (see
+    /// [`ReconfigOutput::ClockReady`]): when the CM changes, every member
+    /// acknowledged, and the old master's grants plus the samples' age are
+    /// over, but the commit still waits (other members were removed too).
+    fn maybe_clock_ready(&mut self, now: u64, own_upper_ns: u64) {
+        let drift_ppm = self.params.lease.drift_ppm;
+        let State::Proposing {
+            proposed_at_ns,
+            proposed,
+            acks,
+            commit_after_ns,
+            cm_changed,
+            clock_after_ns,
+            clock_ff_ns,
+            ..
+        } = &mut self.state
+        else {
+            return;
+        };
+        if !*cm_changed
+            || clock_ff_ns.is_some()
+            || now < *clock_after_ns
+            || now >= *commit_after_ns
+            || proposed.members().iter().any(|m| !acks.contains_key(m))
+        {
+            return;
+        }
+        // As at the commit: the largest ACK upper bound carried forward by
+        // the time since NEW-CONFIG, with drift.
+        let elapsed = now.saturating_sub(*proposed_at_ns);
+        let carried = elapsed
+            .saturating_add((elapsed as u128 * drift_ppm as u128).div_ceil(1_000_000) as u64);
+        let ff = acks
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .saturating_add(carried)
+            .max(own_upper_ns);
+        *clock_ff_ns = Some(ff);
+        let config = proposed.id();
+        let members: Vec<NodeId> = proposed
+            .members()
+            .into_iter()
+            .filter(|m| *m != self.me)
+            .collect();
+        self.out.push(ReconfigOutput::ClockReady {
+            config,
+            clock_ff_ns: ff,
+        });
+        let msg = ReconfigMessage::ClockReady {
+            config,
+            from: self.me,
+            clock_ff_ns: ff,
+        };
+        for m in members {
+            self.send(m, msg.clone());
+        }
     }
 
     /// Timers: probe deadlines, deferred attempts, resends, the commit
@@ -1062,8 +1169,18 @@ impl Reconfig {
             State::Proposing {
                 commit_after_ns,
                 next_resend_ns,
+                clock_after_ns,
+                clock_ff_ns,
+                cm_changed,
                 ..
-            } => Some((*commit_after_ns).min(*next_resend_ns)),
+            } => {
+                let clock = if *cm_changed && clock_ff_ns.is_none() {
+                    *clock_after_ns
+                } else {
+                    u64::MAX
+                };
+                Some((*commit_after_ns).min(*next_resend_ns).min(clock))
+            }
             State::Committing { next_resend_ns, .. } => Some(*next_resend_ns),
         };
         match (state, unfinished) {
@@ -1207,6 +1324,14 @@ mod tests {
                         clock_ff_ns,
                     } => self.log.push(format!(
                         "{id} committed {} at {}ms ff {clock_ff_ns}",
+                        config.0,
+                        self.now / MS
+                    )),
+                    ReconfigOutput::ClockReady {
+                        config,
+                        clock_ff_ns,
+                    } => self.log.push(format!(
+                        "{id} clock ready {} at {}ms ff {clock_ff_ns}",
                         config.0,
                         self.now / MS
                     )),
@@ -1497,6 +1622,35 @@ mod tests {
             "{commit} {:?}",
             net.log
         );
+        // The clock does not wait for node 2's lease: the old master stopped
+        // handing out time when the grants ran out, and samples of it
+        // expired (no sample age here): the new master and every member
+        // take over at ~8 ms (3 ms + 5 ms of grants), with the FF the
+        // commit then carries.
+        let ready: Vec<&String> = net
+            .log
+            .iter()
+            .filter(|l| l.contains("clock ready 2"))
+            .collect();
+        assert!(
+            ready
+                .iter()
+                .any(|l| l.starts_with("n1 clock ready 2 at 8ms")),
+            "{ready:?}"
+        );
+        let ff = |l: &str| l.rsplit(' ').next().unwrap_or("").to_string();
+        assert!(
+            ready.iter().all(|l| ff(l) == ff(commit)),
+            "{ready:?} {commit}"
+        );
+        for n in [3, 4] {
+            assert!(
+                ready
+                    .iter()
+                    .any(|l| l.starts_with(&format!("n{n} clock ready 2"))),
+                "{ready:?}"
+            );
+        }
         assert_eq!(net.store.members(), vec![NodeId(1), NodeId(3), NodeId(4)]);
     }
 

@@ -750,6 +750,17 @@ pub enum ReconfigMessage {
         /// The node.
         from: NodeId,
     },
+    /// FaRMv2 §4.3, ahead of NEW-CONFIG-COMMIT: the new CM took over as
+    /// clock master at `clock_ff_ns`; members follow it now rather than at
+    /// the commit (which may still wait for removed members' leases).
+    ClockReady {
+        /// The configuration.
+        config: ConfigId,
+        /// The new CM.
+        from: NodeId,
+        /// Fast-forward time, ns.
+        clock_ff_ns: u64,
+    },
     /// A member's clock rate differs from the clock master's by more than
     /// `clock.max_rate_ppm` (FaRMv2 §4.1's drift assumption): the CM
     /// removes the member, or steps down if most members say so of it.
