@@ -20,7 +20,6 @@ use meridian_process::client::ClientProcess;
 use meridian_process::lease::{LeaseDesk, LeaseFrom, LeaseOutcome};
 use meridian_runtime::{mono_ns, wait};
 use meridian_transport::lease_udp::{self, LeaseEndpoint, Outgoing};
-use meridian_wire::LeaseMessage;
 use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -72,25 +71,10 @@ impl LeaseEndpoint for ClientLeases {
         self.core.upgrade()?;
         if let Some((cm, m)) = self.desk.renew(now) {
             if let Some(a) = self.addrs.get(&cm) {
-                out.push((*a, lease_message_frame(m)));
+                out.push((*a, lease_udp::lease_frame(m)));
             }
         }
         Some(self.desk.next_renew_ns().unwrap_or(u64::MAX))
-    }
-}
-
-/// A lease message as a one-way frame.
-fn lease_message_frame(msg: LeaseMessage) -> Frame {
-    let config = match &msg {
-        LeaseMessage::Request { config, .. }
-        | LeaseMessage::Grant { config, .. }
-        | LeaseMessage::GrantAck { config, .. } => *config,
-        LeaseMessage::Release { .. } => meridian_wire::ConfigId(0),
-    };
-    Frame::OneWay {
-        config,
-        truncate: Default::default(),
-        req: Request::Lease(msg),
     }
 }
 
@@ -168,7 +152,8 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
     }
     let (clock_tx, clock_rx) = mpsc::channel(64);
     receivers.push((master, master_addr, clock_rx));
-    let addrs = resolve(&config);
+    let addrs =
+        lease_udp::resolve_nodes(config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str())));
     let desk = process.lease_desk();
     // Without a lease socket the lease goes over the TCP links (slower to
     // renew under load, but correct).
@@ -239,17 +224,4 @@ async fn link(
         },
     )
     .await
-}
-
-/// Every node's address, resolved (the lease thread's address book).
-fn resolve(config: &Configuration) -> BTreeMap<NodeId, SocketAddr> {
-    use std::net::ToSocketAddrs;
-    config
-        .nodes
-        .iter()
-        .filter_map(|n| {
-            let a = n.addr.to_socket_addrs().ok()?.next()?;
-            Some((NodeId(n.id), a))
-        })
-        .collect()
 }

@@ -30,9 +30,9 @@ use meridian_config::Configuration;
 use meridian_process::lease::{LeaseDesk, LeaseFrom, LeaseOutcome};
 use meridian_process::node::{NodeEffect, NodeProcess, Peer};
 use meridian_runtime::{mono_ns, wait};
-use meridian_transport::lease_udp::{LeaseEndpoint, Outgoing};
+use meridian_transport::lease_udp::{lease_frame, resolve_nodes, LeaseEndpoint, Outgoing};
 use meridian_transport::{FrameReader, Outbox};
-use meridian_wire::{encode_frame, ClockRequest, Frame, LeaseMessage, NodeId, Request, Response};
+use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request, Response};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -120,22 +120,6 @@ struct NodeLeases {
     addrs: BTreeMap<NodeId, std::net::SocketAddr>,
 }
 
-/// A lease message as a one-way frame (a lease message names its own
-/// configuration; a release names none).
-pub(crate) fn lease_frame(msg: LeaseMessage) -> Frame {
-    let config = match &msg {
-        LeaseMessage::Request { config, .. }
-        | LeaseMessage::Grant { config, .. }
-        | LeaseMessage::GrantAck { config, .. } => *config,
-        LeaseMessage::Release { .. } => meridian_wire::ConfigId(0),
-    };
-    Frame::OneWay {
-        config,
-        truncate: Default::default(),
-        req: Request::Lease(msg),
-    }
-}
-
 impl LeaseEndpoint for NodeLeases {
     fn on_frame(&mut self, now: u64, src: std::net::SocketAddr, frame: Frame, out: &mut Outgoing) {
         let Frame::OneWay {
@@ -179,23 +163,6 @@ impl LeaseEndpoint for NodeLeases {
         }
         Some(self.desk.next_renew_ns().unwrap_or(u64::MAX))
     }
-}
-
-/// Every node's address, resolved (the lease thread's address book).
-fn resolve_nodes(config: &Configuration) -> BTreeMap<NodeId, std::net::SocketAddr> {
-    use std::net::ToSocketAddrs;
-    let mut out = BTreeMap::new();
-    for n in &config.nodes {
-        match n.addr.to_socket_addrs().map(|mut a| a.next()) {
-            Ok(Some(a)) => {
-                out.insert(NodeId(n.id), a);
-            }
-            _ => {
-                tracing::warn!(node = n.id, addr = %n.addr, "cannot resolve a node's address; no leases with it")
-            }
-        }
-    }
-    out
 }
 
 /// Append `ev` to the node's `events.jsonl` (see [`Shell::events`]).
@@ -432,7 +399,7 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
             addr: format!("{} (udp, leases)", me.addr),
             source,
         })?,
-        lease_addrs: resolve_nodes(&config),
+        lease_addrs: resolve_nodes(config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str()))),
     });
     let leases = NodeLeases {
         desk: lock(&shell.process).lease_desk(),

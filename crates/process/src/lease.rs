@@ -669,6 +669,20 @@ pub enum LeaseFrom {
     Anonymous,
 }
 
+/// The member node a holder's lease message names as its sender (`None`
+/// for a client's, and for a grant, which names nobody).
+pub fn holder_node(m: &LeaseMessage) -> Option<NodeId> {
+    match m {
+        LeaseMessage::Request { holder, .. }
+        | LeaseMessage::GrantAck { holder, .. }
+        | LeaseMessage::Release { holder } => match holder {
+            LeaseHolder::Node(n) => Some(*n),
+            LeaseHolder::Client(_) => None,
+        },
+        LeaseMessage::Grant { .. } => None,
+    }
+}
+
 /// What to do after [`LeaseDesk::on_message`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeaseOutcome {
@@ -801,17 +815,9 @@ impl LeaseDesk {
                 holder: LeaseHolder::Client(_)
             }
         );
-        let claimed = match m {
-            LeaseMessage::Request { holder, .. }
-            | LeaseMessage::GrantAck { holder, .. }
-            | LeaseMessage::Release { holder } => match holder {
-                LeaseHolder::Node(n) => Some(*n),
-                LeaseHolder::Client(_) => None,
-            },
-            LeaseMessage::Grant { .. } => match &d.role {
-                LeaseRole::Member(c) => Some(c.cm()),
-                _ => None,
-            },
+        let claimed = match (m, &d.role) {
+            (LeaseMessage::Grant { .. }, LeaseRole::Member(c)) => Some(c.cm()),
+            _ => holder_node(m),
         };
         let sender = match from {
             LeaseFrom::Node(n) => Some(n),

@@ -1031,16 +1031,7 @@ impl NodeProcess {
         if self.standing != Standing::Member || self.config.cm() != self.id {
             return;
         }
-        let claimed = match m {
-            LeaseMessage::Request { holder, .. }
-            | LeaseMessage::GrantAck { holder, .. }
-            | LeaseMessage::Release { holder } => match holder {
-                LeaseHolder::Node(n) => Some(*n),
-                LeaseHolder::Client(_) => None,
-            },
-            LeaseMessage::Grant { .. } => None,
-        };
-        if let Some(n) = sender(from, claimed) {
+        if let Some(n) = sender(from, crate::lease::holder_node(m)) {
             if !self.config.is_member(n) {
                 self.tell_removed(n);
             }

@@ -201,6 +201,51 @@ enum State {
     },
 }
 
+/// NEW-CONFIG-COMMIT of `config` from `me`, and the members of `current`
+/// that have not acknowledged it.
+fn commit_to_unacked(
+    current: &Configuration,
+    me: NodeId,
+    config: ConfigId,
+    clock_ff_ns: u64,
+    acked: &BTreeSet<NodeId>,
+) -> (ReconfigMessage, Vec<NodeId>) {
+    let msg = ReconfigMessage::NewConfigCommit {
+        config,
+        from: me,
+        clock_ff_ns,
+    };
+    let to = current
+        .members()
+        .into_iter()
+        .filter(|m| !acked.contains(m))
+        .collect();
+    (msg, to)
+}
+
+/// FaRMv2 §4.3's FF at the new CM: the largest upper bound the members
+/// acknowledged with (`acks`), carried forward by the time since NEW-CONFIG
+/// went out at `proposed_at_ns`, with drift — the old master may have kept
+/// handing out time until its lease ran out — and at least this node's own
+/// upper bound.
+fn fast_forward(
+    acks: &BTreeMap<NodeId, u64>,
+    proposed_at_ns: u64,
+    now: u64,
+    own_upper_ns: u64,
+    drift_ppm: u64,
+) -> u64 {
+    let elapsed = now.saturating_sub(proposed_at_ns);
+    let carried =
+        elapsed.saturating_add((elapsed as u128 * drift_ppm as u128).div_ceil(1_000_000) as u64);
+    acks.values()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .saturating_add(carried)
+        .max(own_upper_ns)
+}
+
 /// One node's reconfiguration engine (see the module essay).
 #[derive(Clone, Debug)]
 pub struct Reconfig {
@@ -660,18 +705,7 @@ impl Reconfig {
                 next_resend_ns,
             } if now >= *next_resend_ns => {
                 *next_resend_ns = now.saturating_add(self.params.resend_ns);
-                let msg = ReconfigMessage::NewConfigCommit {
-                    config: *config,
-                    from: me,
-                    clock_ff_ns: *clock_ff_ns,
-                };
-                let to: Vec<NodeId> = self
-                    .config
-                    .members()
-                    .into_iter()
-                    .filter(|m| !acked.contains(m))
-                    .collect();
-                (msg, to)
+                commit_to_unacked(&self.config, me, *config, *clock_ff_ns, acked)
             }
             _ => return,
         };
@@ -694,17 +728,7 @@ impl Reconfig {
             return;
         }
         self.next_commit_resend_ns = now.saturating_add(self.params.resend_ns);
-        let msg = ReconfigMessage::NewConfigCommit {
-            config: *config,
-            from: self.me,
-            clock_ff_ns: *clock_ff_ns,
-        };
-        let to: Vec<NodeId> = self
-            .config
-            .members()
-            .into_iter()
-            .filter(|m| !acked.contains(m))
-            .collect();
+        let (msg, to) = commit_to_unacked(&self.config, self.me, *config, *clock_ff_ns, acked);
         for m in to {
             self.send(m, msg.clone());
         }
@@ -958,19 +982,10 @@ impl Reconfig {
         // when the ACK was sent (after NEW-CONFIG went out); the old master
         // may have kept answering until its lease ran out, so the bound is
         // carried forward to now by the time since NEW-CONFIG, with drift.
-        let elapsed = now.saturating_sub(*proposed_at_ns);
-        let carried = elapsed.saturating_add(
-            (elapsed as u128 * self.params.lease.drift_ppm as u128).div_ceil(1_000_000) as u64,
-        );
         // A clock that took over early keeps the FF it took over at.
-        let clock_ff_ns = early_ff.unwrap_or_else(|| {
-            acks.values()
-                .copied()
-                .max()
-                .unwrap_or(0)
-                .saturating_add(carried)
-                .max(own_upper_ns)
-        });
+        let drift_ppm = self.params.lease.drift_ppm;
+        let clock_ff_ns = early_ff
+            .unwrap_or_else(|| fast_forward(acks, *proposed_at_ns, now, own_upper_ns, drift_ppm));
         let mut acked = BTreeSet::new();
         acked.insert(self.me);
         self.pending_commit = false;
@@ -1014,18 +1029,7 @@ impl Reconfig {
         {
             return;
         }
-        // As at the commit: the largest ACK upper bound carried forward by
-        // the time since NEW-CONFIG, with drift.
-        let elapsed = now.saturating_sub(*proposed_at_ns);
-        let carried = elapsed
-            .saturating_add((elapsed as u128 * drift_ppm as u128).div_ceil(1_000_000) as u64);
-        let ff = acks
-            .values()
-            .copied()
-            .max()
-            .unwrap_or(0)
-            .saturating_add(carried)
-            .max(own_upper_ns);
+        let ff = fast_forward(acks, *proposed_at_ns, now, own_upper_ns, drift_ppm);
         *clock_ff_ns = Some(ff);
         let config = proposed.id();
         let members: Vec<NodeId> = proposed

@@ -23,8 +23,9 @@
 //! dropped and counted in the log, like any lost lease message — leases
 //! are built to survive loss (five renewals per lease).
 
-use meridian_wire::{decode_frame, encode_frame, Frame};
-use std::net::{SocketAddr, UdpSocket};
+use meridian_wire::{decode_frame, encode_frame, ConfigId, Frame, LeaseMessage, NodeId, Request};
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
 /// The largest lease datagram (a lease frame is tens of bytes).
@@ -47,6 +48,42 @@ pub trait LeaseEndpoint: Send + 'static {
 
 /// Frames a lease thread sends, with their destinations.
 pub type Outgoing = Vec<(SocketAddr, Frame)>;
+
+/// A lease message as a one-way frame (a lease message names its own
+/// configuration; a release names none, 0).
+pub fn lease_frame(msg: LeaseMessage) -> Frame {
+    let config = match &msg {
+        LeaseMessage::Request { config, .. }
+        | LeaseMessage::Grant { config, .. }
+        | LeaseMessage::GrantAck { config, .. } => *config,
+        LeaseMessage::Release { .. } => ConfigId(0),
+    };
+    Frame::OneWay {
+        config,
+        truncate: Default::default(),
+        req: Request::Lease(msg),
+    }
+}
+
+/// The lease thread's address book: each node's `host:port`, resolved.
+/// An address that does not resolve is logged and left out (no leases
+/// with that node; its lease frames go nowhere, like lost datagrams).
+pub fn resolve_nodes<'a>(
+    nodes: impl IntoIterator<Item = (NodeId, &'a str)>,
+) -> BTreeMap<NodeId, SocketAddr> {
+    let mut out = BTreeMap::new();
+    for (id, addr) in nodes {
+        match addr.to_socket_addrs().map(|mut a| a.next()) {
+            Ok(Some(a)) => {
+                out.insert(id, a);
+            }
+            _ => {
+                tracing::warn!(node = %id, %addr, "cannot resolve a node's address; no leases with it")
+            }
+        }
+    }
+    out
+}
 
 /// Send `frame` to `to` on `socket`, one datagram. Errors are logged, not
 /// returned: a lost lease message is a normal event.
