@@ -61,8 +61,8 @@ use meridian_txn::{Participant, TxnError, TxnOptions};
 use meridian_wire::{
     AdminRequest, AdminResponse, ClientOp, ClientOpResult, ClockRequest, ClockResponse, CmRequest,
     CmResponse, ConfigId, Conflict, CoordMessage, ExecuteError, Executed, Frame, LeaseHolder,
-    LeaseMessage, NodeId, NodeStatus, ReconfigMessage, Rejection, Request, Response, ThinRequest,
-    ThinResponse, Timestamp, TxnRequest, TxnResponse,
+    LeaseMessage, NodeId, NodeStatus, ReconfigMessage, RegionId, Rejection, Request, Response,
+    ThinRequest, ThinResponse, Timestamp, TxnRequest, TxnResponse,
 };
 use std::collections::{BTreeMap, VecDeque};
 
@@ -236,6 +236,27 @@ fn sender(from: Peer, claimed: Option<NodeId>) -> Option<NodeId> {
         Peer::Node(n) => Some(n),
         Peer::Conn(_) => claimed,
     }
+}
+
+/// True if `me` holds exactly the same replicas, in the same roles and
+/// none of them filling, in configurations `a` and `b`.
+fn same_replicas(a: &Configuration, b: &Configuration, me: NodeId) -> bool {
+    let roles = |c: &Configuration| -> Vec<(RegionId, bool, bool, bool)> {
+        c.regions()
+            .iter()
+            .filter(|r| r.primary == me || r.backups.contains(&me) || r.filling.contains(&me))
+            .map(|r| {
+                (
+                    r.id,
+                    r.primary == me,
+                    r.backups.contains(&me),
+                    r.filling.contains(&me),
+                )
+            })
+            .collect()
+    };
+    let ra = roles(a);
+    !ra.is_empty() && ra.iter().all(|r| !r.3) && ra == roles(b)
 }
 
 /// The clock master's reserve below the stored time bound, ns: twice the
@@ -814,8 +835,18 @@ impl NodeProcess {
             && self.reconfig.may_start()
             && self.reconfig.config().id() == self.config.id()
         {
-            let next = self.config.renewed();
-            self.reconfig.propose(now, next);
+            // The service may hold this CM's own last proposal, which the
+            // crash kept it from applying (swarm seed 750): renew that one.
+            match self.reconfig.service_config().cloned() {
+                Some(base) if base.cm() == self.id => {
+                    let next = base.renewed();
+                    self.reconfig.propose_over(now, &base, next);
+                }
+                _ => {
+                    let next = self.config.renewed();
+                    self.reconfig.propose(now, next);
+                }
+            }
             self.after_engines(now);
         }
     }
@@ -1108,12 +1139,20 @@ impl NodeProcess {
                 // A restarted CM renewing the configuration this node was
                 // restored in (whole-cluster restart): same members and
                 // placement, next id. The node keeps its restored data.
+                // Also a later one, as long as it gives this node exactly
+                // the replicas it was restored with: every configuration
+                // after the restored one that committed needed this node's
+                // ACK (which it would have journaled) unless it removed the
+                // node, and after a removal the node comes back only as a
+                // filling replica. So its data is current (swarm seed 750:
+                // the CM's own proposal was stored but never applied).
                 let renews_mine = self.restored
-                    && config.0 == self.config.id().0 + 1
+                    && *config > self.config.id()
                     && Configuration::from_toml(config_toml).is_ok_and(|c| {
-                        c.cm() == self.config.cm()
+                        let exact = config.0 == self.config.id().0 + 1
                             && c.members() == self.config.members()
-                            && c.regions() == self.config.regions()
+                            && c.regions() == self.config.regions();
+                        c.cm() == self.config.cm() && (exact || same_replicas(&c, &self.config, me))
                     });
                 if renews_mine {
                     self.reconfig.rejoin();

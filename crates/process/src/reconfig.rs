@@ -350,6 +350,36 @@ impl Reconfig {
         };
     }
 
+    /// A restored CM's renewal of `base`, the configuration the service
+    /// holds, which this CM proposed just before the cluster crashed and
+    /// never applied (its CAS answer was lost with it): `next` (`base`
+    /// renewed) replaces it. Nobody applied `base` either — every restored
+    /// member is older — so it never committed.
+    pub fn propose_over(&mut self, now: u64, base: &Configuration, next: Configuration) {
+        if !self.may_start()
+            || base.cm() != self.me
+            || base.id() <= self.config.id()
+            || next.id().0 != base.id().0 + 1
+        {
+            return;
+        }
+        let proposed = Box::new(next);
+        self.out.push(ReconfigOutput::Cas {
+            expected: base.id(),
+            proposed: proposed.clone(),
+        });
+        self.state = State::Casing {
+            proposed,
+            probe_end_ns: now,
+        };
+    }
+
+    /// The newer configuration the coordination service returned when this
+    /// node's CAS lost, if its NEW-CONFIG never came.
+    pub fn service_config(&self) -> Option<&Configuration> {
+        self.service_config.as_deref()
+    }
+
     /// A removed or restarted node is about to be added again: accept the
     /// NEW-CONFIG that includes it.
     pub fn rejoin(&mut self) {

@@ -216,9 +216,16 @@ fn ycsb_runs_in_the_simulator_with_and_without_faults() {
 /// - 427 (partitions, crashes): the CM and its first backup crashed at
 ///   once; the other members kept asking the dead backup to take over
 ///   (backups of rank k now probe themselves k leases after suspecting).
+/// - 750 (whole-cluster crash, disk, partitions): the CM's last proposal
+///   was stored in the coordination service but the crash came before its
+///   answer, so the restored CM renewed an older configuration, lost the
+///   CAS to its own proposal, and the restored members accepted only a
+///   renewal of exactly their configuration. The restored CM now renews
+///   the stored proposal, and a restored member accepts any later
+///   configuration of that CM that gives it exactly its replicas.
 #[test]
 fn liveness_regression_seeds_finish() {
-    for seed in [76, 8, 31, 173, 265, 183, 651, 427] {
+    for seed in [76, 8, 31, 173, 265, 183, 651, 427, 750] {
         let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             !r.timed_out,
