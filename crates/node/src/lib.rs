@@ -324,9 +324,6 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
             })?
         }
         _ if incarnation > 1 => NodeProcess::restarted(config.clone(), id, incarnation)?,
-        // In the address book but not a member: a spare that asks the CM
-        // to join (FaRM §5.2), then gets regions by rebalancing (§5.4).
-        _ if !config.is_member(id) => NodeProcess::restarted(config.clone(), id, incarnation)?,
         _ => NodeProcess::new(config.clone(), id, incarnation)?,
     };
     if disk_dir.is_none() {

@@ -197,9 +197,6 @@ pub enum NodeEvent {
     RegionsActive(ConfigId),
     /// Data recovery filled every new replica at this node.
     DataRecovered(ConfigId),
-    /// The CM proposed configuration `ConfigId` to move one replica onto a
-    /// less-loaded member (a node that joined gets regions this way).
-    Rebalance(ConfigId),
     /// `node`'s clock rate was found `ppm` off the clock master's, past
     /// `clock.max_rate_ppm` (at the member: its own measurement; at the
     /// CM: the member it removes, or itself when most members report it).
@@ -363,8 +360,6 @@ pub struct NodeProcess {
     /// master off the mark is told apart from one member off it).
     rate_reports: BTreeMap<NodeId, i64>,
     rate_decide_at: Option<u64>,
-    /// CM: the next time a rebalancing move may start.
-    next_rebalance_ns: u64,
     /// A client's lease expired: the CM renews the configuration (same
     /// members and placement, next id) as soon as no reconfiguration runs,
     /// so that recovery ends the client's transactions (FaRM §5.3).
@@ -459,7 +454,6 @@ impl NodeProcess {
             next_rate_report_ns: 0,
             rate_reports: BTreeMap::new(),
             rate_decide_at: None,
-            next_rebalance_ns: 0,
             clients_to_recover: false,
             id,
             standing: Standing::Member,
@@ -654,9 +648,6 @@ impl NodeProcess {
     ) -> Result<Self, meridian_config::ConfigError> {
         let mut p = Self::new(config, id, incarnation)?;
         p.reset_participant();
-        if !p.config.is_member(id) {
-            p.reconfig.outside();
-        }
         p.standing = Standing::Restarted;
         p.lease.set_serving(false);
         // Its clock is nobody's master any more: it synchronises once a
@@ -1820,7 +1811,6 @@ impl NodeProcess {
             self.renew_after_restart(now);
             self.lease_tick(now);
             self.clock_rate_tick(now);
-            self.rebalance_tick(now);
             self.keep_time_bound_ahead(now);
             let upper = self.gateway.clock_mut().fast_forward_value(now);
             self.reconfig.tick(now, upper);
@@ -1974,36 +1964,6 @@ impl NodeProcess {
                 ppm: r.ppm,
             };
             self.send_oneway(self.config.cm(), Request::Reconfig(msg));
-        }
-    }
-
-    /// FaRM §5.4 at the CM: once nothing is being reconfigured, recovered
-    /// or filled, move one backup replica from the most-loaded member to
-    /// the least-loaded one ([`Configuration::rebalance_step`]), so a node
-    /// that joined gets regions. One move at a time: the next waits until
-    /// the moved replica is filled (data recovery is paced) and at least a
-    /// lease has passed.
-    fn rebalance_tick(&mut self, now: u64) {
-        if self.config.cm() != self.id
-            || now < self.next_rebalance_ns
-            || !self.reconfig.may_start()
-            || self.reconfig.config().id() != self.config.id()
-            || self.recovery.busy()
-            || self
-                .reconfig
-                .config()
-                .regions()
-                .iter()
-                .any(|r| !r.filling.is_empty())
-        {
-            return;
-        }
-        self.next_rebalance_ns = now + self.lease_params.lease_ns;
-        if let Some(next) = self.reconfig.config().rebalance_step() {
-            self.effects
-                .push(NodeEffect::Event(NodeEvent::Rebalance(next.id())));
-            self.reconfig.propose(now, next);
-            self.after_engines(now);
         }
     }
 
