@@ -374,6 +374,26 @@ fn start_inner(
     std::fs::write(config_path(&dir), cfg.to_toml()?).map_err(io("writing cluster.toml"))?;
     // Release the held ports just before the nodes bind them.
     drop(held);
+    // Node directories a larger earlier cluster left here would count as
+    // this cluster's (their milestones in `events.jsonl` read as lease
+    // false positives of this run): remove them.
+    let ours: std::collections::BTreeSet<std::path::PathBuf> = cfg
+        .nodes
+        .iter()
+        .map(|n| node_dir(&cfg, &dir, n.id))
+        .collect();
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let is_node_dir = name
+                .strip_prefix("node")
+                .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+            if is_node_dir && e.path().is_dir() && !ours.contains(&e.path()) {
+                std::fs::remove_dir_all(e.path())
+                    .map_err(io(format!("removing {}", e.path().display())))?;
+            }
+        }
+    }
     let mut children = Vec::new();
     for n in &cfg.nodes {
         let nd = node_dir(&cfg, &dir, n.id);
