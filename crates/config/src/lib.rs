@@ -151,12 +151,14 @@ impl Default for Limits {
 #[serde(default, deny_unknown_fields)]
 pub struct LeaseConfig {
     /// The lease between the CM and every member and client, ms (FaRM
-    /// §5.1; default 25). Chosen as FaRM's Figure 16 does, by counting
-    /// false positives (suspicions with no fault injected) in 10 minutes
-    /// of full-load TATP on this 2-core machine (3 nodes, disk
-    /// durability, 32 sessions; leases on their own thread): 0 at 25 ms,
-    /// and at 12 ms (about half) the count in README's "Leases" section.
-    /// Before the lease thread, 50 ms failed the main job 3 runs of 3.
+    /// §5.1; default 50). Chosen as FaRM's Figure 16 does, by counting
+    /// false positives (suspicions with no fault injected) during
+    /// full-load TATP on this 2-core machine (3 nodes, disk durability,
+    /// 32 sessions; leases on their own thread): 0 in 10 minutes at 50 ms;
+    /// at 25 ms (half) 0 in one 10-minute run but one incident in a
+    /// 40-second one; at 12 ms, 6 in 10 minutes (README, "Leases and
+    /// clocks"). Before the lease thread, 50 ms failed the main job 3 runs
+    /// of 3.
     pub lease_ms: u64,
     /// How long a would-be CM waits for probe replies, ms (FaRM §5.2 step 2).
     pub probe_timeout_ms: u64,
@@ -175,7 +177,7 @@ pub struct LeaseConfig {
 impl Default for LeaseConfig {
     fn default() -> Self {
         LeaseConfig {
-            lease_ms: 25,
+            lease_ms: 50,
             probe_timeout_ms: 2,
             resend_ms: 2,
             backup_cms: 2,
