@@ -33,6 +33,9 @@ pub struct TokioIo {
     clock_master: NodeId,
     /// The lease thread's socket (a clone) and the nodes' addresses.
     lease: Option<(std::net::UdpSocket, BTreeMap<NodeId, SocketAddr>)>,
+    /// Set once the lease thread runs: only then do lease frames leave on
+    /// its socket (its grants would otherwise arrive where nobody reads).
+    lease_thread: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The client's side of the lease thread.
@@ -92,7 +95,8 @@ impl Io for TokioIo {
             Some((sock, addrs)),
         ) = (&frame, &self.lease)
         {
-            if let Some(a) = addrs.get(&to) {
+            let running = self.lease_thread.load(std::sync::atomic::Ordering::Acquire);
+            if let (true, Some(a)) = (running, addrs.get(&to)) {
                 lease_udp::send_frame(sock, *a, &frame);
                 return;
             }
@@ -155,6 +159,7 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
     let addrs =
         lease_udp::resolve_nodes(config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str())));
     let desk = process.lease_desk();
+    let lease_thread = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Without a lease socket the lease goes over the TCP links (slower to
     // renew under load, but correct).
     let socket = std::net::UdpSocket::bind("0.0.0.0:0")
@@ -169,6 +174,7 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
             .as_ref()
             .and_then(|(s, _)| s.try_clone().ok())
             .map(|s| (s, addrs.clone())),
+        lease_thread: lease_thread.clone(),
     };
     let core = Core::new(config, process, Box::new(io));
     if let Some((_, thread_socket)) = socket {
@@ -179,8 +185,11 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
             by_addr: addrs.iter().map(|(n, a)| (*a, *n)).collect(),
             addrs,
         };
-        if let Err(e) = lease_udp::spawn("client-lease", thread_socket, leases, mono_ns) {
-            tracing::warn!("no lease thread ({e}); leases renewed on the runtime");
+        match lease_udp::spawn("client-lease", thread_socket, leases, mono_ns) {
+            Ok(_) => lease_thread.store(true, std::sync::atomic::Ordering::Release),
+            Err(e) => {
+                tracing::warn!("no lease thread ({e}); leases renewed on the runtime, over TCP")
+            }
         }
     }
     for (node, addr, rx) in receivers {
