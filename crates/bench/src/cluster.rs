@@ -132,6 +132,57 @@ pub fn restart_nodes_with_exe(dir: &Path, exe: &Path, ids: &[u32]) -> Result<(),
     Ok(())
 }
 
+/// Start the spare nodes of the cluster in `dir`: nodes in its address
+/// book that are not members of its first configuration and do not run
+/// (`cluster start --spares`). Each starts outside the configuration and
+/// asks the CM to join (FaRM §5.2); the CM adds it and then moves replicas
+/// onto it, one paced make-before-break step at a time (§5.4). Returns the
+/// ids started.
+///
+/// Errors: as [`restart_nodes`]; none to start is not an error (empty).
+pub fn join_spares(dir: &Path) -> Result<Vec<u32>, ClusterError> {
+    let exe = std::env::current_exe().map_err(|source| ClusterError::Io {
+        what: "finding the meridian executable".into(),
+        source,
+    })?;
+    let cfg = Configuration::load(&config_path(dir))?;
+    let spares: Vec<u32> = cfg
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .filter(|id| !cfg.is_member(NodeId(*id)))
+        .filter(|id| !read_pid(&node_dir(&cfg, dir, *id).join("pid")).is_some_and(alive))
+        .collect();
+    restart_nodes_with_exe(dir, &exe, &spares)?;
+    Ok(spares)
+}
+
+/// The milestones every node of the cluster in `dir` recorded in its
+/// `events.jsonl`, as (node, event kind, detail), in file order per node
+/// and nodes ascending. Torn lines (a node killed mid-write) are skipped.
+///
+/// Errors: the configuration cannot be read.
+pub fn node_events(dir: &Path) -> Result<Vec<(u32, String, String)>, ClusterError> {
+    let cfg = Configuration::load(&config_path(dir))?;
+    let mut out = Vec::new();
+    for n in &cfg.nodes {
+        let Ok(text) = std::fs::read_to_string(node_dir(&cfg, dir, n.id).join("events.jsonl"))
+        else {
+            continue;
+        };
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if let Some(kind) = v["event"].as_str() {
+                let detail = v["detail"].as_str().unwrap_or("").to_string();
+                out.push((n.id, kind.to_string(), detail));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Start `meridian node` for node `id` of the cluster in `dir`, its output
 /// appended to (`fresh`: written over) `node.log` in `nd`, and record its
 /// pid there.
@@ -414,10 +465,15 @@ fn start_inner(
                 Err(e) => return Err(io(format!("removing {stale} in {}", nd.display()))(e)),
             }
         }
-        let child = spawn_node(&exe, &dir, &nd, n.id, true)?;
-        children.push(child);
+        // Spares (in the address book, not members) start later, with
+        // [`join_spares`].
+        if cfg.is_member(NodeId(n.id)) {
+            let child = spawn_node(&exe, &dir, &nd, n.id, true)?;
+            children.push(child);
+        }
     }
-    for (n, child) in cfg.nodes.iter().zip(&mut children) {
+    let members = cfg.nodes.iter().filter(|n| cfg.is_member(NodeId(n.id)));
+    for (n, child) in members.zip(&mut children) {
         let not_ready = || ClusterError::NotReady {
             node: n.id,
             secs: 10,

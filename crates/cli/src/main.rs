@@ -235,6 +235,24 @@ enum ClusterCmd {
         /// fault partition` can cut it off (root, iproute2 and nftables).
         #[arg(long)]
         netns: bool,
+        /// Spare nodes: in the address book but not members, and not
+        /// started; `meridian cluster join` starts them and they join the
+        /// running cluster (FaRM §5.2), which moves replicas onto them.
+        #[arg(long, default_value_t = 0)]
+        spares: u32,
+    },
+    /// Start the cluster's spare nodes (`start --spares`): each asks the CM
+    /// to join, and the CM moves replicas onto it in paced
+    /// make-before-break steps (FaRM §5.2, §5.4). Waits until each is a
+    /// member holding replicas, printing progress.
+    Join {
+        /// Cluster directory.
+        #[arg(long, default_value = ".meridian")]
+        dir: PathBuf,
+        /// Give up waiting for the rebalancing after this many seconds
+        /// (the nodes keep running and the moves go on).
+        #[arg(long, default_value_t = 60)]
+        wait_secs: u64,
     },
     /// Stop the cluster's nodes.
     Stop {
@@ -281,6 +299,14 @@ struct BenchOpts {
     /// When to kill, seconds into the run (default: half the duration).
     #[arg(long)]
     kill_at: Option<f64>,
+    /// Spare nodes of the local cluster: in its address book, not
+    /// members, started at `--join-at` (FaRM §5.2 joins, §5.4 paced
+    /// rebalancing onto them).
+    #[arg(long, default_value_t = 0)]
+    spares: u32,
+    /// When to start the spares, seconds into the run (default: at once).
+    #[arg(long)]
+    join_at: Option<f64>,
     /// The local cluster's lease, ms (default: `[lease] lease_ms`), for
     /// FaRM Figure 16's false-positive measurement: suspicions without a
     /// fault are counted from the nodes' `events.jsonl`.
@@ -449,6 +475,8 @@ fn failover(
                 nodes,
                 kill: kill.clone(),
                 kill_at: Some(duration as f64 / 2.0),
+                spares: 0,
+                join_at: None,
                 lease_ms,
                 timeline: Some(dir.join(format!("timeline-{i}"))),
                 durability: Some(durability),
@@ -567,12 +595,13 @@ fn bank_commits(history: &meridian_checker::History) -> (Vec<u64>, u64, u64) {
     (committed, start, end)
 }
 
-/// A `--kill` run in progress: the task that kills the victims at
-/// `--kill-at` (it records the kill's monotonic time in `fault_ns`).
+/// A `--kill` (or `--spares`) run in progress: the task that starts the
+/// spares at `--join-at`, then kills the victims at `--kill-at` (it records
+/// the kill's monotonic time in `fault_ns`) and returns whom it killed.
 type Killer = tokio::task::JoinHandle<Result<Vec<u32>, String>>;
 
-/// Start the `--kill` task, if any: node ids, with `cm` standing for the
-/// CM (`cm` here, the node the client registered with).
+/// Start the `--kill` / `--spares` task, if any: node ids, with `cm`
+/// standing for the CM (`cm` here, the node the client registered with).
 ///
 /// Errors: an entry that is neither a node id nor `cm`.
 fn start_killer(
@@ -580,7 +609,7 @@ fn start_killer(
     cm: u32,
     fault_ns: std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<Option<Killer>, String> {
-    if opts.kill.is_empty() {
+    if opts.kill.is_empty() && opts.spares == 0 {
         return Ok(None);
     }
     let mut victims = Vec::new();
@@ -596,9 +625,26 @@ fn start_killer(
         }
     }
     let at = opts.kill_at.unwrap_or(opts.duration as f64 / 2.0);
+    let join_at = (opts.spares > 0).then(|| opts.join_at.unwrap_or(0.0));
     let dir = opts.dir.clone();
     Ok(Some(tokio::spawn(async move {
-        tokio::time::sleep(std::time::Duration::from_secs_f64(at)).await;
+        let t0 = tokio::time::Instant::now();
+        if let Some(j) = join_at {
+            tokio::time::sleep_until(t0 + std::time::Duration::from_secs_f64(j)).await;
+            let d = dir.clone();
+            let joined = tokio::task::spawn_blocking(move || cluster::join_spares(&d))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            println!(
+                "started spare node(s) {joined:?} at {:.1} s; they join and replicas move onto them",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        if victims.is_empty() {
+            return Ok(victims);
+        }
+        tokio::time::sleep_until(t0 + std::time::Duration::from_secs_f64(at)).await;
         fault_ns.store(
             meridian_client::mono_ns(),
             std::sync::atomic::Ordering::SeqCst,
@@ -613,7 +659,9 @@ fn start_killer(
 async fn finish_killer(killer: Option<Killer>) -> Result<(), String> {
     if let Some(k) = killer {
         let killed = k.await.map_err(|e| e.to_string())??;
-        println!("killed (kill -9) nodes {killed:?}");
+        if !killed.is_empty() {
+            println!("killed (kill -9) nodes {killed:?}");
+        }
     }
     Ok(())
 }
@@ -714,6 +762,11 @@ fn timeline_figures(
     if let Some(d) = tl.clock_disabled_ms() {
         r.extra.insert("clock_disabled_ms".into(), d);
     }
+    // Rebalancing steps (each move is two: add the new replica, drop the
+    // old one once filled) and whether any region was lost.
+    let count = |kind: &str| tl.markers.iter().filter(|m| m.event == kind).count() as f64;
+    r.extra.insert("rebalance_steps".into(), count("Rebalance"));
+    r.extra.insert("regions_lost".into(), count("RegionLost"));
 }
 
 /// Check the bank history (the checker and the audits), write it as EDN
@@ -844,25 +897,109 @@ fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
             regions,
             base_port,
             netns,
+            spares,
         } => {
+            if spares > 0 && netns {
+                return Err("--spares and --netns cannot be combined yet".into());
+            }
+            let members = nodes;
+            let spare_members = |c: &mut Configuration| {
+                if spares > 0 {
+                    c.members = (0..members).collect();
+                }
+            };
             let cfg = if netns {
                 meridian_bench::netns::available()?;
                 let exe = std::env::current_exe().map_err(|e| e.to_string())?;
                 cluster::start_in_netns(&dir, &exe, nodes, replication, regions, |_| {})
             } else {
-                cluster::start(&dir, nodes, replication, regions, base_port)
+                let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                cluster::start_tuned(
+                    &dir,
+                    &exe,
+                    nodes + spares,
+                    replication,
+                    regions,
+                    base_port,
+                    spare_members,
+                )
             }
             .map_err(|e| e.to_string())?;
             println!(
                 "started {} nodes in {} (config {})",
-                cfg.nodes.len(),
+                cfg.members().len(),
                 dir.display(),
                 cluster::config_path(&dir).display()
             );
             for n in &cfg.nodes {
-                println!("  node {} at {}", n.id, n.addr);
+                let spare = if cfg.is_member(NodeId(n.id)) {
+                    ""
+                } else {
+                    " (spare, not started: `meridian cluster join`)"
+                };
+                println!("  node {} at {}{spare}", n.id, n.addr);
             }
             Ok(())
+        }
+        ClusterCmd::Join { dir, wait_secs } => {
+            let started = cluster::join_spares(&dir).map_err(|e| e.to_string())?;
+            if started.is_empty() {
+                return Err(format!(
+                    "no spare node to start in {} (start the cluster with --spares N)",
+                    dir.display()
+                ));
+            }
+            println!("started spare node(s) {started:?}; they ask the CM to join");
+            let bar = indicatif::ProgressBar::new_spinner();
+            let t0 = std::time::Instant::now();
+            let deadline = t0 + std::time::Duration::from_secs(wait_secs);
+            let (mut last_count, mut last_change) = (0, t0);
+            loop {
+                let events = cluster::node_events(&dir).map_err(|e| e.to_string())?;
+                let moves: Vec<&String> = events
+                    .iter()
+                    .filter(|(_, kind, _)| kind == "Rebalance")
+                    .map(|(_, _, detail)| detail)
+                    .collect();
+                let done = |id: u32| {
+                    moves
+                        .iter()
+                        .filter(|d| d.contains(&format!("to: NodeId({id}), finished: true")))
+                        .count()
+                };
+                let per_node: Vec<(u32, usize)> =
+                    started.iter().map(|id| (*id, done(*id))).collect();
+                if moves.len() != last_count {
+                    (last_count, last_change) = (moves.len(), std::time::Instant::now());
+                }
+                bar.set_message(format!(
+                    "{:.1} s: {} rebalancing step(s); replicas moved onto (node, count): {per_node:?}",
+                    t0.elapsed().as_secs_f64(),
+                    moves.len()
+                ));
+                bar.tick();
+                // Balanced: every new node got replicas and no step started
+                // for two seconds (a step follows the last one's fill and a
+                // lease, well under that).
+                if per_node.iter().all(|(_, n)| *n > 0)
+                    && last_change.elapsed() > std::time::Duration::from_secs(2)
+                {
+                    bar.finish();
+                    println!(
+                        "joined: {} replica move(s) onto {per_node:?} in {:.1} s",
+                        moves.len() / 2,
+                        last_change.duration_since(t0).as_secs_f64()
+                    );
+                    return Ok(());
+                }
+                if std::time::Instant::now() > deadline {
+                    bar.finish();
+                    return Err(format!(
+                        "rebalancing did not settle within {wait_secs} s ({per_node:?} moved); the nodes keep running (see their node.log)"
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
         }
         ClusterCmd::Stop { dir } => {
             let stopped = cluster::stop(&dir).map_err(|e| e.to_string())?;
@@ -1122,21 +1259,31 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 opts.dir.display()
             );
             let (lease_ms, durability) = (opts.lease_ms, opts.durability);
+            let (members, spares) = (opts.nodes, opts.spares);
             Some(
-                cluster::LocalCluster::start_tuned(&opts.dir, opts.nodes, replication, 12, |c| {
-                    if let Some(l) = lease_ms {
-                        c.lease.lease_ms = l;
-                    }
-                    match durability {
-                        Some(DurabilityArg::Memory) => {
-                            c.durability.mode = meridian_config::DurabilityMode::Memory
+                cluster::LocalCluster::start_tuned(
+                    &opts.dir,
+                    members + spares,
+                    replication,
+                    12,
+                    |c| {
+                        if spares > 0 {
+                            c.members = (0..members).collect();
                         }
-                        Some(DurabilityArg::Disk) => {
-                            c.durability.mode = meridian_config::DurabilityMode::Disk
+                        if let Some(l) = lease_ms {
+                            c.lease.lease_ms = l;
                         }
-                        None => {}
-                    }
-                })
+                        match durability {
+                            Some(DurabilityArg::Memory) => {
+                                c.durability.mode = meridian_config::DurabilityMode::Memory
+                            }
+                            Some(DurabilityArg::Disk) => {
+                                c.durability.mode = meridian_config::DurabilityMode::Disk
+                            }
+                            None => {}
+                        }
+                    },
+                )
                 .map_err(|e| e.to_string())?,
             )
         }

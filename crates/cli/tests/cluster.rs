@@ -300,6 +300,66 @@ fn kill_9_of_a_node_during_bank_reconfigures_and_passes_the_checker() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// FaRM §5.2 and §5.4 on real processes: a spare node in the address book
+/// is started during the bank workload, joins the running cluster, and the
+/// CM moves replicas onto it in paced make-before-break steps; a `kill -9`
+/// of an original node afterwards loses no region (every region kept
+/// f + 1 complete replicas through the moves), and the checker passes.
+#[test]
+fn a_spare_node_joins_a_running_cluster_and_replicas_move_onto_it() {
+    let _one = one_cluster();
+    let dir = test_dir("join");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let json = dir.join("bank.json");
+    run_bench(
+        &dir,
+        &[
+            "bench",
+            "bank",
+            "--nodes",
+            "4",
+            "--spares",
+            "1",
+            "--join-at",
+            "1",
+            "--kill",
+            "1",
+            "--kill-at",
+            "5",
+            "--duration",
+            "7",
+            "--durability",
+            "memory",
+            "--baseline",
+            "0",
+            "--clients",
+            "8",
+        ],
+        &json,
+    );
+    let text = std::fs::read_to_string(&json).expect("results json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("valid json");
+    let extra = &v["extra"];
+    assert_eq!(extra["checker_ok"].as_f64(), Some(1.0), "{text}");
+    assert_eq!(extra["audit_failures"].as_f64(), Some(0.0), "{text}");
+    assert_eq!(extra["regions_lost"].as_f64(), Some(0.0), "{text}");
+    let steps = extra["rebalance_steps"].as_f64().unwrap_or(0.0);
+    assert!(steps >= 2.0, "{steps} rebalancing steps: {text}");
+    assert!(
+        extra["config_commit_ms"].as_f64().is_some(),
+        "the kill was not handled: {text}"
+    );
+    // The spare filled replicas.
+    let events = cluster::node_events(&dir.join("cluster")).expect("events");
+    assert!(
+        events
+            .iter()
+            .any(|(node, kind, _)| *node == 4 && kind == "DataRecovered"),
+        "node 4 never filled a replica: {events:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bench_tatp_main_job_runs_and_reports() {
     let _one = one_cluster();

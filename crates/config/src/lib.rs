@@ -341,6 +341,31 @@ pub struct RegionInfo {
     /// ([`Configuration::mark_ready`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filling: Vec<NodeId>,
+    /// Backups that a rebalancing move takes off this region once the
+    /// replica that replaces them is filled (make-before-break, FaRM §5.4):
+    /// until then the region has `replication + leaving.len()` replicas, so
+    /// it keeps `replication` complete copies during the whole paced fill.
+    /// A failure of any replica of the region cancels the move (the
+    /// leaving backup stays).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaving: Vec<NodeId>,
+}
+
+/// One half of a make-before-break rebalancing move
+/// ([`Configuration::rebalance_step`], FaRM §5.4): a backup replica of
+/// `region` moves from member `from` to member `to`. `finished = false`:
+/// `to` was added as a filling backup and `from` marked leaving;
+/// `finished = true`: `to` is filled and `from` was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RebalanceMove {
+    /// The region.
+    pub region: RegionId,
+    /// The member the replica leaves.
+    pub from: NodeId,
+    /// The member the replica moves to.
+    pub to: NodeId,
+    /// True for the second half (the old replica dropped).
+    pub finished: bool,
 }
 
 fn first_config() -> ConfigId {
@@ -653,7 +678,8 @@ impl Configuration {
                 .chain(r.backups.iter().copied())
                 .collect();
             let distinct: BTreeSet<NodeId> = all.iter().copied().collect();
-            if distinct.len() != all.len() || all.len() > self.replication.max(1) {
+            if distinct.len() != all.len() || all.len() > self.replication.max(1) + r.leaving.len()
+            {
                 return bad(format!("region {} has replicas {:?}", r.id, all));
             }
             if let Some(m) = all.iter().find(|m| !self.is_member(**m)) {
@@ -665,6 +691,15 @@ impl Configuration {
             if r.filling.iter().any(|f| !r.backups.contains(f)) {
                 return bad(format!(
                     "region {} fills a replica that is not a backup",
+                    r.id
+                ));
+            }
+            if r.leaving
+                .iter()
+                .any(|l| !r.backups.contains(l) || r.filling.contains(l))
+            {
+                return bad(format!(
+                    "region {} moves off a replica that is not a complete backup",
                     r.id
                 ));
             }
@@ -717,6 +752,7 @@ impl Configuration {
                     last_primary_change: self.id(),
                     last_replica_change: self.id(),
                     filling: Vec::new(),
+                    leaving: Vec::new(),
                 }
             })
             .collect()
@@ -757,7 +793,11 @@ impl Configuration {
         let mut load: BTreeMap<NodeId, usize> =
             self.members().into_iter().map(|m| (m, 0)).collect();
         for r in self.regions() {
-            for n in std::iter::once(r.primary).chain(r.backups.iter().copied()) {
+            // A leaving backup is already counted at its new place.
+            for n in std::iter::once(r.primary)
+                .chain(r.backups.iter().copied())
+                .filter(|n| !r.leaving.contains(n))
+            {
                 *load.entry(n).or_default() += 1;
             }
         }
@@ -806,6 +846,11 @@ impl Configuration {
                 .filter(|n| alive.contains(n))
                 .collect();
             r.filling.retain(|n| alive.contains(n));
+            // A failure among the replicas cancels a rebalancing move: the
+            // leaving backup stays (it may be the only complete copy left).
+            if kept.len() != before.len() {
+                r.leaving.clear();
+            }
             // Only a complete copy can become primary (FaRM §5.4).
             let Some(first) = kept.iter().copied().find(|n| !r.filling.contains(n)) else {
                 return Err(ConfigError::Invalid(format!(
@@ -922,29 +967,77 @@ impl Configuration {
         Ok(out)
     }
 
-    /// One paced rebalancing move (FaRM §5.4 moves data in the background):
-    /// a backup replica moves from the most-loaded member to the
-    /// least-loaded one when their loads differ by two or more and the
-    /// receiver's failure domain is not yet used by the region. `None` when
-    /// balanced. The caller (the CM) installs each step as a configuration
-    /// change and waits for data recovery before the next.
-    pub fn rebalance_step(&self) -> Option<Configuration> {
+    /// One paced rebalancing step (FaRM §5.4 moves data in the
+    /// background), make-before-break so that no region ever has fewer than
+    /// `replication` complete replicas because of a move:
+    ///
+    /// 1. If a move's new replica is filled (no region that has `leaving`
+    ///    backups is still `filling`), the next configuration drops the
+    ///    leaving backups.
+    /// 2. Otherwise, if a move is under way, `None`: wait for its fill.
+    /// 3. Otherwise, when a member holds more than the ceiling of the mean
+    ///    load and another fewer than its floor, the next configuration adds the least-loaded
+    ///    member to a region of the most-loaded one as a filling backup
+    ///    (in a failure domain the region does not use otherwise) and marks
+    ///    the old backup `leaving`.
+    ///
+    /// `None` when balanced. The caller (the CM) installs each step as a
+    /// configuration change and waits for data recovery before the next.
+    /// The [`RebalanceMove`] says which replica moves and which half of the
+    /// move this step is.
+    pub fn rebalance_step(&self) -> Option<(Configuration, RebalanceMove)> {
+        let placement = self.regions();
+        let next_of = |placement: Vec<RegionInfo>| {
+            let mut out = self.clone();
+            out.config_id += 1;
+            out.members = self.members().iter().map(|m| m.0).collect();
+            out.placement = placement;
+            out
+        };
+        if placement.iter().any(|r| !r.leaving.is_empty()) {
+            if placement
+                .iter()
+                .any(|r| !r.leaving.is_empty() && !r.filling.is_empty())
+            {
+                return None;
+            }
+            let next = ConfigId(self.config_id + 1);
+            let mut placement = placement;
+            let r = placement.iter_mut().find(|r| !r.leaving.is_empty())?;
+            let leaving = std::mem::take(&mut r.leaving);
+            r.backups.retain(|b| !leaving.contains(b));
+            r.last_replica_change = next;
+            let mv = RebalanceMove {
+                region: r.id,
+                from: leaving[0],
+                to: r.backups.last().copied().unwrap_or(r.primary),
+                finished: true,
+            };
+            return Some((next_of(placement), mv));
+        }
         let load = self.replica_load();
         let (&light, &low) = load.iter().min_by_key(|(n, l)| (**l, **n))?;
+        // Balanced enough: no member above the ceiling of the mean load, or
+        // none below its floor (a fresh cluster's round-robin placement,
+        // 8/8/7/7/6 replicas on 5 nodes, does not move at startup).
+        let total: usize = load.values().sum();
+        let (floor, ceil) = (total / load.len(), total.div_ceil(load.len()));
+        if low >= floor {
+            return None;
+        }
         let mut heavy: Vec<(NodeId, usize)> = load.iter().map(|(n, l)| (*n, *l)).collect();
         heavy.sort_by_key(|(n, l)| (std::cmp::Reverse(*l), *n));
-        let placement = self.regions();
         for (from, high) in heavy {
-            if high < low + 2 {
+            if high <= ceil || high < low + 2 {
                 return None;
             }
             for (i, r) in placement.iter().enumerate() {
                 if r.primary == light || r.backups.contains(&light) {
                     continue;
                 }
-                let Some(slot) = r.backups.iter().position(|b| *b == from) else {
+                if !r.backups.contains(&from) || r.filling.contains(&from) {
                     continue;
-                };
+                }
                 let others: BTreeSet<String> = std::iter::once(r.primary)
                     .chain(r.backups.iter().copied())
                     .filter(|n| *n != from)
@@ -953,16 +1046,19 @@ impl Configuration {
                 if others.contains(&self.failure_domain(light)) {
                     continue;
                 }
-                let mut out = self.clone();
-                out.config_id += 1;
-                out.members = self.members().iter().map(|m| m.0).collect();
-                out.placement = placement.clone();
-                let old = out.placement[i].backups[slot];
-                out.placement[i].backups[slot] = light;
-                out.placement[i].filling.retain(|n| *n != old);
-                out.placement[i].filling.push(light);
-                out.placement[i].last_replica_change = out.id();
-                return Some(out);
+                let mut placement = placement.clone();
+                let r = &mut placement[i];
+                r.backups.push(light);
+                r.filling.push(light);
+                r.leaving.push(from);
+                r.last_replica_change = ConfigId(self.config_id + 1);
+                let mv = RebalanceMove {
+                    region: r.id,
+                    from,
+                    to: light,
+                    finished: false,
+                };
+                return Some((next_of(placement), mv));
             }
         }
         None
@@ -1237,24 +1333,66 @@ max_key_bytes = 100
             })
             .unwrap();
         assert_eq!(cur.replica_load()[&NodeId(3)], 0);
-        let mut steps = 0;
-        while let Some(next) = cur.rebalance_step() {
-            next.check_invariants();
-            assert_eq!(next.config_id, cur.config_id + 1);
-            let moved = cur
-                .regions()
+        // A fresh cluster does not move replicas at startup (5 nodes, 12
+        // regions: loads 8/8/7/7/6 are balanced enough).
+        let fresh = Configuration::local(5, 7000, 3, 12, std::path::Path::new("/tmp/x"));
+        assert!(fresh.rebalance_step().is_none());
+        let complete = |c: &Configuration| {
+            c.regions()
                 .iter()
+                .map(|r| 1 + r.backups.iter().filter(|b| !r.filling.contains(b)).count())
+                .min()
+                .unwrap()
+        };
+        let (mut moves, mut drops) = (0, 0);
+        while let Some((next, mv)) = cur.rebalance_step() {
+            next.check_invariants();
+            let next = Configuration::from_toml(&next.to_toml().unwrap()).unwrap();
+            assert_eq!(next.config_id, cur.config_id + 1);
+            let changed: Vec<(RegionInfo, RegionInfo)> = cur
+                .regions()
+                .into_iter()
                 .zip(next.regions())
-                .filter(|(a, b)| **a != *b)
-                .count();
-            assert_eq!(moved, 1, "one region per step");
+                .filter(|(a, b)| *a != *b)
+                .collect();
+            assert_eq!(changed.len(), 1, "one region per step");
+            let (before, after) = &changed[0];
+            // Make-before-break: never fewer than `replication` complete
+            // replicas, also while the new one fills.
+            assert!(complete(&next) >= 3, "{after:?}");
             cur = next;
-            steps += 1;
-            assert!(steps < 100);
+            assert_eq!(mv.region, after.id);
+            assert_eq!(mv.finished, after.leaving.is_empty());
+            if after.leaving.is_empty() {
+                drops += 1;
+                assert_eq!(before.leaving, vec![mv.from]);
+                assert_eq!(after.backups.len() + 1, 3);
+                assert_eq!(before.leaving.len(), 1);
+                assert!(!after.backups.contains(&before.leaving[0]));
+            } else {
+                moves += 1;
+                assert_eq!(after.backups.len() + 1, 4);
+                assert_eq!(after.filling.len(), 1);
+                // Nothing else moves while the new replica fills.
+                assert!(cur.rebalance_step().is_none());
+                cur.mark_ready(after.id, after.filling[0]);
+                // A failure of a replica cancels the move; the old backup
+                // stays and the region keeps three replicas.
+                let victim = after.filling[0];
+                let alive: BTreeSet<NodeId> =
+                    cur.members().into_iter().filter(|m| *m != victim).collect();
+                let cancelled = cur.remap(&alive, cur.cm()).unwrap();
+                cancelled.check_invariants();
+                let r = &cancelled.regions()[after.id.0 as usize];
+                assert!(r.leaving.is_empty() && r.backups.contains(&after.leaving[0]));
+            }
+            assert!(moves + drops < 100);
         }
+        assert_eq!(moves, drops);
         let load = cur.replica_load();
         assert!(load.values().all(|&l| (8..=10).contains(&l)), "{load:?}");
-        assert!(steps >= 8, "{steps}");
+        assert!(moves >= 8, "{moves}");
+        assert!(cur.regions().iter().all(|r| r.backups.len() == 2));
     }
 
     #[test]

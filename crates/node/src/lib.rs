@@ -174,7 +174,11 @@ fn record_event(shell: &Shell, ev: &meridian_process::node::NodeEvent) {
         );
     }
     let debug = format!("{ev:?}");
-    let kind = debug.split('(').next().unwrap_or("").to_string();
+    let kind = debug
+        .split(['(', ' ', '{'])
+        .next()
+        .unwrap_or("")
+        .to_string();
     let line = serde_json::json!({
         "mono_ns": mono_ns(),
         "node": shell.node_id.0,
@@ -324,6 +328,9 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
             })?
         }
         _ if incarnation > 1 => NodeProcess::restarted(config.clone(), id, incarnation)?,
+        // In the address book but not a member: a spare that asks the CM
+        // to join (FaRM §5.2), then gets regions by rebalancing (§5.4).
+        _ if !config.is_member(id) => NodeProcess::restarted(config.clone(), id, incarnation)?,
         _ => NodeProcess::new(config.clone(), id, incarnation)?,
     };
     if disk_dir.is_none() {

@@ -64,7 +64,7 @@ use meridian_wire::{
     LeaseMessage, NodeId, NodeStatus, ReconfigMessage, RegionId, Rejection, Request, Response,
     ThinRequest, ThinResponse, Timestamp, TxnRequest, TxnResponse,
 };
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Who sent a frame to a node: another node, or one of the shell's
 /// connections (clients, the CLI). Replies go back to the same peer.
@@ -197,6 +197,15 @@ pub enum NodeEvent {
     RegionsActive(ConfigId),
     /// Data recovery filled every new replica at this node.
     DataRecovered(ConfigId),
+    /// The CM proposed configuration `config` for one half of a
+    /// make-before-break rebalancing move (FaRM §5.4): a node that joined
+    /// gets replicas this way.
+    Rebalance {
+        /// The configuration that carries the step.
+        config: ConfigId,
+        /// The region, the replica's old and new member, and which half.
+        step: meridian_config::RebalanceMove,
+    },
     /// `node`'s clock rate was found `ppm` off the clock master's, past
     /// `clock.max_rate_ppm` (at the member: its own measurement; at the
     /// CM: the member it removes, or itself when most members report it).
@@ -238,25 +247,21 @@ fn sender(from: Peer, claimed: Option<NodeId>) -> Option<NodeId> {
     }
 }
 
-/// True if `me` holds exactly the same replicas, in the same roles and
-/// none of them filling, in configurations `a` and `b`.
-fn same_replicas(a: &Configuration, b: &Configuration, me: NodeId) -> bool {
-    let roles = |c: &Configuration| -> Vec<(RegionId, bool, bool, bool)> {
+/// True if every complete replica (primary, or backup not filling) that
+/// configuration `next` gives `me` was a complete replica of `me` in
+/// `restored`, the configuration `me` was restored from disk in. Its role
+/// may change (a backup promoted to primary, a primary demoted) and new
+/// replicas may be added as filling; the data it restored covers the rest.
+fn restored_replicas_hold(next: &Configuration, restored: &Configuration, me: NodeId) -> bool {
+    let complete = |c: &Configuration| -> BTreeSet<RegionId> {
         c.regions()
             .iter()
-            .filter(|r| r.primary == me || r.backups.contains(&me) || r.filling.contains(&me))
-            .map(|r| {
-                (
-                    r.id,
-                    r.primary == me,
-                    r.backups.contains(&me),
-                    r.filling.contains(&me),
-                )
-            })
+            .filter(|r| r.primary == me || (r.backups.contains(&me) && !r.filling.contains(&me)))
+            .map(|r| r.id)
             .collect()
     };
-    let ra = roles(a);
-    !ra.is_empty() && ra.iter().all(|r| !r.3) && ra == roles(b)
+    let had = complete(restored);
+    !had.is_empty() && complete(next).is_subset(&had)
 }
 
 /// The clock master's reserve below the stored time bound, ns: twice the
@@ -360,6 +365,8 @@ pub struct NodeProcess {
     /// master off the mark is told apart from one member off it).
     rate_reports: BTreeMap<NodeId, i64>,
     rate_decide_at: Option<u64>,
+    /// CM: the next time a rebalancing move may start.
+    next_rebalance_ns: u64,
     /// A client's lease expired: the CM renews the configuration (same
     /// members and placement, next id) as soon as no reconfiguration runs,
     /// so that recovery ends the client's transactions (FaRM §5.3).
@@ -454,6 +461,7 @@ impl NodeProcess {
             next_rate_report_ns: 0,
             rate_reports: BTreeMap::new(),
             rate_decide_at: None,
+            next_rebalance_ns: 0,
             clients_to_recover: false,
             id,
             standing: Standing::Member,
@@ -648,6 +656,9 @@ impl NodeProcess {
     ) -> Result<Self, meridian_config::ConfigError> {
         let mut p = Self::new(config, id, incarnation)?;
         p.reset_participant();
+        if !p.config.is_member(id) {
+            p.reconfig.outside();
+        }
         p.standing = Standing::Restarted;
         p.lease.set_serving(false);
         // Its clock is nobody's master any more: it synchronises once a
@@ -1139,20 +1150,24 @@ impl NodeProcess {
                 // A restarted CM renewing the configuration this node was
                 // restored in (whole-cluster restart): same members and
                 // placement, next id. The node keeps its restored data.
-                // Also a later one, as long as it gives this node exactly
-                // the replicas it was restored with: every configuration
+                // Also a later one, as long as every complete replica it
+                // gives this node was a complete replica when it was
+                // restored (others come as filling): every configuration
                 // after the restored one that committed needed this node's
                 // ACK (which it would have journaled) unless it removed the
                 // node, and after a removal the node comes back only as a
                 // filling replica. So its data is current (swarm seed 750:
-                // the CM's own proposal was stored but never applied).
+                // the CM's own proposal was stored but never applied; seed
+                // 133: that proposal removed a member, so its renewal
+                // promoted this node's backups and refilled elsewhere).
                 let renews_mine = self.restored
                     && *config > self.config.id()
                     && Configuration::from_toml(config_toml).is_ok_and(|c| {
                         let exact = config.0 == self.config.id().0 + 1
                             && c.members() == self.config.members()
                             && c.regions() == self.config.regions();
-                        c.cm() == self.config.cm() && (exact || same_replicas(&c, &self.config, me))
+                        c.cm() == self.config.cm()
+                            && (exact || restored_replicas_hold(&c, &self.config, me))
                     });
                 if renews_mine {
                     self.reconfig.rejoin();
@@ -1811,6 +1826,7 @@ impl NodeProcess {
             self.renew_after_restart(now);
             self.lease_tick(now);
             self.clock_rate_tick(now);
+            self.rebalance_tick(now);
             self.keep_time_bound_ahead(now);
             let upper = self.gateway.clock_mut().fast_forward_value(now);
             self.reconfig.tick(now, upper);
@@ -1964,6 +1980,39 @@ impl NodeProcess {
                 ppm: r.ppm,
             };
             self.send_oneway(self.config.cm(), Request::Reconfig(msg));
+        }
+    }
+
+    /// FaRM §5.4 at the CM: once nothing is being reconfigured, recovered
+    /// or filled, install the next half of a make-before-break move
+    /// ([`Configuration::rebalance_step`]: add a filling replica on a
+    /// lightly loaded member, or, once it is filled, drop the old one), so
+    /// a node that joined gets regions while every region keeps f + 1
+    /// complete replicas. One step at a time: the next waits until the new
+    /// replica is filled (data recovery is paced) and a lease has passed.
+    fn rebalance_tick(&mut self, now: u64) {
+        if self.config.cm() != self.id
+            || now < self.next_rebalance_ns
+            || !self.reconfig.may_start()
+            || self.reconfig.config().id() != self.config.id()
+            || self.recovery.busy()
+            || self
+                .reconfig
+                .config()
+                .regions()
+                .iter()
+                .any(|r| !r.filling.is_empty())
+        {
+            return;
+        }
+        self.next_rebalance_ns = now + self.lease_params.lease_ns;
+        if let Some((next, step)) = self.reconfig.config().rebalance_step() {
+            self.effects.push(NodeEffect::Event(NodeEvent::Rebalance {
+                config: next.id(),
+                step,
+            }));
+            self.reconfig.propose(now, next);
+            self.after_engines(now);
         }
     }
 

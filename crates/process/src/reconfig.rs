@@ -380,6 +380,14 @@ impl Reconfig {
         self.service_config.as_deref()
     }
 
+    /// This node is not a member of the configuration it starts from (a
+    /// spare in the address book): like a removed node, it takes part in
+    /// nothing until a NEW-CONFIG adds it ([`Reconfig::rejoin`]).
+    pub fn outside(&mut self) {
+        self.removed = true;
+        self.state = State::Member;
+    }
+
     /// A removed or restarted node is about to be added again: accept the
     /// NEW-CONFIG that includes it.
     pub fn rejoin(&mut self) {

@@ -272,6 +272,9 @@ pub struct SimConfig {
     /// One node whose clock drifts exactly this much (node, ppm); the
     /// others then drift within a quarter of `max_rate_ppm`.
     pub drifting_node: Option<(u32, i64)>,
+    /// The last this many nodes start outside the configuration (spares
+    /// in the address book): they join, and the CM rebalances onto them.
+    pub spare_nodes: u32,
 }
 
 impl SimConfig {
@@ -300,6 +303,7 @@ impl SimConfig {
             thin_percent: 20,
             max_rate_ppm: 0,
             drifting_node: None,
+            spare_nodes: 0,
         }
     }
 
@@ -1027,6 +1031,9 @@ impl Sim {
         config.clock.drift_ppm = cfg.drift_ppm;
         config.clock.sync_interval_us = cfg.sync_interval_us;
         config.clock.max_rate_ppm = cfg.max_rate_ppm;
+        if cfg.spare_nodes > 0 {
+            config.members = (0..cfg.nodes.saturating_sub(cfg.spare_nodes)).collect();
+        }
         config.clock.rate_window_ms = 500;
         config.limits.gc_window_ms = cfg.gc_window_ms;
         config.limits.gc_interval_us = 1000;
@@ -1073,7 +1080,12 @@ impl Sim {
                     }
                 }
                 NodeSlot {
-                    process: NodeProcess::new(config.clone(), NodeId(n), 1).ok(),
+                    process: if config.is_member(NodeId(n)) {
+                        NodeProcess::new(config.clone(), NodeId(n), 1).ok()
+                    } else {
+                        // A spare: outside the configuration, it joins.
+                        NodeProcess::restarted(config.clone(), NodeId(n), 1).ok()
+                    },
                     disk: None,
                     checkpoint: None,
                     wal: Vec::new(),

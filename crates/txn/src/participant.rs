@@ -438,6 +438,13 @@ impl Participant {
                 self.journal(|| Mutation::Reconfigure(t));
             }
         }
+        // Regions changed since the configuration this node held before:
+        // not only in `cfg` itself. A configuration that committed nowhere
+        // (its CM died after the CAS) may have made the change, and the
+        // next one, built on it, carries its LastReplicaChange (swarm seed
+        // 424: region 5 was promoted in 11, installed as 12, and served
+        // reads before lock recovery).
+        let previous = self.config.id();
         self.config = cfg.clone();
         let map = Arc::new(RegionMap::new(cfg));
         let (mut primary_for, mut backup_for, mut added) = (Vec::new(), Vec::new(), Vec::new());
@@ -446,7 +453,7 @@ impl Participant {
             let is_primary = r.primary == self.node;
             if is_primary {
                 primary_for.push(r.id);
-                if r.last_replica_change == cfg.id() {
+                if r.last_replica_change == cfg.id() || r.last_replica_change > previous {
                     self.blocked.insert(r.id);
                 }
             } else if r.backups.contains(&self.node) {
