@@ -209,6 +209,13 @@ impl LeaseClient {
             .max(now.saturating_add(3 * self.params.lease_ns));
     }
 
+    /// Every prober this member answered gave up without a majority
+    /// ([`meridian_wire::ReconfigMessage::ProbeFailed`]): renew with the CM again now
+    /// instead of after the pause.
+    pub fn resume_renewals(&mut self, now: u64) {
+        self.next_renew_ns = self.next_renew_ns.min(now);
+    }
+
     /// Send a renewal if one is due; returns the message for the CM.
     pub fn tick(&mut self, now: u64) -> Option<LeaseMessage> {
         if now < self.next_renew_ns {

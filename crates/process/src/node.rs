@@ -1103,6 +1103,7 @@ impl NodeProcess {
             ReconfigMessage::SuspectCm { from, .. }
             | ReconfigMessage::Probe { from, .. }
             | ReconfigMessage::ProbeReply { from, .. }
+            | ReconfigMessage::ProbeFailed { from, .. }
             | ReconfigMessage::NewConfig { from, .. }
             | ReconfigMessage::NewConfigAck { from, .. }
             | ReconfigMessage::NewConfigCommit { from, .. }
@@ -1233,6 +1234,13 @@ impl NodeProcess {
             self.lease.with(now, |r, now| {
                 if let LeaseRole::Member(c) = r {
                     c.pause_renewals(now);
+                }
+            });
+        }
+        if self.reconfig.take_resume_renewals() {
+            self.lease.with(now, |r, now| {
+                if let LeaseRole::Member(c) = r {
+                    c.resume_renewals(now);
                 }
             });
         }

@@ -266,6 +266,11 @@ pub struct Reconfig {
     next_commit_resend_ns: u64,
     /// The configuration a lost region was last reported for.
     lost_reported: Option<ConfigId>,
+    /// Probes this member answered from would-be CMs (prober → round,
+    /// answered at ns): each paused its renewals with the CM.
+    answered: BTreeMap<NodeId, (u64, u64)>,
+    /// Every answered prober gave up: renew with the CM again now.
+    resume_renewals: bool,
     /// A newer configuration the coordination service returned when our
     /// CAS lost, whose NEW-CONFIG never came (its CM may have died right
     /// after its CAS): the next attempt remaps from it.
@@ -294,6 +299,8 @@ impl Reconfig {
             cm_suspected_since: None,
             next_commit_resend_ns: 0,
             lost_reported: None,
+            answered: BTreeMap::new(),
+            resume_renewals: false,
             service_config: None,
             removed: false,
             state: State::Member,
@@ -558,6 +565,7 @@ impl Reconfig {
         // about who else may still serve).
         if (alive.len() + empty.len()) * 2 <= members.len() {
             // A minority cannot reconfigure (FaRM §5.2 step 2).
+            self.tell_probe_failed();
             self.probe_failed(now);
             return;
         }
@@ -585,6 +593,7 @@ impl Reconfig {
             Err(e) => {
                 // A region lost every replica: nothing this node can do
                 // but keep its configuration (FaRM: "signals an error").
+                self.tell_probe_failed();
                 if self.lost_reported != Some(base.id()) {
                     self.lost_reported = Some(base.id());
                     self.out.push(ReconfigOutput::RegionLost {
@@ -692,6 +701,7 @@ impl Reconfig {
 
     fn apply(&mut self, config: Configuration) {
         let cm_changed = config.cm() != self.config.cm();
+        self.answered.clear();
         if self
             .service_config
             .as_ref()
@@ -795,8 +805,27 @@ impl Reconfig {
                     self.start_probe(now, [cm].into_iter().collect());
                 }
             }
+            ReconfigMessage::ProbeFailed { config, from, seq } => {
+                if config >= mine && self.answered.get(&from).map(|a| a.0) == Some(seq) {
+                    self.answered.remove(&from);
+                    // Answers older than the pause they caused are moot.
+                    let pause_ns = 3 * self.params.lease.lease_ns;
+                    self.answered
+                        .retain(|_, (_, at)| at.saturating_add(pause_ns) > now);
+                    self.resume_renewals = self.answered.is_empty();
+                }
+            }
             ReconfigMessage::Probe { config, from, seq } => {
-                if config == mine {
+                // A probe of a newer configuration (stored by the service;
+                // this node missed its NEW-CONFIG, whose CM then failed) is
+                // answered too: otherwise members left in the older one and
+                // members that applied the newer one ignore each other's
+                // probes for good (swarm seed 1542, which then finds that
+                // more than f replicas of a region failed and says so).
+                if config >= mine {
+                    if from != self.config.cm() {
+                        self.answered.insert(from, (seq, now));
+                    }
                     self.send(
                         from,
                         ReconfigMessage::ProbeReply {
@@ -1146,6 +1175,33 @@ impl Reconfig {
     /// A probe that cannot make a successor: back to the proposal
     /// [`Reconfig::abandon_unacked`] left, if any, resending NEW-CONFIG;
     /// else try again after a lease, if still suspected.
+    /// The probe of this round will lead to no CAS: tell every member
+    /// that answered, so that it renews with its CM again at once.
+    fn tell_probe_failed(&mut self) {
+        let State::Probing { seq, replied, .. } = &self.state else {
+            return;
+        };
+        let (seq, config, me) = (*seq, self.config.id(), self.me);
+        for to in replied.clone() {
+            if to != me {
+                self.send(
+                    to,
+                    ReconfigMessage::ProbeFailed {
+                        config,
+                        from: me,
+                        seq,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Take the "renew with the CM again now" signal
+    /// ([`ReconfigMessage::ProbeFailed`] from every prober answered).
+    pub fn take_resume_renewals(&mut self) -> bool {
+        std::mem::take(&mut self.resume_renewals)
+    }
+
     fn probe_failed(&mut self, now: u64) {
         match self.abandoned.take() {
             Some(mut p) => {

@@ -217,10 +217,19 @@ fn ycsb_runs_in_the_simulator_with_and_without_faults() {
 ///   CAS to its own proposal, and the restored members accepted only a
 ///   renewal of exactly their configuration. The restored CM now renews
 ///   the stored proposal, and a restored member accepts any later
-///   configuration of that CM that gives it exactly its replicas.
+///   configuration of that CM whose complete replicas for it were
+///   complete when it was restored.
+/// - 133 (whole-cluster crash, disk): as 750, but the stored proposal had
+///   removed a member, so its renewal promoted restored backups; the
+///   restored members refused it (they wanted exactly their replicas).
+/// - 1752 (one-way partition, crashes, disk): two backup CMs that could
+///   not reach a majority probed each other every lease; each answer
+///   paused the answerer's renewals with the live CM, which then suspected
+///   them too. A prober without a majority now sends PROBE-FAILED and the
+///   answerers renew at once.
 #[test]
 fn liveness_regression_seeds_finish() {
-    for seed in [76, 8, 31, 173, 265, 183, 651, 427, 750] {
+    for seed in [76, 8, 31, 173, 265, 183, 651, 427, 750, 133, 1752] {
         let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             !r.timed_out,

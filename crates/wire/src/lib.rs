@@ -684,6 +684,18 @@ pub enum ReconfigMessage {
         /// The probe round.
         seq: u64,
     },
+    /// Step 2 failed: the prober found no majority and will not CAS for
+    /// round `seq`, so those that answered it may renew with their CM
+    /// again at once (their pause would otherwise let two failing probers
+    /// keep each other and the live CM apart, swarm seed 1752).
+    ProbeFailed {
+        /// The prober's configuration.
+        config: ConfigId,
+        /// The prober.
+        from: NodeId,
+        /// The probe round that failed.
+        seq: u64,
+    },
     /// Step 2: the answer to a probe.
     ProbeReply {
         /// The replier's configuration.
