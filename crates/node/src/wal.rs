@@ -13,18 +13,26 @@
 //! durable ([`Wal::durable`]). The writer takes everything queued, writes
 //! it, fsyncs once and publishes the highest durable sequence number:
 //! group commit, so one fsync covers every reply that arrived meanwhile.
-//! A [`NodeEffect::Checkpoint`] is written after the records it covers
-//! (temporary file, fsync, rename, directory fsync), then the log is
-//! emptied.
+//! A [`NodeEffect::Checkpoint`] does not hold up the appends behind it
+//! (a 50 MB checkpoint written in line stalled every commit at the node,
+//! and a NEW-CONFIG-ACK, for seconds): the writer fsyncs the log, renames it
+//! to a closed segment `wal-<through_seq>.seg` (every record in it is
+//! covered by the checkpoint), starts a fresh `wal.log` and goes on; a
+//! checkpoint thread writes `checkpoint.bin` (temporary file, fsync,
+//! rename, directory fsync) and only then deletes the segments it covers.
 //!
-//! **Format.** `wal.log`: records `[len u32 LE][fnv64 u64 LE][bincode
-//! (seq, record)]`. Reading stops at the first torn or corrupt record (a
-//! crash mid-write) and cuts the file there, so later appends follow a good
-//! record. `checkpoint.bin`: `[seq u64 LE][state]`.
+//! **Format.** `wal.log` and segments: records `[len u32 LE][fnv64 u64
+//! LE][bincode (seq, record)]`. Reading takes the checkpoint, then every
+//! segment not covered by it in order, then `wal.log`; it stops at the
+//! first torn or corrupt record of `wal.log` (a crash mid-write) and cuts
+//! the file there, so later appends follow a good record (segments were
+//! fsynced whole before their rename). `checkpoint.bin`: `[seq u64
+//! LE][state]`.
 //!
 //! **Invariants.** Published durable sequence numbers only grow; a record
-//! is published only after the fsync that covers it returned; an I/O error
-//! stops the node (a replica that cannot persist must not acknowledge).
+//! is published only after the fsync that covers it returned; a segment is
+//! deleted only after a durable checkpoint covers it; an I/O error stops
+//! the node (a replica that cannot persist must not acknowledge).
 
 use meridian_process::node::DurableRecord;
 use std::io::{Read, Write};
@@ -84,34 +92,43 @@ fn checkpoint_path(dir: &Path) -> PathBuf {
     dir.join("checkpoint.bin")
 }
 
-/// Remove a previous cluster's log and checkpoint (a fresh start).
+fn segment_path(dir: &Path, through_seq: u64) -> PathBuf {
+    dir.join(format!("wal-{through_seq:020}.seg"))
+}
+
+/// The closed log segments in `dir`, by the last sequence number each
+/// holds at most, ascending.
+fn segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let path = e?.path();
+        let seq = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("wal-"))
+            .and_then(|n| n.strip_suffix(".seg"))
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(seq) = seq {
+            out.push((seq, path));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Remove a previous cluster's log, segments and checkpoint (a fresh
+/// start).
 pub fn remove(dir: &Path) {
     let _ = std::fs::remove_file(log_path(dir));
     let _ = std::fs::remove_file(checkpoint_path(dir));
+    for (_, p) in segments(dir).unwrap_or_default() {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
-/// Read what the last run left in `dir`; cut a torn tail off the log.
-///
-/// Errors: I/O errors other than a missing file.
-pub fn read(dir: &Path) -> std::io::Result<Recovered> {
-    let checkpoint = match std::fs::read(checkpoint_path(dir)) {
-        Ok(b) if b.len() >= 8 => {
-            let mut seq = [0u8; 8];
-            seq.copy_from_slice(&b[..8]);
-            Some((u64::from_le_bytes(seq), b[8..].to_vec()))
-        }
-        Ok(_) => None,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
-    };
-    let mut bytes = Vec::new();
-    match std::fs::File::open(log_path(dir)) {
-        Ok(mut f) => {
-            f.read_to_end(&mut bytes)?;
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
+/// Decode the records of `bytes` up to the first torn or corrupt one;
+/// returns them and how many bytes were good.
+fn decode(bytes: &[u8]) -> (Vec<(u64, DurableRecord)>, usize) {
     let mut records = Vec::new();
     let mut at = 0usize;
     while at + 12 <= bytes.len() {
@@ -132,6 +149,53 @@ pub fn read(dir: &Path) -> std::io::Result<Recovered> {
         }
         at += 12 + len;
     }
+    (records, at)
+}
+
+/// Read what the last run left in `dir`; cut a torn tail off the log.
+///
+/// Errors: I/O errors other than a missing file.
+pub fn read(dir: &Path) -> std::io::Result<Recovered> {
+    let checkpoint = match std::fs::read(checkpoint_path(dir)) {
+        Ok(b) if b.len() >= 8 => {
+            let mut seq = [0u8; 8];
+            seq.copy_from_slice(&b[..8]);
+            Some((u64::from_le_bytes(seq), b[8..].to_vec()))
+        }
+        Ok(_) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    // Closed segments the checkpoint does not cover (a crash came before
+    // the checkpoint thread deleted them, or before its checkpoint was
+    // durable), oldest first; they were fsynced whole, so a bad record in
+    // one is corruption, not a torn write.
+    let covered = checkpoint.as_ref().map_or(0, |(seq, _)| *seq);
+    let mut records = Vec::new();
+    for (through, path) in segments(dir)? {
+        if through <= covered {
+            continue;
+        }
+        let bytes = std::fs::read(&path)?;
+        let (recs, good) = decode(&bytes);
+        if good < bytes.len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("log segment {} is corrupt at byte {good}", path.display()),
+            ));
+        }
+        records.extend(recs);
+    }
+    let mut bytes = Vec::new();
+    match std::fs::File::open(log_path(dir)) {
+        Ok(mut f) => {
+            f.read_to_end(&mut bytes)?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let (recs, at) = decode(&bytes);
+    records.extend(recs);
     if at < bytes.len() {
         tracing::warn!(
             kept = at,
@@ -207,6 +271,16 @@ fn writer(
     rx: std::sync::mpsc::Receiver<Cmd>,
     durable: watch::Sender<u64>,
 ) {
+    // Checkpoints are written by a thread of their own so that appends
+    // behind them go on; at most two wait (each holds a whole state).
+    let (ckpt_tx, ckpt_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>)>(2);
+    let ckpt_dir = dir.clone();
+    if let Err(e) = std::thread::Builder::new()
+        .name("meridian-checkpoint".into())
+        .spawn(move || checkpointer(ckpt_dir, ckpt_rx))
+    {
+        fatal(&format!("cannot start the checkpoint thread: {e}"));
+    }
     while let Ok(first) = rx.recv() {
         // Group commit: everything queued meanwhile goes under one fsync.
         let mut batch = vec![first];
@@ -225,20 +299,30 @@ fn writer(
                     last = Some(last_seq);
                 }
                 Cmd::Checkpoint { through_seq, state } => {
-                    if dirty {
-                        if let Err(e) = file.sync_data() {
-                            fatal(&format!("cannot fsync the write-ahead log: {e}"));
-                        }
-                        dirty = false;
+                    // Close the log as a segment the checkpoint covers and
+                    // go on in a fresh one.
+                    if let Err(e) = file.sync_data() {
+                        fatal(&format!("cannot fsync the write-ahead log: {e}"));
                     }
-                    let mut bytes = through_seq.to_le_bytes().to_vec();
-                    bytes.extend_from_slice(&state);
-                    if let Err(e) = crate::write_durably(&checkpoint_path(&dir), &bytes) {
-                        fatal(&format!("cannot write the checkpoint: {e}"));
+                    dirty = false;
+                    if let Some(seq) = last.take() {
+                        durable.send_modify(|d| *d = (*d).max(seq));
                     }
-                    // Every record so far is covered: start the log afresh.
-                    if let Err(e) = file.set_len(0).and_then(|()| file.sync_all()) {
-                        fatal(&format!("cannot truncate the write-ahead log: {e}"));
+                    let seg = segment_path(&dir, through_seq);
+                    file = match std::fs::rename(log_path(&dir), &seg)
+                        .and_then(|()| {
+                            std::fs::OpenOptions::new()
+                                .create(true)
+                                .append(true)
+                                .open(log_path(&dir))
+                        })
+                        .and_then(|f| sync_dir(&dir).map(|()| f))
+                    {
+                        Ok(f) => f,
+                        Err(e) => fatal(&format!("cannot start a new log segment: {e}")),
+                    };
+                    if ckpt_tx.send((through_seq, state)).is_err() {
+                        fatal("the checkpoint thread is gone");
                     }
                 }
             }
@@ -250,6 +334,34 @@ fn writer(
         }
         if let Some(seq) = last {
             durable.send_modify(|d| *d = (*d).max(seq));
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Write each checkpoint durably, then delete the segments it covers.
+fn checkpointer(dir: PathBuf, rx: std::sync::mpsc::Receiver<(u64, Vec<u8>)>) {
+    while let Ok((through_seq, state)) = rx.recv() {
+        let mut bytes = through_seq.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&state);
+        drop(state);
+        if let Err(e) = crate::write_durably(&checkpoint_path(&dir), &bytes) {
+            fatal(&format!("cannot write the checkpoint: {e}"));
+        }
+        let covered = match segments(&dir) {
+            Ok(s) => s,
+            Err(e) => fatal(&format!("cannot list the log segments: {e}")),
+        };
+        for (seq, path) in covered.into_iter().filter(|(seq, _)| *seq <= through_seq) {
+            if let Err(e) = std::fs::remove_file(&path) {
+                fatal(&format!("cannot remove log segment {seq}: {e}"));
+            }
+        }
+        if let Err(e) = sync_dir(&dir) {
+            fatal(&format!("cannot fsync the data directory: {e}"));
         }
     }
 }
@@ -300,11 +412,23 @@ mod tests {
         }
         assert_eq!(read(&d).expect("read").records.len(), 6);
         // A checkpoint empties the log.
+        // A checkpoint closes the log as a segment; appends behind it do
+        // not wait for it.
         {
             let wal = Wal::open(&d, 6).expect("open");
             wal.checkpoint(6, b"state".to_vec());
             wal.append(encode(7, &recs[..1]).expect("encode"), 7);
             wal.durable(7).await;
+        }
+        // Once the checkpoint thread is done, the segment is gone and only
+        // the records after the checkpoint remain.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !segments(&d).expect("list").is_empty() || !checkpoint_path(&d).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "checkpoint never written"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let got = read(&d).expect("read");
         assert_eq!(got.checkpoint, Some((6, b"state".to_vec())));
@@ -312,6 +436,20 @@ mod tests {
             got.records.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
             vec![7]
         );
+        // A crash after a segment was closed but before its checkpoint was
+        // durable: the old checkpoint, the segment, then the new log.
+        std::fs::write(segment_path(&d, 9), encode(8, &recs[..2]).expect("encode"))
+            .expect("segment");
+        let got = read(&d).expect("read");
+        assert_eq!(got.checkpoint, Some((6, b"state".to_vec())));
+        assert_eq!(
+            got.records.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+            vec![8, 9, 7],
+            "segments come before the open log (the engine skips what it has)"
+        );
+        // A corrupt segment is an error, not a silently shorter log.
+        std::fs::write(segment_path(&d, 10), b"\x05\x00\x00\x00garbage!!").expect("write");
+        assert!(read(&d).is_err());
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -495,6 +495,19 @@ impl LeaseManager {
                 seq,
             } => {
                 if config != self.config && matches!(holder, LeaseHolder::Node(_)) {
+                    // A member still in an older configuration (its
+                    // NEW-CONFIG is in flight, or its main loop is busy
+                    // applying it while its lease thread renews) is alive,
+                    // so it is not suspected for the lag; it gets no grant
+                    // until it renews in this configuration. Without this a
+                    // member whose apply took longer than a lease was
+                    // removed at every non-failure change (rebalancing
+                    // moves under TATP removed two nodes in a row).
+                    if config < self.config {
+                        if let Some(h) = self.held.get_mut(&holder) {
+                            h.last_request_ns = h.last_request_ns.max(now);
+                        }
+                    }
                     return None;
                 }
                 let majority = self.holds_majority(now);
@@ -1104,6 +1117,43 @@ mod tests {
         };
         assert!(n1.on_message(MS, NodeId(0), &other).is_none());
         n1.check_invariants();
+        cm.check_invariants();
+    }
+
+    #[test]
+    fn a_member_lagging_one_configuration_behind_is_not_suspected_nor_granted() {
+        let p = params();
+        let members = [NodeId(0), NodeId(1)];
+        let mut cm = LeaseManager::new(p, ConfigId(2), NodeId(0), &members, 0);
+        let mut t = 0;
+        let mut seq = 0;
+        while t < 30 * MS {
+            seq += 1;
+            let old = LeaseMessage::Request {
+                config: ConfigId(1),
+                holder: LeaseHolder::Node(NodeId(1)),
+                seq,
+            };
+            assert!(
+                cm.on_message(t, &old).is_none(),
+                "no grant across configurations"
+            );
+            assert!(cm.suspects(t).is_empty(), "{t}");
+            t += 2 * MS;
+        }
+        assert!(
+            !cm.holds_majority(t),
+            "renewals of an older configuration grant nothing"
+        );
+        // A newer configuration's request (a CM behind its members) counts
+        // for nothing, and silence is suspected as before.
+        let newer = LeaseMessage::Request {
+            config: ConfigId(3),
+            holder: LeaseHolder::Node(NodeId(1)),
+            seq: seq + 1,
+        };
+        assert!(cm.on_message(t, &newer).is_none());
+        assert_eq!(cm.suspects(t + 20 * MS), vec![LeaseHolder::Node(NodeId(1))]);
         cm.check_invariants();
     }
 
