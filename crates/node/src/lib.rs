@@ -195,10 +195,18 @@ fn record_event(shell: &Shell, ev: &meridian_process::node::NodeEvent) {
 /// Write `bytes` to `path` durably: a temporary file, fsync, rename, fsync
 /// of the directory.
 fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_durably_parts(path, &[bytes])
+}
+
+/// [`write_durably`] of the concatenation of `parts` (no copy of a large
+/// checkpoint to put its header in front).
+fn write_durably_parts(path: &std::path::Path, parts: &[&[u8]]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
+    for p in parts {
+        f.write_all(p)?;
+    }
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {

@@ -345,12 +345,11 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// Write each checkpoint durably, then delete the segments it covers.
 fn checkpointer(dir: PathBuf, rx: std::sync::mpsc::Receiver<(u64, Vec<u8>)>) {
     while let Ok((through_seq, state)) = rx.recv() {
-        let mut bytes = through_seq.to_le_bytes().to_vec();
-        bytes.extend_from_slice(&state);
-        drop(state);
-        if let Err(e) = crate::write_durably(&checkpoint_path(&dir), &bytes) {
+        let header = through_seq.to_le_bytes();
+        if let Err(e) = crate::write_durably_parts(&checkpoint_path(&dir), &[&header, &state]) {
             fatal(&format!("cannot write the checkpoint: {e}"));
         }
+        drop(state);
         let covered = match segments(&dir) {
             Ok(s) => s,
             Err(e) => fatal(&format!("cannot list the log segments: {e}")),
