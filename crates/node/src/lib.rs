@@ -144,7 +144,7 @@ impl LeaseEndpoint for NodeLeases {
                 };
                 self.rt.spawn(async move {
                     let effects = {
-                        let mut p = lock(&sh.process);
+                        let mut p = lock_process(&sh, "lease forward");
                         p.on_lease_forward(mono_ns(), from, m);
                         drain(&mut p, &sh)
                     };
@@ -219,6 +219,52 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
+    }
+}
+
+/// The process lock, held no longer than [`SLOW_HOLD_MS`] without a
+/// warning: a long hold stalls every request at the node (and, if it
+/// outlasts a lease, its NEW-CONFIG-ACKs), so the log says what held it.
+struct ProcessGuard<'a> {
+    guard: std::sync::MutexGuard<'a, NodeProcess>,
+    since: std::time::Instant,
+    what: &'static str,
+}
+
+/// Process-lock holds longer than this are logged (`ProcessGuard`).
+const SLOW_HOLD_MS: u128 = 20;
+
+fn lock_process<'a>(shell: &'a Shell, what: &'static str) -> ProcessGuard<'a> {
+    ProcessGuard {
+        guard: lock(&shell.process),
+        since: std::time::Instant::now(),
+        what,
+    }
+}
+
+impl std::ops::Deref for ProcessGuard<'_> {
+    type Target = NodeProcess;
+    fn deref(&self) -> &NodeProcess {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for ProcessGuard<'_> {
+    fn deref_mut(&mut self) -> &mut NodeProcess {
+        &mut self.guard
+    }
+}
+
+impl Drop for ProcessGuard<'_> {
+    fn drop(&mut self) {
+        let ms = self.since.elapsed().as_millis();
+        if ms > SLOW_HOLD_MS {
+            tracing::warn!(
+                held_ms = ms as u64,
+                what = self.what,
+                "the process lock was held long"
+            );
+        }
     }
 }
 
@@ -433,7 +479,7 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         tokio::spawn(link(Arc::downgrade(&shell), node, addr, rx, batch));
     }
     let effects = {
-        let mut p = lock(&shell.process);
+        let mut p = lock_process(&shell, "first tick");
         p.tick(mono_ns());
         drain(&mut p, &shell)
     };
@@ -573,7 +619,7 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                 let sh = shell.clone();
                 tokio::spawn(async move {
                     let effects = {
-                        let mut p = lock(&sh.process);
+                        let mut p = lock_process(&sh, "coordination");
                         let current = Box::new(p.config().clone());
                         p.on_cas_result(mono_ns(), Err(current));
                         drain(&mut p, &sh)
@@ -589,7 +635,7 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                 let sh = shell.clone();
                 tokio::spawn(async move {
                     let effects = {
-                        let mut p = lock(&sh.process);
+                        let mut p = lock_process(&sh, "coordination");
                         let me = p.id();
                         p.on_time_bound(mono_ns(), to_ns, me);
                         drain(&mut p, &sh)
@@ -606,7 +652,7 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                 tokio::spawn(async move {
                     wait::wait_until(at_local_ns).await;
                     let effects = {
-                        let mut p = lock(&sh.process);
+                        let mut p = lock_process(&sh, "wake");
                         p.tick(mono_ns());
                         drain(&mut p, &sh)
                     };
@@ -678,7 +724,7 @@ async fn serve(
 /// Hand a batch of frames from `from` to the process under one lock;
 /// returns the effects to route.
 fn feed(shell: &Shell, from: Peer, frames: &mut Vec<Frame>) -> Vec<NodeEffect> {
-    let mut p = lock(&shell.process);
+    let mut p = lock_process(shell, "frames");
     let now = mono_ns();
     for f in frames.drain(..) {
         p.on_message(now, from, f);
@@ -762,7 +808,7 @@ async fn link(
                 return false;
             };
             let effects = {
-                let mut p = lock(&sh.process);
+                let mut p = lock_process(&sh, "disconnect");
                 p.on_disconnect(mono_ns(), node);
                 drain(&mut p, &sh)
             };
