@@ -31,3 +31,10 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
       echo "could not install nftables/iproute2: the partition tests will skip" >&2
   fi
 fi
+# The peer drivers' tests run a real redis-server on a free loopback port
+# (issue 7; they skip where it is missing).
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1 && ! command -v redis-server >/dev/null 2>&1; then
+  apt-get update -qq || true
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null || \
+    echo "could not install redis-server: the Redis peer tests will skip" >&2
+fi

@@ -5,6 +5,8 @@
 //!   directory and log file.
 //! - [`netns`]: each node in a network namespace of its own, for real
 //!   partitions (`meridian fault partition|heal`; root, iproute2, nftables).
+//! - [`peers`]: the same workloads against other stores (Redis so far),
+//!   for side-by-side figures.
 //! - [`run`]: closed-loop drivers for TATP, YCSB, the null-RPC baseline and
 //!   the checked bank workload. Each session keeps one transaction
 //!   outstanding; latencies go to per-type HDR histograms; results print as a
@@ -16,5 +18,6 @@
 
 pub mod cluster;
 pub mod netns;
+pub mod peers;
 pub mod run;
 pub mod timeline;

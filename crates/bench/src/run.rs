@@ -71,23 +71,23 @@ fn hist() -> Histogram<u64> {
 
 /// Per-session accumulators.
 #[derive(Default)]
-struct Acc {
-    committed: u64,
-    aborts: u64,
+pub(crate) struct Acc {
+    pub(crate) committed: u64,
+    pub(crate) aborts: u64,
     successful: u64,
     lat: BTreeMap<&'static str, Histogram<u64>>,
     /// Completion time of every commit, monotonic ns (the failover
     /// timeline's input; 8 bytes per commit).
-    commits_ns: Vec<u64>,
+    pub(crate) commits_ns: Vec<u64>,
 }
 
 impl Acc {
-    fn record(&mut self, kind: &'static str, us: u64) {
+    pub(crate) fn record(&mut self, kind: &'static str, us: u64) {
         self.commits_ns.push(mono_ns());
         let h = self.lat.entry(kind).or_insert_with(hist);
         let _ = h.record(us.max(1));
     }
-    fn merge(&mut self, o: Acc) {
+    pub(crate) fn merge(&mut self, o: Acc) {
         self.committed += o.committed;
         self.aborts += o.aborts;
         self.successful += o.successful;
@@ -99,7 +99,7 @@ impl Acc {
     }
 }
 
-fn progress(
+pub(crate) fn progress(
     label: &str,
     secs: u64,
     counter: Arc<AtomicU64>,
@@ -269,6 +269,24 @@ where
 }
 
 fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) -> BenchResult {
+    let mut r = summarize_core(bench, secs, clients, acc);
+    let (_, unc, wait) = client.ts_summary();
+    let stats = client.stats();
+    r.mean_uncertainty_us = unc as f64 / 1000.0;
+    r.mean_uncertainty_wait_us = wait as f64 / 1000.0;
+    // The client's operational counters: RPCs that failed (timeout, lost
+    // connection, refused) and were retried, configurations it moved
+    // through, and commits whose outcome it could not learn.
+    let extra = &mut r.extra;
+    extra.insert("client_rpc_failures".into(), stats.rpc_failures as f64);
+    extra.insert("client_rpc_retries".into(), stats.rpc_retries as f64);
+    extra.insert("client_config_changes".into(), stats.config_changes as f64);
+    extra.insert("client_indeterminate".into(), stats.indeterminate as f64);
+    r
+}
+
+/// Throughput and latency figures of `acc` (any target).
+pub(crate) fn summarize_core(bench: &str, secs: f64, clients: usize, acc: Acc) -> BenchResult {
     let mut latency = BTreeMap::new();
     let mut all = hist();
     for (k, h) in &acc.lat {
@@ -292,16 +310,7 @@ fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) 
             p999_us: all.value_at_quantile(0.999) as f64,
         },
     );
-    let (_, unc, wait) = client.ts_summary();
-    let stats = client.stats();
-    let mut extra = BTreeMap::new();
-    // The client's operational counters: RPCs that failed (timeout, lost
-    // connection, refused) and were retried, configurations it moved
-    // through, and commits whose outcome it could not learn.
-    extra.insert("client_rpc_failures".into(), stats.rpc_failures as f64);
-    extra.insert("client_rpc_retries".into(), stats.rpc_retries as f64);
-    extra.insert("client_config_changes".into(), stats.config_changes as f64);
-    extra.insert("client_indeterminate".into(), stats.indeterminate as f64);
+    let extra = BTreeMap::new();
     BenchResult {
         bench: bench.into(),
         seconds: secs,
@@ -312,8 +321,8 @@ fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) 
         abort_rate: acc.aborts as f64 / (acc.committed + acc.aborts).max(1) as f64,
         successful_per_s: None,
         latency,
-        mean_uncertainty_us: unc as f64 / 1000.0,
-        mean_uncertainty_wait_us: wait as f64 / 1000.0,
+        mean_uncertainty_us: 0.0,
+        mean_uncertainty_wait_us: 0.0,
         rpc_baseline_per_s: None,
         ratio_to_rpc: None,
         extra,

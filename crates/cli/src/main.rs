@@ -333,6 +333,15 @@ struct BenchOpts {
     edn: Option<PathBuf>,
 }
 
+/// `--target` of a benchmark.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum TargetArg {
+    /// Meridian (a local cluster, or `--cm`).
+    Meridian,
+    /// Redis with WATCH/MULTI/EXEC transactions, no persistence.
+    Redis,
+}
+
 /// `--durability` for a local bench cluster.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 enum DurabilityArg {
@@ -368,6 +377,13 @@ enum BenchCmd {
         /// Value size, bytes.
         #[arg(long, default_value_t = 1000)]
         value_bytes: usize,
+        /// The system to drive with the same workload code: Meridian, or a
+        /// peer started by `scripts/peers.sh` (issue 7).
+        #[arg(long, value_enum, default_value = "meridian")]
+        target: TargetArg,
+        /// The peer's address (default: its standard loopback port).
+        #[arg(long)]
+        peer_url: Option<String>,
     },
     /// Closed-loop null RPC round trips (the ceiling).
     Rpc {
@@ -1218,6 +1234,25 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
 }
 
 fn bench_cmd(b: BenchCmd) -> Result<(), String> {
+    if let BenchCmd::Ycsb {
+        opts,
+        workload,
+        records,
+        theta,
+        value_bytes,
+        target: TargetArg::Redis,
+        peer_url,
+    } = &b
+    {
+        return ycsb_peer(
+            opts,
+            workload,
+            *records,
+            *theta,
+            *value_bytes,
+            peer_url.as_deref(),
+        );
+    }
     let opts = match &b {
         BenchCmd::Tatp { opts, .. }
         | BenchCmd::Ycsb { opts, .. }
@@ -1457,6 +1492,54 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
         println!("results written to {}", path.display());
     }
+    Ok(())
+}
+
+/// YCSB against Redis with the same workload code (issue 7).
+///
+/// Errors: a bad workload, an unreachable peer, or the results file.
+fn ycsb_peer(
+    opts: &BenchOpts,
+    workload: &str,
+    records: u64,
+    theta: f64,
+    value_bytes: usize,
+    url: Option<&str>,
+) -> Result<(), String> {
+    let w = meridian_workload::ycsb::YcsbWorkload::parse(workload)?;
+    let cfg = meridian_workload::ycsb::YcsbConfig {
+        records,
+        value_bytes,
+        theta,
+        workload: w,
+    };
+    cfg.validate()?;
+    let url = url.unwrap_or("redis://127.0.0.1:6379/");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let r = rt.block_on(async {
+        let peer = meridian_bench::peers::RedisPeer::new(url).map_err(|e| e.to_string())?;
+        eprintln!("loading YCSB with {records} records of {value_bytes} B into Redis at {url}");
+        let n = meridian_bench::peers::load_ycsb_redis(&peer, &cfg)
+            .await
+            .map_err(|e| format!("{url}: {e} (is it running? scripts/peers.sh start redis)"))?;
+        eprintln!("loaded {n} rows");
+        meridian_bench::peers::ycsb_redis(&peer, cfg, opts.clients, opts.duration).await
+    })?;
+    let r = r.result;
+    print_result(&r);
+    let path = opts.json.clone().unwrap_or_else(|| {
+        PathBuf::from(format!("bench-results/{}.json", r.bench.replace(' ', "_")))
+    });
+    if let Some(parent) = path.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("results written to {}", path.display());
     Ok(())
 }
 
