@@ -1949,7 +1949,12 @@ impl NodeProcess {
                 }
                 if !suspects.is_empty() {
                     if self.reconfig.reconfiguring() {
-                        self.reconfig.abandon_unacked(now, &suspects);
+                        // Members that never acknowledged a proposal and
+                        // whose leases ran out: say so, like any suspicion.
+                        let stuck = self.reconfig.abandon_unacked(now, &suspects);
+                        if !stuck.is_empty() {
+                            self.note_suspect(now, stuck);
+                        }
                     } else if self.reconfig.may_suspect_members() {
                         self.note_suspect(now, suspects.clone());
                         self.reconfig.suspect_members(now, &suspects);

@@ -1146,7 +1146,8 @@ impl Reconfig {
     /// another node's probe (and stopped renewing), which says nothing of
     /// its health (found by the swarm: seed 8 abandoned a proposal 0.1 ms
     /// before the ACK came).
-    pub fn abandon_unacked(&mut self, now: u64, suspects: &[NodeId]) {
+    /// Returns the members it now probes without (empty: nothing done).
+    pub fn abandon_unacked(&mut self, now: u64, suspects: &[NodeId]) -> Vec<NodeId> {
         let State::Proposing {
             acks,
             proposed,
@@ -1154,10 +1155,10 @@ impl Reconfig {
             ..
         } = &self.state
         else {
-            return;
+            return Vec::new();
         };
         if now < proposed_at_ns.saturating_add(self.params.lease.lease_ns) {
-            return;
+            return Vec::new();
         }
         let stuck: BTreeSet<NodeId> = suspects
             .iter()
@@ -1165,11 +1166,12 @@ impl Reconfig {
             .filter(|n| proposed.is_member(*n) && !acks.contains_key(n))
             .collect();
         if stuck.is_empty() {
-            return;
+            return Vec::new();
         }
         let proposal = std::mem::replace(&mut self.state, State::Member);
         self.abandoned = Some(Box::new(proposal));
-        self.start_probe(now, stuck);
+        self.start_probe(now, stuck.clone());
+        stuck.into_iter().collect()
     }
 
     /// A probe that cannot make a successor: back to the proposal
