@@ -105,13 +105,20 @@ impl Future for WaitUntil {
             Ok(h) => h,
             Err(p) => p.into_inner(),
         };
+        // The waiter thread sleeps until the earliest deadline: wake it
+        // only if this one is earlier (each wake-up is a context switch).
+        let earliest = heap
+            .peek()
+            .is_none_or(|Reverse((at, _, _))| self.deadline_ns < *at);
         heap.push(Reverse((
             self.deadline_ns,
             seq,
             WakerBox(cx.waker().clone()),
         )));
         drop(heap);
-        w.cv.notify_one();
+        if earliest {
+            w.cv.notify_one();
+        }
         Poll::Pending
     }
 }
