@@ -122,3 +122,54 @@ impl Future for WaitUntil {
         Poll::Pending
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waits registered in any order (later deadlines first, which do not
+    /// wake the waiter thread, and earlier ones, which do) all end, none
+    /// before its deadline.
+    #[test]
+    fn waits_end_at_their_deadlines_in_any_registration_order() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let now = crate::mono_ns();
+            // Increasing then decreasing deadlines, 200 µs .. 5 ms ahead.
+            let mut deadlines: Vec<u64> = (0..50).map(|i| now + 200_000 + i * 100_000).collect();
+            deadlines.extend((0..50).rev().map(|i| now + 250_000 + i * 90_000));
+            let tasks: Vec<_> = deadlines
+                .iter()
+                .map(|&d| {
+                    tokio::spawn(async move {
+                        wait_until(d).await;
+                        crate::mono_ns()
+                    })
+                })
+                .collect();
+            for (t, d) in tasks.into_iter().zip(deadlines) {
+                let woke = tokio::time::timeout(std::time::Duration::from_secs(5), t)
+                    .await
+                    .expect("a wait never ended")
+                    .expect("task");
+                assert!(woke >= d, "woke {} ns early", d - woke);
+            }
+            // A wait 1 ms ahead registered after one 1 s ahead must wake
+            // the waiter thread (asleep until the later one): it ends
+            // long before the later deadline.
+            let start = crate::mono_ns();
+            let far = tokio::spawn(wait_until(start + 1_000_000_000));
+            tokio::task::yield_now().await;
+            // Past the idle waiter's 100 ms poll: it now sleeps until `far`.
+            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+            wait_until(crate::mono_ns() + 1_000_000).await;
+            let took_ms = (crate::mono_ns() - start) / 1_000_000;
+            assert!(took_ms < 500, "an earlier deadline waited {took_ms} ms");
+            far.abort();
+        });
+    }
+}
