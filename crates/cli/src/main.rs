@@ -1388,14 +1388,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 value_bytes,
                 ..
             } => {
-                let w = meridian_workload::ycsb::YcsbWorkload::parse(&workload)?;
-                let cfg = meridian_workload::ycsb::YcsbConfig {
-                    records,
-                    value_bytes,
-                    theta,
-                    workload: w,
-                };
-                cfg.validate()?;
+                let cfg = ycsb_config(&workload, records, theta, value_bytes)?;
                 eprintln!("loading YCSB with {records} records of {value_bytes} B");
                 meridian_bench::run::load(
                     &client,
@@ -1495,6 +1488,25 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
     Ok(())
 }
 
+/// The validated YCSB configuration of `bench ycsb`'s options.
+///
+/// Errors: an unknown workload letter or out-of-range parameters.
+fn ycsb_config(
+    workload: &str,
+    records: u64,
+    theta: f64,
+    value_bytes: usize,
+) -> Result<meridian_workload::ycsb::YcsbConfig, String> {
+    let cfg = meridian_workload::ycsb::YcsbConfig {
+        records,
+        value_bytes,
+        theta,
+        workload: meridian_workload::ycsb::YcsbWorkload::parse(workload)?,
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
 /// YCSB against Redis with the same workload code (issue 7).
 ///
 /// Errors: a bad workload, an unreachable peer, or the results file.
@@ -1506,14 +1518,7 @@ fn ycsb_peer(
     value_bytes: usize,
     url: Option<&str>,
 ) -> Result<(), String> {
-    let w = meridian_workload::ycsb::YcsbWorkload::parse(workload)?;
-    let cfg = meridian_workload::ycsb::YcsbConfig {
-        records,
-        value_bytes,
-        theta,
-        workload: w,
-    };
-    cfg.validate()?;
+    let cfg = ycsb_config(workload, records, theta, value_bytes)?;
     let url = url.unwrap_or("redis://127.0.0.1:6379/");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
