@@ -31,10 +31,32 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
       echo "could not install nftables/iproute2: the partition tests will skip" >&2
   fi
 fi
-# The peer drivers' tests run a real redis-server on a free loopback port
-# (issue 7; they skip where it is missing).
-if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1 && ! command -v redis-server >/dev/null 2>&1; then
-  apt-get update -qq || true
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null || \
-    echo "could not install redis-server: the Redis peer tests will skip" >&2
+# The etcd peer driver (etcd-client) compiles etcd's gRPC protos at build
+# time, which needs protoc.
+if ! command -v protoc >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+  else
+    echo "install protoc (protobuf-compiler): the build needs it" >&2
+  fi
+fi
+# The peer drivers' tests run a real redis-server, PostgreSQL 15 and etcd
+# on free loopback ports (issue 7; they skip where one is missing).
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  missing=""
+  command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+  [ -x /usr/lib/postgresql/15/bin/initdb ] || missing="$missing postgresql-15"
+  command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
+  if [ -n "$missing" ]; then
+    apt-get update -qq || true
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null || \
+      echo "could not install$missing: those peer tests will skip" >&2
+    # Debian starts the packaged servers; the tests and scripts/peers.sh
+    # run their own.
+    pkill -x etcd 2>/dev/null || true
+  fi
 fi

@@ -5,8 +5,10 @@
 //!   directory and log file.
 //! - [`netns`]: each node in a network namespace of its own, for real
 //!   partitions (`meridian fault partition|heal`; root, iproute2, nftables).
-//! - [`peers`]: the same workloads against other stores (Redis so far),
-//!   for side-by-side figures.
+//! - [`drive`]: the one closed loop every target runs (Meridian and the
+//!   peers), over workload mixes written against `TxnOps`.
+//! - [`peers`], [`pg`], [`etcd`]: the same workloads against Redis,
+//!   PostgreSQL and etcd, for side-by-side figures (issue 7).
 //! - [`run`]: closed-loop drivers for TATP, YCSB, the null-RPC baseline and
 //!   the checked bank workload. Each session keeps one transaction
 //!   outstanding; latencies go to per-type HDR histograms; results print as a
@@ -17,7 +19,10 @@
 //! the same run and report the ratio.
 
 pub mod cluster;
+pub mod drive;
+pub mod etcd;
 pub mod netns;
 pub mod peers;
+pub mod pg;
 pub mod run;
 pub mod timeline;

@@ -21,18 +21,17 @@
 //! started by `scripts/peers.sh` (no persistence), the match of Meridian's
 //! memory mode.
 //!
-//! PostgreSQL and etcd are not wired yet (issue 7).
+//! PostgreSQL is in [`crate::pg`], etcd in [`crate::etcd`]; [`Peer`] runs
+//! any of them through [`crate::drive`]'s closed loop.
 
-use crate::run::{progress, summarize_core, Acc, BenchResult, Ran};
+use crate::drive::{run_sessions, session_loop, BenchSession, BenchTxn, Classify, Failure, Mix};
+use crate::etcd::EtcdPeer;
+use crate::pg::PgPeer;
+use crate::run::{summarize_core, Acc, Ran};
 use meridian_client::mono_ns;
 use meridian_workload::ops::{Key, TxnOps, Value};
-use meridian_workload::ycsb;
-use rand::rngs::SmallRng;
-use rand::SeedableRng;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// Why a peer operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +52,16 @@ impl PeerError {
     /// True for an abort the driver should retry.
     pub fn is_abort(&self) -> bool {
         matches!(self, PeerError::Conflict)
+    }
+}
+
+impl Classify for PeerError {
+    fn failure(&self) -> Failure {
+        if self.is_abort() {
+            Failure::Abort
+        } else {
+            Failure::Fatal
+        }
     }
 }
 
@@ -233,107 +242,134 @@ impl TxnOps for RedisTxn<'_> {
     }
 }
 
-/// Load YCSB's records into Redis (after FLUSHALL).
-///
-/// Errors: a connection or command error.
-pub async fn load_ycsb_redis(peer: &RedisPeer, cfg: &ycsb::YcsbConfig) -> Result<u64, PeerError> {
-    let mut s = peer.session().await?;
-    s.flush().await?;
-    s.load(ycsb::population(cfg, 1)).await
+impl BenchSession for RedisSession {
+    type Error = PeerError;
+    type Txn<'a> = RedisTxn<'a>;
+    async fn begin(&mut self, _read_only: bool) -> Result<RedisTxn<'_>, PeerError> {
+        Ok(RedisSession::begin(self))
+    }
 }
 
-/// YCSB against Redis for `secs` with `clients` sessions: the same
-/// generator, operation bodies ([`ycsb::execute`]), closed loop and
-/// histograms as the Meridian run.
-///
-/// Errors: the generator's configuration, or a session that cannot
-/// connect.
-pub async fn ycsb_redis(
-    peer: &RedisPeer,
-    cfg: ycsb::YcsbConfig,
-    clients: usize,
-    secs: u64,
-) -> Result<Ran, String> {
-    let start_ns = mono_ns();
-    let generator = Arc::new(ycsb::YcsbGenerator::new(&cfg)?);
-    let value_bytes = cfg.value_bytes;
-    let count = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut sessions = Vec::with_capacity(clients);
-    for _ in 0..clients {
-        sessions.push(peer.session().await.map_err(|e| e.to_string())?);
+impl BenchTxn for RedisTxn<'_> {
+    async fn commit(self) -> Result<(), PeerError> {
+        RedisTxn::commit(self).await
     }
-    let bar = progress("ycsb (redis)", secs, count.clone(), stop.clone());
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs(secs);
-    let tasks: Vec<_> = sessions
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut s)| {
-            let generator = generator.clone();
-            let count = count.clone();
-            tokio::spawn(async move {
-                let mut acc = Acc::default();
-                let mut rng = SmallRng::seed_from_u64(0x5c5b ^ i as u64);
-                while Instant::now() < deadline {
-                    let op = generator.next_op(&mut rng);
-                    let t0 = mono_ns();
-                    loop {
-                        let mut tx = s.begin();
-                        let r = match ycsb::execute(&mut tx, op, value_bytes, &mut rng).await {
-                            Ok(()) => tx.commit().await,
-                            Err(e) => {
-                                tx.abort();
-                                Err(e)
-                            }
-                        };
-                        match r {
-                            Ok(()) => {
-                                acc.committed += 1;
-                                acc.record(op.name(), (mono_ns() - t0) / 1000);
-                                count.fetch_add(1, Ordering::Relaxed);
-                                break;
-                            }
-                            Err(e) if e.is_abort() => {
-                                acc.aborts += 1;
-                                if Instant::now() >= deadline {
-                                    break;
-                                }
-                            }
-                            Err(e) => {
-                                tracing::error!("ycsb (redis): {e}");
-                                tokio::time::sleep(Duration::from_millis(10)).await;
-                                break;
-                            }
-                        }
-                    }
-                }
-                acc
-            })
-        })
-        .collect();
-    let mut acc = Acc::default();
-    for t in tasks {
-        if let Ok(a) = t.await {
-            acc.merge(a);
+    async fn abort(self) {
+        RedisTxn::abort(self)
+    }
+}
+
+/// A peer system, driven by the same closed loop as Meridian.
+#[derive(Clone)]
+pub enum Peer {
+    /// Redis (no persistence).
+    Redis(RedisPeer),
+    /// PostgreSQL (SERIALIZABLE, fsync on).
+    Postgres(PgPeer),
+    /// etcd (fsync always).
+    Etcd(EtcdPeer),
+}
+
+impl Peer {
+    /// The peer's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Peer::Redis(_) => "redis",
+            Peer::Postgres(_) => "postgres",
+            Peer::Etcd(_) => "etcd",
         }
     }
-    let el = start.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    let _ = bar.await;
+
+    /// Empty the peer's store, then store `rows`; returns how many.
+    /// `progress` gets the running count.
+    ///
+    /// Errors: a connection or command error.
+    pub async fn load(
+        &self,
+        rows: impl Iterator<Item = (Key, Value)>,
+        progress: impl Fn(u64),
+    ) -> Result<u64, PeerError> {
+        match self {
+            Peer::Redis(p) => {
+                let mut s = p.session().await?;
+                s.flush().await?;
+                s.load(rows).await
+            }
+            Peer::Postgres(p) => p.load(rows, progress).await,
+            Peer::Etcd(p) => p.load(rows, progress).await,
+        }
+    }
+
+    /// Run `mix` for `secs` with `clients` sessions (each its own
+    /// connection), the same closed loop as Meridian's run.
+    ///
+    /// Errors: a session could not connect.
+    pub async fn run(&self, mix: Arc<Mix>, clients: usize, secs: u64, seed: u64) -> Result<Ran, String> {
+        let start_ns = mono_ns();
+        let label = format!("{} ({})", mix.name(), self.name());
+        let err = |e: PeerError| format!("{}: {e}", self.name());
+        let (acc, el) = match self {
+            Peer::Redis(p) => {
+                let mut v = Vec::with_capacity(clients);
+                for _ in 0..clients {
+                    v.push(p.session().await.map_err(err)?);
+                }
+                run_sessions(&label, v, mix.clone(), seed, secs, |s, c| {
+                    tokio::spawn(session_loop(s, c))
+                })
+                .await
+            }
+            Peer::Postgres(p) => {
+                let mut v = Vec::with_capacity(clients);
+                for _ in 0..clients {
+                    v.push(p.session().await.map_err(err)?);
+                }
+                run_sessions(&label, v, mix.clone(), seed, secs, |s, c| {
+                    tokio::spawn(session_loop(s, c))
+                })
+                .await
+            }
+            Peer::Etcd(p) => {
+                let mut v = Vec::with_capacity(clients);
+                for _ in 0..clients {
+                    v.push(p.session().await.map_err(err)?);
+                }
+                run_sessions(&label, v, mix.clone(), seed, secs, |s, c| {
+                    tokio::spawn(session_loop(s, c))
+                })
+                .await
+            }
+        };
+        Ok(finish(&label, el, clients, acc, &mix, start_ns))
+    }
+
+    /// The RMW audit (see [`crate::drive::audit_rmw`]) through a fresh
+    /// session.
+    ///
+    /// Errors: a connection or read error, or a missing counter.
+    pub async fn audit_rmw(&self, cfg: &meridian_workload::rmw::RmwConfig) -> Result<u64, String> {
+        let e = |e: PeerError| format!("{}: {e}", self.name());
+        match self {
+            Peer::Redis(p) => crate::drive::audit_rmw(&mut p.session().await.map_err(e)?, cfg).await,
+            Peer::Postgres(p) => crate::drive::audit_rmw(&mut p.session().await.map_err(e)?, cfg).await,
+            Peer::Etcd(p) => crate::drive::audit_rmw(&mut p.session().await.map_err(e)?, cfg).await,
+        }
+    }
+}
+
+/// The result of a closed-loop run of `mix` (any target).
+pub(crate) fn finish(label: &str, el: f64, clients: usize, mut acc: Acc, mix: &Mix, start_ns: u64) -> Ran {
+    let successful = acc.successful;
     let commits_ns = std::mem::take(&mut acc.commits_ns);
-    let mut result: BenchResult = summarize_core(
-        &format!("ycsb-{} (redis)", cfg.workload.name()),
-        el,
-        clients,
-        acc,
-    );
-    result.extra.insert("theta".into(), cfg.theta);
-    result.extra.insert("records".into(), cfg.records as f64);
-    Ok(Ran {
+    let mut result = summarize_core(label, el, clients, acc);
+    mix.describe(&mut result.extra);
+    if matches!(mix, Mix::Tatp(_)) {
+        result.successful_per_s = Some(successful as f64 / el);
+    }
+    Ran {
         result,
         commits_ns,
         start_ns,
         end_ns: mono_ns(),
-    })
+    }
 }

@@ -9,6 +9,7 @@ use meridian_wire::NodeId;
 use meridian_workload::bank::{self, BankConfig, WriteIds};
 use meridian_workload::ops::Program;
 use meridian_workload::{tatp, ycsb};
+use crate::drive::{run_sessions, session_loop, Mix};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -74,7 +75,14 @@ fn hist() -> Histogram<u64> {
 pub(crate) struct Acc {
     pub(crate) committed: u64,
     pub(crate) aborts: u64,
-    successful: u64,
+    /// Committed and successful in the workload's sense (TATP's MQTh).
+    pub(crate) successful: u64,
+    /// Deliberate rollbacks (not conflicts).
+    pub(crate) rollbacks: u64,
+    /// Bodies that found a must-exist row missing (a failed run).
+    pub(crate) inconsistent: u64,
+    /// Operational errors (neither commits nor conflict aborts).
+    pub(crate) errors: u64,
     lat: BTreeMap<&'static str, Histogram<u64>>,
     /// Completion time of every commit, monotonic ns (the failover
     /// timeline's input; 8 bytes per commit).
@@ -91,6 +99,9 @@ impl Acc {
         self.committed += o.committed;
         self.aborts += o.aborts;
         self.successful += o.successful;
+        self.rollbacks += o.rollbacks;
+        self.inconsistent += o.inconsistent;
+        self.errors += o.errors;
         self.commits_ns.extend(o.commits_ns);
         for (k, h) in o.lat {
             let e = self.lat.entry(k).or_insert_with(hist);
@@ -270,6 +281,12 @@ where
 
 fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) -> BenchResult {
     let mut r = summarize_core(bench, secs, clients, acc);
+    add_client_figures(&mut r, client);
+    r
+}
+
+/// The client's uncertainty figures and operational counters, into `r`.
+fn add_client_figures(r: &mut BenchResult, client: &Client) {
     let (_, unc, wait) = client.ts_summary();
     let stats = client.stats();
     r.mean_uncertainty_us = unc as f64 / 1000.0;
@@ -282,7 +299,6 @@ fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) 
     extra.insert("client_rpc_retries".into(), stats.rpc_retries as f64);
     extra.insert("client_config_changes".into(), stats.config_changes as f64);
     extra.insert("client_indeterminate".into(), stats.indeterminate as f64);
-    r
 }
 
 /// Throughput and latency figures of `acc` (any target).
@@ -310,7 +326,10 @@ pub(crate) fn summarize_core(bench: &str, secs: f64, clients: usize, acc: Acc) -
             p999_us: all.value_at_quantile(0.999) as f64,
         },
     );
-    let extra = BTreeMap::new();
+    let mut extra = BTreeMap::new();
+    extra.insert("rollbacks".into(), acc.rollbacks as f64);
+    extra.insert("inconsistent".into(), acc.inconsistent as f64);
+    extra.insert("errors".into(), acc.errors as f64);
     BenchResult {
         bench: bench.into(),
         seconds: secs,
@@ -372,173 +391,41 @@ pub struct Ran {
     pub end_ns: u64,
 }
 
+/// Run `mix` on Meridian for `secs` with `clients` sessions: the closed
+/// loop of [`crate::drive`], the same as the peers'. `label` names the
+/// progress bar and the result.
+pub async fn meridian(client: &Client, label: &str, mix: Arc<Mix>, clients: usize, secs: u64, seed: u64) -> Ran {
+    let start_ns = mono_ns();
+    let sessions: Vec<_> = (0..clients).map(|_| client.session()).collect();
+    let (acc, el) = run_sessions(label, sessions, mix.clone(), seed, secs, |s, c| {
+        tokio::spawn(session_loop(s, c))
+    })
+    .await;
+    let mut ran = crate::peers::finish(label, el, clients, acc, &mix, start_ns);
+    add_client_figures(&mut ran.result, client);
+    ran
+}
+
 /// Run the TATP mix for `secs` with `clients` sessions.
 pub async fn tatp(client: &Client, cfg: tatp::TatpConfig, clients: usize, secs: u64) -> Ran {
-    let start_ns = mono_ns();
-    let (mut acc, el) = closed_loop(
-        client,
-        "tatp",
-        clients,
-        secs,
-        move |c, i, deadline, count| async move {
-            let mut acc = Acc::default();
-            let mut s = c.session();
-            let mut rng = SmallRng::seed_from_u64(0x7a7b ^ i as u64);
-            while Instant::now() < deadline {
-                let input = tatp::next_txn(&cfg, &mut rng);
-                let t0 = mono_ns();
-                let opts = TxnOptions {
-                    read_only: input.kind.is_read_only(),
-                };
-                loop {
-                    let r = async {
-                        let mut tx = s.begin(opts).await?;
-                        let ok = match tatp::execute(&mut tx, &input).await {
-                            Ok(ok) => ok,
-                            Err(e) => {
-                                tx.abort();
-                                return Err(e);
-                            }
-                        };
-                        tx.commit().await?;
-                        Ok::<bool, TxnError>(ok)
-                    }
-                    .await;
-                    match r {
-                        Ok(ok) => {
-                            acc.committed += 1;
-                            acc.successful += ok as u64;
-                            acc.record(input.kind.name(), (mono_ns() - t0) / 1000);
-                            count.fetch_add(1, Ordering::Relaxed);
-                            break;
-                        }
-                        Err(e) if e.is_abort() => {
-                            acc.aborts += 1;
-                            if Instant::now() >= deadline {
-                                break;
-                            }
-                        }
-                        Err(TxnError::ClockUnavailable) => {
-                            // The clock is disabled during a CM change
-                            // (FaRMv2 §4.3): retry in 1 ms, so the failover
-                            // timeline is not coarsened by the back-off.
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                            if Instant::now() >= deadline {
-                                break;
-                            }
-                        }
-                        Err(e) => {
-                            tracing::error!("tatp: {e}");
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                            break;
-                        }
-                    }
-                }
-            }
-            acc
-        },
-    )
-    .await;
-    let successful = acc.successful;
-    let commits_ns = std::mem::take(&mut acc.commits_ns);
-    let mut r = summarize("tatp", el, clients, acc, client);
-    r.successful_per_s = Some(successful as f64 / el);
-    r.extra.insert("subscribers".into(), cfg.subscribers as f64);
-    Ran {
-        result: r,
-        commits_ns,
-        start_ns,
-        end_ns: mono_ns(),
-    }
+    meridian(client, "tatp", Arc::new(Mix::Tatp(cfg)), clients, secs, 0x7a7b).await
 }
 
 /// Run a YCSB workload for `secs` with `clients` sessions.
+///
+/// Errors: the configuration does not validate.
 pub async fn ycsb(
     client: &Client,
     cfg: ycsb::YcsbConfig,
     clients: usize,
     secs: u64,
 ) -> Result<Ran, String> {
-    let start_ns = mono_ns();
-    let generator = Arc::new(ycsb::YcsbGenerator::new(&cfg)?);
-    let value_bytes = cfg.value_bytes;
-    let (mut acc, el) = closed_loop(
-        client,
-        "ycsb",
-        clients,
-        secs,
-        move |c, i, deadline, count| {
-            let generator = generator.clone();
-            async move {
-                let mut acc = Acc::default();
-                let mut s = c.session();
-                let mut rng = SmallRng::seed_from_u64(0x5c5b ^ i as u64);
-                while Instant::now() < deadline {
-                    let op = generator.next_op(&mut rng);
-                    let t0 = mono_ns();
-                    loop {
-                        let r = async {
-                            let mut tx = s
-                                .begin(TxnOptions {
-                                    read_only: op.is_read_only(),
-                                })
-                                .await?;
-                            if let Err(e) = ycsb::execute(&mut tx, op, value_bytes, &mut rng).await
-                            {
-                                tx.abort();
-                                return Err(e);
-                            }
-                            tx.commit().await.map(|_| ())
-                        }
-                        .await;
-                        match r {
-                            Ok(()) => {
-                                acc.committed += 1;
-                                acc.record(op.name(), (mono_ns() - t0) / 1000);
-                                count.fetch_add(1, Ordering::Relaxed);
-                                break;
-                            }
-                            Err(e) if e.is_abort() => {
-                                acc.aborts += 1;
-                                if Instant::now() >= deadline {
-                                    break;
-                                }
-                            }
-                            Err(TxnError::ClockUnavailable) => {
-                                tokio::time::sleep(Duration::from_millis(1)).await;
-                                if Instant::now() >= deadline {
-                                    break;
-                                }
-                            }
-                            Err(e) => {
-                                tracing::error!("ycsb: {e}");
-                                tokio::time::sleep(Duration::from_millis(10)).await;
-                                break;
-                            }
-                        }
-                    }
-                }
-                acc
-            }
-        },
-    )
-    .await;
-    let commits_ns = std::mem::take(&mut acc.commits_ns);
-    let mut r = summarize(
-        &format!("ycsb-{}", cfg.workload.name()),
-        el,
-        clients,
-        acc,
-        client,
-    );
-    r.extra.insert("theta".into(), cfg.theta);
-    r.extra.insert("records".into(), cfg.records as f64);
-    Ok(Ran {
-        result: r,
-        commits_ns,
-        start_ns,
-        end_ns: mono_ns(),
-    })
+    let mix = Mix::Ycsb {
+        generator: ycsb::YcsbGenerator::new(&cfg)?,
+        value_bytes: cfg.value_bytes,
+    };
+    let label = format!("ycsb-{}", cfg.workload.name());
+    Ok(meridian(client, &label, Arc::new(mix), clients, secs, 0x5c5b).await)
 }
 
 /// Outcome of the checked bank workload.

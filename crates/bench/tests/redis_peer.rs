@@ -4,7 +4,10 @@
 //! shared YCSB closed loop runs on it. Skips when redis-server is not
 //! installed (`scripts/setup.sh` installs it as root).
 
-use meridian_bench::peers::{self, PeerError, RedisPeer};
+use meridian_bench::drive::Mix;
+use meridian_bench::peers::{Peer, PeerError, RedisPeer};
+use meridian_workload::rmw::{self, RmwConfig};
+use std::sync::Arc;
 use meridian_workload::ops::TxnOps;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -128,18 +131,20 @@ fn redis_transactions_abort_on_conflict_and_not_otherwise() {
 fn ycsb_runs_against_redis_with_the_shared_workload_code() {
     let Some(server) = start() else { return };
     rt().block_on(async {
-        let peer = RedisPeer::new(&server.url).expect("url");
+        let peer = Peer::Redis(RedisPeer::new(&server.url).expect("url"));
         let cfg = meridian_workload::ycsb::YcsbConfig {
             records: 1000,
             value_bytes: 100,
             theta: 0.99,
             workload: meridian_workload::ycsb::YcsbWorkload::parse("f").expect("workload"),
         };
-        assert_eq!(
-            peers::load_ycsb_redis(&peer, &cfg).await.expect("load"),
-            1000
-        );
-        let ran = peers::ycsb_redis(&peer, cfg, 4, 1).await.expect("run");
+        let rows = meridian_workload::ycsb::population(&cfg, 1);
+        assert_eq!(peer.load(rows, |_| {}).await.expect("load"), 1000);
+        let mix = Mix::Ycsb {
+            generator: meridian_workload::ycsb::YcsbGenerator::new(&cfg).expect("cfg"),
+            value_bytes: cfg.value_bytes,
+        };
+        let ran = peer.run(Arc::new(mix), 4, 1, 1).await.expect("run");
         assert!(ran.result.committed > 100, "{:?}", ran.result.committed);
         // Workload F: reads and read-modify-writes (a read, then a write
         // under its watch), both committed.
@@ -153,5 +158,27 @@ fn ycsb_runs_against_redis_with_the_shared_workload_code() {
             "{:?}",
             ran.result.latency.keys()
         );
+    });
+}
+
+/// The RMW transaction on 8 hot counters, 4 sessions: conflicts happen,
+/// are retried, and the exact audit finds no lost update.
+#[test]
+fn contended_rmw_against_redis_loses_no_update() {
+    let Some(server) = start() else { return };
+    rt().block_on(async {
+        let peer = Peer::Redis(RedisPeer::new(&server.url).expect("url"));
+        let cfg = RmwConfig {
+            records: 8,
+            keys: 4,
+            value_bytes: 16,
+        };
+        assert_eq!(peer.load(rmw::population(&cfg), |_| {}).await.expect("load"), 8);
+        let ran = peer.run(Arc::new(Mix::Rmw(cfg)), 4, 1, 2).await.expect("run");
+        let r = &ran.result;
+        assert!(r.committed > 100, "{}", r.committed);
+        assert!(r.aborts > 0, "8 hot counters, 4 sessions: some EXEC must fail");
+        let sum = peer.audit_rmw(&cfg).await.expect("audit");
+        assert_eq!(sum, 4 * r.committed, "lost or doubled updates");
     });
 }

@@ -331,6 +331,14 @@ struct BenchOpts {
     /// Jepsen EDN here, for outside checkers.
     #[arg(long)]
     edn: Option<PathBuf>,
+    /// The system to drive with the same workload code: Meridian, or a
+    /// peer started by `scripts/peers.sh` (issue 7). TATP, YCSB and RMW.
+    #[arg(long, value_enum, default_value = "meridian")]
+    target: TargetArg,
+    /// The peer's address (default: its standard loopback port; for
+    /// PostgreSQL a libpq connection string).
+    #[arg(long)]
+    peer_url: Option<String>,
 }
 
 /// `--target` of a benchmark.
@@ -340,6 +348,10 @@ enum TargetArg {
     Meridian,
     /// Redis with WATCH/MULTI/EXEC transactions, no persistence.
     Redis,
+    /// PostgreSQL 15 at SERIALIZABLE, fsync on.
+    Postgres,
+    /// etcd with Txn compare-and-swap, fsync on.
+    Etcd,
 }
 
 /// `--durability` for a local bench cluster.
@@ -377,13 +389,22 @@ enum BenchCmd {
         /// Value size, bytes.
         #[arg(long, default_value_t = 1000)]
         value_bytes: usize,
-        /// The system to drive with the same workload code: Meridian, or a
-        /// peer started by `scripts/peers.sh` (issue 7).
-        #[arg(long, value_enum, default_value = "meridian")]
-        target: TargetArg,
-        /// The peer's address (default: its standard loopback port).
-        #[arg(long)]
-        peer_url: Option<String>,
+    },
+    /// A multi-key read-modify-write transaction (read `--keys` counters,
+    /// write each back plus one), audited exactly afterwards: the counters
+    /// must sum to keys × commits.
+    Rmw {
+        #[command(flatten)]
+        opts: BenchOpts,
+        /// Counters.
+        #[arg(long, default_value_t = 10_000)]
+        records: u32,
+        /// Counters per transaction.
+        #[arg(long, default_value_t = 4)]
+        keys: usize,
+        /// Value size, bytes (at least 8).
+        #[arg(long, default_value_t = 100)]
+        value_bytes: usize,
     },
     /// Closed-loop null RPC round trips (the ceiling).
     Rpc {
@@ -498,6 +519,8 @@ fn failover(
                 durability: Some(durability),
                 bank_sessions,
                 edn: None,
+                target: TargetArg::Meridian,
+                peer_url: None,
             };
             let r = bench_cmd(BenchCmd::Tatp { opts, subscribers });
             let _ = std::fs::remove_dir_all(&cluster);
@@ -1234,28 +1257,15 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
 }
 
 fn bench_cmd(b: BenchCmd) -> Result<(), String> {
-    if let BenchCmd::Ycsb {
-        opts,
-        workload,
-        records,
-        theta,
-        value_bytes,
-        target: TargetArg::Redis,
-        peer_url,
-    } = &b
-    {
-        return ycsb_peer(
-            opts,
-            workload,
-            *records,
-            *theta,
-            *value_bytes,
-            peer_url.as_deref(),
-        );
+    if let Some(opts) = b.opts() {
+        if opts.target != TargetArg::Meridian {
+            return bench_peer(&b, opts);
+        }
     }
     let opts = match &b {
         BenchCmd::Tatp { opts, .. }
         | BenchCmd::Ycsb { opts, .. }
+        | BenchCmd::Rmw { opts, .. }
         | BenchCmd::Rpc { opts }
         | BenchCmd::Bank { opts, .. } => opts.clone(),
         BenchCmd::Failover {
@@ -1407,6 +1417,34 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 finish_killer(killer).await?;
                 (ran?, bank?)
             }
+            BenchCmd::Rmw { .. } => {
+                let (mix, rows, hint) = bench_workload(&b)?;
+                let cfg = match &*mix {
+                    meridian_bench::drive::Mix::Rmw(cfg) => *cfg,
+                    _ => return Err("rmw: wrong mix".into()),
+                };
+                eprintln!("loading RMW with {} counters", cfg.records);
+                meridian_bench::run::load(&client, rows, hint, 64, 8)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
+                let (mut ran, bank) = tokio::join!(
+                    meridian_bench::run::meridian(
+                        &client,
+                        "rmw",
+                        mix.clone(),
+                        opts.clients,
+                        opts.duration,
+                        0x4d57
+                    ),
+                    alongside(client.clone())
+                );
+                finish_killer(killer).await?;
+                let sum =
+                    meridian_bench::drive::audit_rmw(&mut client.session(), &cfg).await?;
+                rmw_audit_figures(&mut ran.result, &cfg, sum)?;
+                (ran, bank?)
+            }
             BenchCmd::Failover { .. } => return Err("failover is run by bench_cmd".into()),
             BenchCmd::Rpc { .. } => {
                 let per_s =
@@ -1507,37 +1545,154 @@ fn ycsb_config(
     Ok(cfg)
 }
 
-/// YCSB against Redis with the same workload code (issue 7).
+impl BenchCmd {
+    /// The common options, for the workloads that have them.
+    fn opts(&self) -> Option<&BenchOpts> {
+        match self {
+            BenchCmd::Tatp { opts, .. }
+            | BenchCmd::Ycsb { opts, .. }
+            | BenchCmd::Rmw { opts, .. }
+            | BenchCmd::Rpc { opts }
+            | BenchCmd::Bank { opts, .. } => Some(opts),
+            BenchCmd::Failover { .. } => None,
+        }
+    }
+}
+
+/// Rows to load, with a count for the progress bar.
+type Rows = Box<dyn Iterator<Item = (Vec<u8>, Vec<u8>)> + Send>;
+
+/// The workload mix of a `bench` command and its initial rows.
 ///
-/// Errors: a bad workload, an unreachable peer, or the results file.
-fn ycsb_peer(
-    opts: &BenchOpts,
-    workload: &str,
-    records: u64,
-    theta: f64,
-    value_bytes: usize,
-    url: Option<&str>,
+/// Errors: invalid workload parameters, or a command with no mix.
+fn bench_workload(
+    b: &BenchCmd,
+) -> Result<(std::sync::Arc<meridian_bench::drive::Mix>, Rows, u64), String> {
+    use meridian_bench::drive::Mix;
+    use meridian_workload::{rmw, tatp, ycsb};
+    let (mix, rows, hint): (Mix, Rows, u64) = match b {
+        BenchCmd::Tatp { subscribers, .. } => {
+            let cfg = tatp::TatpConfig {
+                subscribers: *subscribers,
+            };
+            cfg.validate()?;
+            let hint = tatp::population_count_hint(&cfg);
+            (Mix::Tatp(cfg), Box::new(tatp::population(&cfg, 1)), hint)
+        }
+        BenchCmd::Ycsb {
+            workload,
+            records,
+            theta,
+            value_bytes,
+            ..
+        } => {
+            let cfg = ycsb_config(workload, *records, *theta, *value_bytes)?;
+            let rows = Box::new(ycsb::population(&cfg, 1));
+            let mix = Mix::Ycsb {
+                generator: ycsb::YcsbGenerator::new(&cfg)?,
+                value_bytes: cfg.value_bytes,
+            };
+            (mix, rows, *records)
+        }
+        BenchCmd::Rmw {
+            records,
+            keys,
+            value_bytes,
+            ..
+        } => {
+            let cfg = rmw::RmwConfig {
+                records: *records,
+                keys: *keys,
+                value_bytes: *value_bytes,
+            };
+            cfg.validate()?;
+            (Mix::Rmw(cfg), Box::new(rmw::population(&cfg)), *records as u64)
+        }
+        _ => return Err("this benchmark runs on Meridian only (no --target)".into()),
+    };
+    Ok((std::sync::Arc::new(mix), rows, hint))
+}
+
+/// The RMW audit's figures; errors if the counters do not sum to keys ×
+/// commits (a lost or doubled update).
+fn rmw_audit_figures(
+    r: &mut meridian_bench::run::BenchResult,
+    cfg: &meridian_workload::rmw::RmwConfig,
+    sum: u64,
 ) -> Result<(), String> {
-    let cfg = ycsb_config(workload, records, theta, value_bytes)?;
-    let url = url.unwrap_or("redis://127.0.0.1:6379/");
+    let expected = r.committed * cfg.keys as u64;
+    r.extra.insert("audit_sum".into(), sum as f64);
+    r.extra.insert("audit_expected".into(), expected as f64);
+    println!(
+        "rmw audit: the counters sum to {sum}, {} x {} commits = {expected}: {}",
+        cfg.keys,
+        r.committed,
+        if sum == expected { "OK" } else { "VIOLATION" }
+    );
+    if sum != expected {
+        print_result(r);
+        return Err(format!(
+            "rmw audit failed: counters sum to {sum}, expected {expected} (lost or doubled updates)"
+        ));
+    }
+    Ok(())
+}
+
+/// A benchmark against a peer (`--target redis|postgres|etcd`), with the
+/// same workload code and closed loop as Meridian's (issue 7).
+///
+/// Errors: a bad workload, an unreachable peer, a failed audit, or the
+/// results file.
+fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
+    use meridian_bench::peers::Peer;
+    let (mix, rows, hint) = bench_workload(b)?;
+    let url = opts.peer_url.clone();
+    let peer = match opts.target {
+        TargetArg::Redis => Peer::Redis(
+            meridian_bench::peers::RedisPeer::new(url.as_deref().unwrap_or("redis://127.0.0.1:6379/"))
+                .map_err(|e| e.to_string())?,
+        ),
+        TargetArg::Postgres => Peer::Postgres(meridian_bench::pg::PgPeer::new(
+            url.as_deref().unwrap_or(meridian_bench::pg::DEFAULT_URL),
+        )),
+        TargetArg::Etcd => Peer::Etcd(meridian_bench::etcd::EtcdPeer::new(
+            url.as_deref().unwrap_or(meridian_bench::etcd::DEFAULT_URL),
+        )),
+        TargetArg::Meridian => return Err("not a peer".into()),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
+    let name = peer.name();
     let r = rt.block_on(async {
-        let peer = meridian_bench::peers::RedisPeer::new(url).map_err(|e| e.to_string())?;
-        eprintln!("loading YCSB with {records} records of {value_bytes} B into Redis at {url}");
-        let n = meridian_bench::peers::load_ycsb_redis(&peer, &cfg)
+        eprintln!("loading {} into {name}", mix.name());
+        let bar = indicatif::ProgressBar::new(hint);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("load [{bar:30}] {pos}/{len} rows {per_sec} eta {eta}")
+                .map_err(|e| e.to_string())?,
+        );
+        let n = peer
+            .load(rows, |n| bar.set_position(n))
             .await
-            .map_err(|e| format!("{url}: {e} (is it running? scripts/peers.sh start redis)"))?;
+            .map_err(|e| format!("{name}: {e} (is it running? scripts/peers.sh start {name})"))?;
+        bar.finish_and_clear();
         eprintln!("loaded {n} rows");
-        meridian_bench::peers::ycsb_redis(&peer, cfg, opts.clients, opts.duration).await
+        let mut ran = peer.run(mix.clone(), opts.clients, opts.duration, 0x5eed).await?;
+        if let meridian_bench::drive::Mix::Rmw(cfg) = &*mix {
+            let sum = peer.audit_rmw(cfg).await?;
+            rmw_audit_figures(&mut ran.result, cfg, sum)?;
+        }
+        Ok::<_, String>(ran)
     })?;
     let r = r.result;
     print_result(&r);
     let path = opts.json.clone().unwrap_or_else(|| {
-        PathBuf::from(format!("bench-results/{}.json", r.bench.replace(' ', "_")))
+        PathBuf::from(format!(
+            "bench-results/{}.json",
+            r.bench.replace([' ', '(', ')'], "_")
+        ))
     });
     if let Some(parent) = path.parent() {
         let _ = std::fs::create_dir_all(parent);

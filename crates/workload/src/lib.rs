@@ -15,6 +15,8 @@
 
 pub mod bank;
 pub mod ops;
+pub mod rmw;
 pub mod rows;
 pub mod tatp;
+pub mod tpcc;
 pub mod ycsb;

@@ -1,0 +1,422 @@
+//! # One closed loop for every target (issue 7)
+//!
+//! **Problem.** Figures for Meridian and a peer are comparable only when
+//! the same code drives both: the same transaction generator, the same
+//! transaction bodies, the same retry rule, the same histograms. Only the
+//! transaction object may differ.
+//!
+//! **Design.** A workload is a [`Mix`]: it draws an [`Op`], and an `Op`
+//! runs as the body of one open transaction through the
+//! [`TxnOps`] trait (get, put, delete, scan). A target provides a
+//! [`BenchSession`] whose transactions implement [`TxnOps`] plus
+//! [`BenchTxn`] (commit, abort). [`session_loop`] is the closed loop of
+//! one session: draw, begin, run the body, commit; on a conflict abort,
+//! run the same input again until it commits (latency counts from the
+//! first attempt). [`run_sessions`] starts one loop per session and
+//! merges their accumulators.
+//!
+//! Each loop is spawned by a closure written where the session type is
+//! concrete (`|args| tokio::spawn(session_loop(args))`): the futures of
+//! [`TxnOps`]'s async methods are `Send` only as concrete types.
+//!
+//! **What is counted.** A committed transaction ([`Acc::committed`]),
+//! among them those that succeeded in the workload's own sense (TATP's
+//! MQTh), conflict aborts ([`Failure::Abort`]), deliberate rollbacks (the
+//! 1% of TPC-C NewOrders that name an unused item) and inconsistencies (a
+//! row that must exist was absent: the run fails).
+
+use crate::run::{progress, Acc};
+use meridian_client::mono_ns;
+use meridian_txn::{TxnError, TxnOptions};
+use meridian_workload::ops::TxnOps;
+use meridian_workload::{rmw, tatp, ycsb};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the closed loop does after an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// A concurrency-control abort: run the same input again.
+    Abort,
+    /// A transient unavailability (Meridian's clock disabled during a CM
+    /// change, FaRMv2 §4.3): wait 1 ms and run it again.
+    Retry,
+    /// Anything else: log it, wait 10 ms and draw a new input.
+    Fatal,
+}
+
+/// An error a target's transactions can return.
+pub trait Classify: Display {
+    /// How the closed loop treats it.
+    fn failure(&self) -> Failure;
+}
+
+impl Classify for TxnError {
+    fn failure(&self) -> Failure {
+        match self {
+            e if e.is_abort() => Failure::Abort,
+            TxnError::ClockUnavailable => Failure::Retry,
+            _ => Failure::Fatal,
+        }
+    }
+}
+
+/// An open transaction of some target: the workload's operations plus
+/// the end of the transaction.
+#[allow(async_fn_in_trait)]
+pub trait BenchTxn: TxnOps<Error: Classify> + Sized {
+    /// Commit.
+    ///
+    /// Errors: an abort ([`Failure::Abort`]) or an operational error.
+    async fn commit(self) -> Result<(), Self::Error>;
+    /// Give up (after an error, or a deliberate rollback).
+    async fn abort(self);
+}
+
+/// A session of some target: one transaction at a time.
+#[allow(async_fn_in_trait)]
+pub trait BenchSession {
+    /// Its errors.
+    type Error: Classify;
+    /// Its transactions.
+    type Txn<'a>: BenchTxn + TxnOps<Error = Self::Error>
+    where
+        Self: 'a;
+    /// Begin a transaction; `read_only` lets the target take a cheaper
+    /// path (the transaction must then not write).
+    ///
+    /// Errors: the target could not begin one.
+    async fn begin(&mut self, read_only: bool) -> Result<Self::Txn<'_>, Self::Error>;
+}
+
+impl BenchTxn for meridian_client::Txn {
+    async fn commit(self) -> Result<(), TxnError> {
+        meridian_client::Txn::commit(self).await.map(|_| ())
+    }
+    async fn abort(self) {
+        meridian_client::Txn::abort(self)
+    }
+}
+
+impl BenchSession for meridian_client::Session {
+    type Error = TxnError;
+    type Txn<'a> = meridian_client::Txn;
+    async fn begin(&mut self, read_only: bool) -> Result<meridian_client::Txn, TxnError> {
+        meridian_client::Session::begin(self, TxnOptions { read_only }).await
+    }
+}
+
+/// A workload: what each transaction's input is drawn from.
+pub enum Mix {
+    /// TATP's seven-transaction mix (FaRM §6.2).
+    Tatp(tatp::TatpConfig),
+    /// A YCSB core workload.
+    Ycsb {
+        /// The operation and key generator.
+        generator: ycsb::YcsbGenerator,
+        /// Bytes per written value.
+        value_bytes: usize,
+    },
+    /// The multi-key read-modify-write with its exact audit.
+    Rmw(rmw::RmwConfig),
+}
+
+impl Mix {
+    /// Short name (`tatp`, `ycsb-b`, `rmw`).
+    pub fn name(&self) -> String {
+        match self {
+            Mix::Tatp(_) => "tatp".into(),
+            Mix::Ycsb { generator, .. } => format!("ycsb-{}", generator.workload().name()),
+            Mix::Rmw(_) => "rmw".into(),
+        }
+    }
+
+    /// The workload's parameters, into a result's extra figures.
+    pub fn describe(&self, extra: &mut std::collections::BTreeMap<String, f64>) {
+        match self {
+            Mix::Tatp(cfg) => {
+                extra.insert("subscribers".into(), cfg.subscribers as f64);
+            }
+            Mix::Ycsb { generator, value_bytes } => {
+                extra.insert("theta".into(), generator.keys().zipfian().theta());
+                extra.insert("records".into(), generator.keys().zipfian().items() as f64);
+                extra.insert("value_bytes".into(), *value_bytes as f64);
+            }
+            Mix::Rmw(cfg) => {
+                extra.insert("records".into(), cfg.records as f64);
+                extra.insert("keys_per_txn".into(), cfg.keys as f64);
+                extra.insert("value_bytes".into(), cfg.value_bytes as f64);
+            }
+        }
+    }
+
+    /// The next transaction's input.
+    pub fn next(&self, rng: &mut SmallRng) -> Op {
+        match self {
+            Mix::Tatp(cfg) => Op::Tatp(tatp::next_txn(cfg, rng)),
+            Mix::Ycsb { generator, .. } => Op::Ycsb(generator.next_op(rng)),
+            Mix::Rmw(cfg) => Op::Rmw(rmw::next_txn(cfg, rng)),
+        }
+    }
+}
+
+/// One transaction's input.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// A TATP transaction.
+    Tatp(tatp::TatpTxn),
+    /// A YCSB operation.
+    Ycsb(ycsb::YcsbOp),
+    /// An RMW transaction.
+    Rmw(rmw::RmwTxn),
+}
+
+/// How a transaction body ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Commit it; `successful` in the workload's sense.
+    Commit {
+        /// TATP: the row was found (an insert found none).
+        successful: bool,
+    },
+    /// Abort it on purpose (not a conflict).
+    Rollback,
+    /// A row that must exist was absent or malformed: abort and report.
+    Inconsistent(&'static str),
+}
+
+impl Op {
+    /// The transaction type's name, the latency histogram's label.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Tatp(t) => t.kind.name(),
+            Op::Ycsb(o) => o.name(),
+            Op::Rmw(_) => "rmw",
+        }
+    }
+
+    /// True if the body never writes.
+    pub fn is_read_only(&self) -> bool {
+        match self {
+            Op::Tatp(t) => t.kind.is_read_only(),
+            Op::Ycsb(o) => o.is_read_only(),
+            Op::Rmw(_) => false,
+        }
+    }
+
+    /// Run the body on the open transaction `t`.
+    ///
+    /// Errors: the first error of `t`.
+    pub async fn execute<T: TxnOps>(
+        &self,
+        t: &mut T,
+        mix: &Mix,
+        rng: &mut SmallRng,
+    ) -> Result<Ending, T::Error> {
+        Ok(match (self, mix) {
+            (Op::Tatp(txn), _) => Ending::Commit {
+                successful: tatp::execute(t, txn).await?,
+            },
+            (Op::Ycsb(op), Mix::Ycsb { value_bytes, .. }) => {
+                ycsb::execute(t, *op, *value_bytes, rng).await?;
+                Ending::Commit { successful: true }
+            }
+            (Op::Ycsb(op), _) => {
+                ycsb::execute(t, *op, 1, rng).await?;
+                Ending::Commit { successful: true }
+            }
+            (Op::Rmw(txn), mix) => {
+                let value_bytes = match mix {
+                    Mix::Rmw(cfg) => cfg.value_bytes,
+                    _ => 8,
+                };
+                match rmw::execute(t, txn, value_bytes).await? {
+                    true => Ending::Commit { successful: true },
+                    false => Ending::Inconsistent("an RMW counter is missing or malformed"),
+                }
+            }
+        })
+    }
+}
+
+/// What one session's loop needs besides its session.
+#[derive(Clone)]
+pub struct LoopCtx {
+    /// The workload.
+    pub mix: Arc<Mix>,
+    /// The session's RNG seed.
+    pub seed: u64,
+    /// When to stop drawing new inputs.
+    pub deadline: Instant,
+    /// Commits of all sessions (for the progress bar).
+    pub count: Arc<AtomicU64>,
+}
+
+/// The closed loop of one session (see the module essay).
+pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> Acc {
+    let mut acc = Acc::default();
+    let mut rng = SmallRng::seed_from_u64(ctx.seed);
+    let mix = &*ctx.mix;
+    while Instant::now() < ctx.deadline {
+        let op = mix.next(&mut rng);
+        let t0 = mono_ns();
+        loop {
+            let r = async {
+                let mut tx = s.begin(op.is_read_only()).await?;
+                match op.execute(&mut tx, mix, &mut rng).await {
+                    Ok(Ending::Commit { successful }) => {
+                        tx.commit().await?;
+                        Ok(Ending::Commit { successful })
+                    }
+                    Ok(other) => {
+                        tx.abort().await;
+                        Ok(other)
+                    }
+                    Err(e) => {
+                        tx.abort().await;
+                        Err(e)
+                    }
+                }
+            }
+            .await;
+            match r {
+                Ok(Ending::Commit { successful }) => {
+                    acc.committed += 1;
+                    acc.successful += successful as u64;
+                    acc.record(op.name(), (mono_ns() - t0) / 1000);
+                    ctx.count.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                Ok(Ending::Rollback) => {
+                    acc.rollbacks += 1;
+                    break;
+                }
+                Ok(Ending::Inconsistent(what)) => {
+                    if acc.inconsistent == 0 {
+                        tracing::error!("{}: {what}", op.name());
+                    }
+                    acc.inconsistent += 1;
+                    break;
+                }
+                Err(e) => match e.failure() {
+                    Failure::Abort => {
+                        acc.aborts += 1;
+                        if Instant::now() >= ctx.deadline {
+                            break;
+                        }
+                    }
+                    Failure::Retry => {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        if Instant::now() >= ctx.deadline {
+                            break;
+                        }
+                    }
+                    Failure::Fatal => {
+                        tracing::error!("{}: {e}", op.name());
+                        acc.errors += 1;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        break;
+                    }
+                },
+            }
+        }
+    }
+    acc
+}
+
+/// Run `sessions` for `secs`, one loop each, spawned by `spawn` (written
+/// where the session type is concrete: `|s, ctx|
+/// tokio::spawn(session_loop(s, ctx))`). Returns the merged accumulator
+/// and the seconds measured. Session `i` gets seed `seed ^ i`.
+pub(crate) async fn run_sessions<S, F, J>(
+    label: &str,
+    sessions: Vec<S>,
+    mix: Arc<Mix>,
+    seed: u64,
+    secs: u64,
+    spawn: F,
+) -> (Acc, f64)
+where
+    F: Fn(S, LoopCtx) -> J,
+    J: Future<Output = Result<Acc, tokio::task::JoinError>>,
+{
+    let count = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let bar = progress(label, secs, count.clone(), stop.clone());
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let tasks: Vec<J> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            spawn(
+                s,
+                LoopCtx {
+                    mix: mix.clone(),
+                    seed: seed ^ i as u64,
+                    deadline,
+                    count: count.clone(),
+                },
+            )
+        })
+        .collect();
+    let mut acc = Acc::default();
+    for t in tasks {
+        match t.await {
+            Ok(a) => acc.merge(a),
+            Err(e) => {
+                tracing::error!("{label}: a session task failed: {e}");
+                acc.errors += 1;
+            }
+        }
+    }
+    let el = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let _ = bar.await;
+    (acc, el)
+}
+
+/// Keys per read-only audit transaction.
+const AUDIT_CHUNK: u32 = 1000;
+
+/// The RMW audit: read every counter (read-only transactions of
+/// `AUDIT_CHUNK` gets, retried on abort) and return their sum, which must
+/// be `cfg.keys ×` the committed RMW transactions when nothing else runs.
+///
+/// Errors: a non-abort error, or a missing or malformed counter.
+pub async fn audit_rmw<S: BenchSession>(s: &mut S, cfg: &rmw::RmwConfig) -> Result<u64, String> {
+    let mut sum = 0u64;
+    let mut from = 0u32;
+    while from < cfg.records {
+        let to = from.saturating_add(AUDIT_CHUNK).min(cfg.records);
+        let r = async {
+            let mut tx = s.begin(true).await?;
+            match rmw::audit(&mut tx, cfg, from, to).await {
+                Ok(r) => {
+                    tx.commit().await?;
+                    Ok(r)
+                }
+                Err(e) => {
+                    tx.abort().await;
+                    Err(e)
+                }
+            }
+        }
+        .await;
+        match r {
+            Ok(Ok(part)) => {
+                sum += part;
+                from = to;
+            }
+            Ok(Err(n)) => return Err(format!("rmw audit: counter {n} is missing or malformed")),
+            Err(e) if e.failure() != Failure::Fatal => {}
+            Err(e) => return Err(format!("rmw audit: {e}")),
+        }
+    }
+    Ok(sum)
+}
