@@ -19,7 +19,7 @@
 //! ## Tables and key layout
 //!
 //! The store range-partitions keys on their first byte, so every key starts
-//! with [`shard`](crate::tatp::shard)`(w_id)`: all rows of a warehouse —
+//! with [`shard`]`(w_id)`: all rows of a warehouse —
 //! including its copy of ITEM — are co-located, as in FaRM, and a NEW_ORDER
 //! whose order lines are all supplied by the home warehouse touches a single
 //! shard. Then comes a one-byte table tag, then big-endian ids (`w` = w_id
@@ -30,16 +30,16 @@
 //!
 //! | table | key | value | raw bytes/row (key + value) |
 //! |---|---|---|---|
-//! | WAREHOUSE | `[s, 'W', w]` | [`Warehouse`] | 6 + 78 |
+//! | WAREHOUSE | `[s, 'W', w]` | [`Warehouse`] | 6 + 84 |
 //! | DISTRICT | `[s, 'D', w, d]` | [`District`] | 7 + 82 |
-//! | CUSTOMER | `[s, 'C', w, d, c]` | [`Customer`] | 11 + 548 |
-//! | HISTORY | `[s, 'H', w, d, c_w, c_d, c, uid:u64]` | [`History`] | 24 + 35 |
+//! | CUSTOMER | `[s, 'C', w, d, c]` | [`Customer`] | 11 + 550 |
+//! | HISTORY | `[s, 'H', w, d, c_w, c_d, c, uid:u64]` | [`History`] | 24 + 31 |
 //! | NEW_ORDER | `[s, 'N', w, d, o]` | o_id u32 | 11 + 4 |
 //! | ORDER | `[s, 'O', w, d, o]` | [`Order`] | 11 + 15 |
 //! | ORDER_LINE | `[s, 'L', w, d, o, n]` | [`OrderLine`] | 12 + 45 |
 //! | ITEM (one copy per warehouse) | `[s, 'I', w, i]` | [`Item`] | 10 + 67 |
 //! | STOCK | `[s, 'S', w, i]` | [`Stock`] | 10 + 293 |
-//! | index: customer by name | `[s, 'X', w, d, c_last, 0, c_first, 0, c]` | c_id u32 | ≈33 + 4 |
+//! | index: customer by name | `[s, 'X', w, d, c_last, 0, c_first, 0, c]` | c_id u32 | ≈37 + 4 |
 //! | index: orders by customer | `[s, 'Y', w, d, c, !o]` | o_id u32 | 15 + 4 |
 //!
 //! (`s` = `shard(w)`; `!o` is the bitwise complement of o_id, so an
@@ -71,7 +71,7 @@
 //! Rows per warehouse at the spec's sizes: 1 WAREHOUSE, 10 DISTRICT, 30,000
 //! each of CUSTOMER, HISTORY, ORDER and the two indexes, 9,000 NEW_ORDER,
 //! ≈300,000 ORDER_LINE, 100,000 each of ITEM and STOCK — ≈659,000 rows,
-//! ≈80 MB raw.
+//! ≈76 MB raw.
 //!
 //! ## What is counted
 //!
@@ -833,7 +833,7 @@ impl Address {
 }
 
 /// A WAREHOUSE row (its key holds W_ID). Layout: name (1-byte length) ·
-/// [`Address`] · tax u16 · ytd i64 (big-endian). ≈78 bytes.
+/// [`Address`] · tax u16 · ytd i64 (big-endian). ≈84 bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warehouse {
     /// W_NAME, a-string of 6..=10.
@@ -918,7 +918,7 @@ impl District {
 /// (1-byte length) · middle (2) · last (1-byte length) · [`Address`] ·
 /// phone (16) · since u64 · credit (2) · credit_lim i64 · discount u16 ·
 /// balance i64 · ytd_payment i64 · payment_cnt u32 · delivery_cnt u32 ·
-/// data (2-byte length). ≈548 bytes.
+/// data (2-byte length). ≈550 bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Customer {
     /// C_FIRST, a-string of 8..=16.
@@ -997,7 +997,7 @@ impl Customer {
 }
 
 /// A HISTORY row (its key holds H_W_ID, H_D_ID, H_C_W_ID, H_C_D_ID, H_C_ID).
-/// Layout: date u64 · amount u32 · data (1-byte length). ≈35 bytes.
+/// Layout: date u64 · amount u32 · data (1-byte length). ≈31 bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct History {
     /// H_DATE, seconds since the epoch.
