@@ -32,7 +32,7 @@ use meridian_process::node::{NodeEffect, NodeProcess, Peer};
 use meridian_runtime::{mono_ns, wait};
 use meridian_transport::lease_udp::{lease_frame, resolve_nodes, LeaseEndpoint, Outgoing};
 use meridian_transport::{FrameReader, Outbox};
-use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request, Response};
+use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request, Response, TxnResponse};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -535,6 +535,16 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
 }
 
 /// Effects that do not depend on the participant's logged state.
+///
+/// Besides lease and clock traffic, the replies to READ, SCAN and VALIDATE
+/// go at once: they log nothing and report only state that is already
+/// durable where it must be. A value a read can see was installed by
+/// COMMIT-PRIMARY, which the coordinator sends only after every backup
+/// acknowledged its COMMIT-BACKUP record, each after its fsync (FaRM §4);
+/// a lock a read or validation reports as held makes the reader abort or
+/// retry, whatever becomes of the lock. Holding them behind the fsync of
+/// another transaction's records (in the same drain) had put an fsync
+/// into every read-only transaction's latency in disk mode.
 fn independent_of_log(e: &NodeEffect) -> bool {
     match e {
         NodeEffect::Send { frame, .. } => matches!(
@@ -546,7 +556,10 @@ fn independent_of_log(e: &NodeEffect) -> bool {
                 req: Request::Clock(_),
                 ..
             } | Frame::Response {
-                resp: Response::Clock(_),
+                resp: Response::Clock(_)
+                    | Response::Txn(
+                        TxnResponse::Read(_) | TxnResponse::Scan(_) | TxnResponse::Validate(_)
+                    ),
                 ..
             }
         ),

@@ -393,6 +393,7 @@ fn address(rng: &mut impl Rng) -> Address {
 }
 
 /// Whether `hay` contains `needle`.
+#[cfg(test)]
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
