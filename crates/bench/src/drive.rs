@@ -29,7 +29,7 @@ use crate::run::{progress, Acc};
 use meridian_client::mono_ns;
 use meridian_txn::{TxnError, TxnOptions};
 use meridian_workload::ops::TxnOps;
-use meridian_workload::{rmw, tatp, ycsb};
+use meridian_workload::{rmw, tatp, tpcc, ycsb};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use std::fmt::Display;
@@ -124,6 +124,9 @@ pub enum Mix {
     },
     /// The multi-key read-modify-write with its exact audit.
     Rmw(rmw::RmwConfig),
+    /// TPC-C's full mix (FaRM §6.3); session `i` has home warehouse
+    /// `i mod W + 1`.
+    Tpcc(tpcc::TpccConfig),
 }
 
 impl Mix {
@@ -133,6 +136,7 @@ impl Mix {
             Mix::Tatp(_) => "tatp".into(),
             Mix::Ycsb { generator, .. } => format!("ycsb-{}", generator.workload().name()),
             Mix::Rmw(_) => "rmw".into(),
+            Mix::Tpcc(_) => "tpcc".into(),
         }
     }
 
@@ -152,15 +156,22 @@ impl Mix {
                 extra.insert("keys_per_txn".into(), cfg.keys as f64);
                 extra.insert("value_bytes".into(), cfg.value_bytes as f64);
             }
+            Mix::Tpcc(cfg) => {
+                extra.insert("warehouses".into(), cfg.warehouses as f64);
+            }
         }
     }
 
-    /// The next transaction's input.
-    pub fn next(&self, rng: &mut SmallRng) -> Op {
+    /// The next transaction's input for session number `session`.
+    pub fn next(&self, session: usize, rng: &mut SmallRng) -> Op {
         match self {
             Mix::Tatp(cfg) => Op::Tatp(tatp::next_txn(cfg, rng)),
             Mix::Ycsb { generator, .. } => Op::Ycsb(generator.next_op(rng)),
             Mix::Rmw(cfg) => Op::Rmw(rmw::next_txn(cfg, rng)),
+            Mix::Tpcc(cfg) => {
+                let home = (session % cfg.warehouses.max(1) as usize) as u32 + 1;
+                Op::Tpcc(tpcc::next_txn(cfg, home, rng))
+            }
         }
     }
 }
@@ -174,6 +185,8 @@ pub enum Op {
     Ycsb(ycsb::YcsbOp),
     /// An RMW transaction.
     Rmw(rmw::RmwTxn),
+    /// A TPC-C transaction.
+    Tpcc(tpcc::TpccTxn),
 }
 
 /// How a transaction body ended.
@@ -197,6 +210,7 @@ impl Op {
             Op::Tatp(t) => t.kind.name(),
             Op::Ycsb(o) => o.name(),
             Op::Rmw(_) => "rmw",
+            Op::Tpcc(t) => t.kind().name(),
         }
     }
 
@@ -206,6 +220,7 @@ impl Op {
             Op::Tatp(t) => t.kind.is_read_only(),
             Op::Ycsb(o) => o.is_read_only(),
             Op::Rmw(_) => false,
+            Op::Tpcc(t) => t.kind().is_read_only(),
         }
     }
 
@@ -240,6 +255,11 @@ impl Op {
                     false => Ending::Inconsistent("an RMW counter is missing or malformed"),
                 }
             }
+            (Op::Tpcc(txn), _) => match tpcc::execute(t, txn).await? {
+                tpcc::Outcome::Commit => Ending::Commit { successful: true },
+                tpcc::Outcome::RolledBack => Ending::Rollback,
+                tpcc::Outcome::Missing(what) => Ending::Inconsistent(what),
+            },
         })
     }
 }
@@ -249,6 +269,8 @@ impl Op {
 pub struct LoopCtx {
     /// The workload.
     pub mix: Arc<Mix>,
+    /// The session's number (TPC-C's home warehouse).
+    pub session: usize,
     /// The session's RNG seed.
     pub seed: u64,
     /// When to stop drawing new inputs.
@@ -263,7 +285,7 @@ pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> Acc
     let mut rng = SmallRng::seed_from_u64(ctx.seed);
     let mix = &*ctx.mix;
     while Instant::now() < ctx.deadline {
-        let op = mix.next(&mut rng);
+        let op = mix.next(ctx.session, &mut rng);
         let t0 = mono_ns();
         loop {
             let r = async {
@@ -358,6 +380,7 @@ where
                 s,
                 LoopCtx {
                     mix: mix.clone(),
+                    session: i,
                     seed: seed ^ i as u64,
                     deadline,
                     count: count.clone(),
@@ -419,4 +442,57 @@ pub async fn audit_rmw<S: BenchSession>(s: &mut S, cfg: &rmw::RmwConfig) -> Resu
         }
     }
     Ok(sum)
+}
+
+/// Rows per scan of the TPC-C consistency check.
+const CHECK_CHUNK: usize = 2000;
+
+/// TPC-C's consistency conditions (spec 3.3.2) over the whole store, read
+/// by successive read-only scans of `CHECK_CHUNK` rows (retried on
+/// abort). Run it when nothing else writes. Returns the rows read.
+///
+/// Errors: a non-abort error, or the first violated conditions.
+pub async fn check_tpcc<S: BenchSession>(
+    s: &mut S,
+    cfg: &tpcc::TpccConfig,
+    progress: impl Fn(u64),
+) -> Result<u64, String> {
+    let mut checker = tpcc::ConsistencyChecker::new();
+    let mut from: Vec<u8> = Vec::new();
+    let end = vec![0xFFu8; 64];
+    loop {
+        let r = async {
+            let mut tx = s.begin(true).await?;
+            match tx.scan(&from, &end, CHECK_CHUNK).await {
+                Ok(rows) => {
+                    tx.commit().await?;
+                    Ok(rows)
+                }
+                Err(e) => {
+                    tx.abort().await;
+                    Err(e)
+                }
+            }
+        }
+        .await;
+        match r {
+            Ok(rows) => {
+                let Some((last, _)) = rows.last() else { break };
+                let mut next = last.clone();
+                next.push(0);
+                for (k, v) in &rows {
+                    checker.add(k, v);
+                }
+                progress(checker.rows());
+                if rows.len() < CHECK_CHUNK {
+                    break;
+                }
+                from = next;
+            }
+            Err(e) if e.failure() != Failure::Fatal => {}
+            Err(e) => return Err(format!("tpcc check: {e}")),
+        }
+    }
+    let rows = checker.rows();
+    checker.finish(cfg).map(|()| rows)
 }

@@ -25,4 +25,5 @@ pub mod netns;
 pub mod peers;
 pub mod pg;
 pub mod run;
+pub mod sweep;
 pub mod timeline;

@@ -343,6 +343,27 @@ impl Peer {
         Ok(finish(&label, el, clients, acc, &mix, start_ns))
     }
 
+    /// TPC-C's consistency check (see [`crate::drive::check_tpcc`]) through
+    /// a fresh session.
+    ///
+    /// Errors: a connection or read error, or a violated condition.
+    pub async fn check_tpcc(
+        &self,
+        cfg: &meridian_workload::tpcc::TpccConfig,
+        progress: impl Fn(u64),
+    ) -> Result<u64, String> {
+        let e = |e: PeerError| format!("{}: {e}", self.name());
+        match self {
+            Peer::Redis(_) => Err("redis: keys are unordered, no scan to check with".into()),
+            Peer::Postgres(p) => {
+                crate::drive::check_tpcc(&mut p.session().await.map_err(e)?, cfg, progress).await
+            }
+            Peer::Etcd(p) => {
+                crate::drive::check_tpcc(&mut p.session().await.map_err(e)?, cfg, progress).await
+            }
+        }
+    }
+
     /// The RMW audit (see [`crate::drive::audit_rmw`]) through a fresh
     /// session.
     ///
@@ -365,6 +386,17 @@ pub(crate) fn finish(label: &str, el: f64, clients: usize, mut acc: Acc, mix: &M
     mix.describe(&mut result.extra);
     if matches!(mix, Mix::Tatp(_)) {
         result.successful_per_s = Some(successful as f64 / el);
+    }
+    if matches!(mix, Mix::Tpcc(_)) {
+        // tpmC counts completed NEW_ORDERs, the 1% rolled back by the spec
+        // included (they are the only rollbacks).
+        let new_orders = result
+            .latency
+            .get(meridian_workload::tpcc::TpccKind::NewOrder.name())
+            .map_or(0, |l| l.committed)
+            + result.extra.get("rollbacks").copied().unwrap_or(0.0) as u64;
+        result.extra.insert("new_order_per_s".into(), new_orders as f64 / el);
+        result.extra.insert("tpmC".into(), new_orders as f64 / el * 60.0);
     }
     Ran {
         result,

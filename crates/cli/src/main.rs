@@ -406,6 +406,49 @@ enum BenchCmd {
         #[arg(long, default_value_t = 100)]
         value_bytes: usize,
     },
+    /// TPC-C's full mix (NewOrder, Payment, OrderStatus, Delivery,
+    /// StockLevel; FaRM §6.3), with the spec's consistency conditions
+    /// checked over the whole store afterwards.
+    Tpcc {
+        #[command(flatten)]
+        opts: BenchOpts,
+        /// Warehouses (each about 660k rows, 76 MB raw).
+        #[arg(long, default_value_t = 2)]
+        warehouses: u32,
+        /// Skip the consistency check after the run.
+        #[arg(long)]
+        no_check: bool,
+    },
+    /// Throughput, p50 and p99 against sessions (1 to 256) for Meridian
+    /// and the peers on one workload: JSON and PNG in `--out`. Peers must
+    /// be running (`scripts/peers.sh start all`).
+    Sweep {
+        /// Workload: tatp, ycsb-a, ycsb-b, ycsb-c, ycsb-f or rmw.
+        #[arg(long, default_value = "ycsb-b")]
+        workload: String,
+        /// Targets: meridian-memory, meridian-disk, redis, postgres, etcd.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "meridian-memory,meridian-disk,redis,postgres,etcd"
+        )]
+        targets: Vec<String>,
+        /// Session counts.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128,256")]
+        sessions: Vec<usize>,
+        /// Seconds per point.
+        #[arg(long, default_value_t = 5)]
+        duration: u64,
+        /// Size: YCSB records, TATP subscribers or RMW counters.
+        #[arg(long, default_value_t = 100_000)]
+        size: u64,
+        /// Meridian's nodes (3-way replication).
+        #[arg(long, default_value_t = 3)]
+        nodes: u32,
+        /// Output directory (`sweep-<workload>.json` and `.png`).
+        #[arg(long, default_value = "bench-results")]
+        out: PathBuf,
+    },
     /// Closed-loop null RPC round trips (the ceiling).
     Rpc {
         #[command(flatten)]
@@ -1237,10 +1280,28 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
     if let Some(s) = r.successful_per_s {
         println!("successful (MQTh): {s:.0} tx/s");
     }
-    println!(
-        "clock: mean uncertainty {:.1} µs, mean GET_TS wait {:.1} µs",
-        r.mean_uncertainty_us, r.mean_uncertainty_wait_us
+    if let Some(t) = r.extra.get("tpmC") {
+        println!(
+            "NEW_ORDER: {:.0}/s, tpmC {t:.0} (rolled back NEW_ORDERs included: {})",
+            t / 60.0,
+            r.extra.get("rollbacks").copied().unwrap_or(0.0)
+        );
+    }
+    let (errors, inconsistent) = (
+        r.extra.get("errors").copied().unwrap_or(0.0),
+        r.extra.get("inconsistent").copied().unwrap_or(0.0),
     );
+    if errors > 0.0 || inconsistent > 0.0 {
+        println!("operational errors: {errors}, bodies that found a must-exist row missing: {inconsistent}");
+    }
+    if r.mean_uncertainty_us > 0.0 {
+        println!(
+            "clock: mean uncertainty {:.1} µs, mean GET_TS wait {:.1} µs ({:.2}x)",
+            r.mean_uncertainty_us,
+            r.mean_uncertainty_wait_us,
+            r.mean_uncertainty_wait_us / r.mean_uncertainty_us
+        );
+    }
     if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
         println!("null-RPC baseline (same run): {b:.0} round trips/s; ratio tx/s ÷ rpc/s = {q:.3}");
     }
@@ -1257,6 +1318,18 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
 }
 
 fn bench_cmd(b: BenchCmd) -> Result<(), String> {
+    if let BenchCmd::Sweep {
+        workload,
+        targets,
+        sessions,
+        duration,
+        size,
+        nodes,
+        out,
+    } = &b
+    {
+        return sweep(workload, targets, sessions, *duration, *size, *nodes, out);
+    }
     if let Some(opts) = b.opts() {
         if opts.target != TargetArg::Meridian {
             return bench_peer(&b, opts);
@@ -1266,8 +1339,10 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         BenchCmd::Tatp { opts, .. }
         | BenchCmd::Ycsb { opts, .. }
         | BenchCmd::Rmw { opts, .. }
+        | BenchCmd::Tpcc { opts, .. }
         | BenchCmd::Rpc { opts }
         | BenchCmd::Bank { opts, .. } => opts.clone(),
+        BenchCmd::Sweep { .. } => return Err("sweep is run by bench_cmd".into()),
         BenchCmd::Failover {
             runs,
             scenarios,
@@ -1445,7 +1520,41 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 rmw_audit_figures(&mut ran.result, &cfg, sum)?;
                 (ran, bank?)
             }
-            BenchCmd::Failover { .. } => return Err("failover is run by bench_cmd".into()),
+            BenchCmd::Tpcc { no_check, .. } => {
+                let (mix, rows, hint) = bench_workload(&b)?;
+                let cfg = match &*mix {
+                    meridian_bench::drive::Mix::Tpcc(cfg) => *cfg,
+                    _ => return Err("tpcc: wrong mix".into()),
+                };
+                eprintln!("loading TPC-C with {} warehouses ({hint} rows)", cfg.warehouses);
+                meridian_bench::run::load(&client, rows, hint, 64, 8)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
+                let (mut ran, bank) = tokio::join!(
+                    meridian_bench::run::meridian(
+                        &client,
+                        "tpcc",
+                        mix.clone(),
+                        opts.clients,
+                        opts.duration,
+                        0x7cc
+                    ),
+                    alongside(client.clone())
+                );
+                finish_killer(killer).await?;
+                if !no_check {
+                    tpcc_check_figures(
+                        &mut ran.result,
+                        meridian_bench::drive::check_tpcc(&mut client.session(), &cfg, |_| {})
+                            .await,
+                    )?;
+                }
+                (ran, bank?)
+            }
+            BenchCmd::Failover { .. } | BenchCmd::Sweep { .. } => {
+                return Err("failover and sweep are run by bench_cmd".into())
+            }
             BenchCmd::Rpc { .. } => {
                 let per_s =
                     meridian_bench::run::rpc(&client, opts.clients, opts.duration, true).await;
@@ -1552,11 +1661,164 @@ impl BenchCmd {
             BenchCmd::Tatp { opts, .. }
             | BenchCmd::Ycsb { opts, .. }
             | BenchCmd::Rmw { opts, .. }
+            | BenchCmd::Tpcc { opts, .. }
             | BenchCmd::Rpc { opts }
             | BenchCmd::Bank { opts, .. } => Some(opts),
-            BenchCmd::Failover { .. } => None,
+            BenchCmd::Failover { .. } | BenchCmd::Sweep { .. } => None,
         }
     }
+}
+
+/// The mix and rows of a sweep's workload name at `size`.
+///
+/// Errors: an unknown workload, or a bad size.
+fn sweep_workload(
+    workload: &str,
+    size: u64,
+) -> Result<(std::sync::Arc<meridian_bench::drive::Mix>, Rows, u64), String> {
+    use meridian_bench::drive::Mix;
+    use meridian_workload::{rmw, tatp, ycsb};
+    let (mix, rows, hint): (Mix, Rows, u64) = match workload {
+        "tatp" => {
+            let cfg = tatp::TatpConfig { subscribers: size };
+            cfg.validate()?;
+            let hint = tatp::population_count_hint(&cfg);
+            (Mix::Tatp(cfg), Box::new(tatp::population(&cfg, 1)), hint)
+        }
+        "rmw" => {
+            let cfg = rmw::RmwConfig {
+                records: u32::try_from(size).map_err(|_| "rmw: too many counters")?,
+                ..rmw::RmwConfig::default()
+            };
+            cfg.validate()?;
+            (Mix::Rmw(cfg), Box::new(rmw::population(&cfg)), size)
+        }
+        w => {
+            let letter = w
+                .strip_prefix("ycsb-")
+                .ok_or_else(|| format!("unknown workload {w:?}: tatp, ycsb-a|b|c|f or rmw"))?;
+            let cfg = ycsb_config(letter, size, 0.99, 1000)?;
+            let rows = Box::new(ycsb::population(&cfg, 1));
+            let mix = Mix::Ycsb {
+                generator: ycsb::YcsbGenerator::new(&cfg)?,
+                value_bytes: cfg.value_bytes,
+            };
+            (mix, rows, size)
+        }
+    };
+    Ok((std::sync::Arc::new(mix), rows, hint))
+}
+
+/// `bench sweep`: each target loaded once, then run at every session
+/// count; the points as JSON and PNG.
+///
+/// Errors: a bad workload or target, a cluster or peer that fails, or the
+/// output files.
+fn sweep(
+    workload: &str,
+    targets: &[String],
+    sessions: &[usize],
+    duration: u64,
+    size: u64,
+    nodes: u32,
+    out: &std::path::Path,
+) -> Result<(), String> {
+    use meridian_bench::peers::Peer;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut points = Vec::new();
+    for target in targets {
+        let (mix, rows, hint) = sweep_workload(workload, size)?;
+        eprintln!("== {target}: loading {hint} rows of {workload}");
+        let pts = match target.as_str() {
+            "meridian-memory" | "meridian-disk" => {
+                let dir = std::env::temp_dir()
+                    .join(format!("meridian-sweep-{}-{target}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&dir);
+                let disk = target == "meridian-disk";
+                let cluster = cluster::LocalCluster::start_tuned(
+                    &dir,
+                    nodes,
+                    nodes.clamp(1, 3) as usize,
+                    12,
+                    |c| {
+                        c.durability.mode = if disk {
+                            meridian_config::DurabilityMode::Disk
+                        } else {
+                            meridian_config::DurabilityMode::Memory
+                        }
+                    },
+                )
+                .map_err(|e| e.to_string())?;
+                let cm = cluster.cm_addr();
+                let label = format!("meridian ({})", if disk { "disk" } else { "memory" });
+                let r = rt.block_on(async {
+                    let client = meridian_client::Client::connect(&cm)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    meridian_bench::run::load(&client, rows, hint, 64, 8)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let pts =
+                        meridian_bench::sweep::meridian(&client, &label, mix, sessions, duration)
+                            .await;
+                    client.close().await;
+                    Ok::<_, String>(pts)
+                });
+                drop(cluster);
+                let _ = std::fs::remove_dir_all(&dir);
+                r?
+            }
+            "redis" | "postgres" | "etcd" => {
+                let peer = match target.as_str() {
+                    "redis" => Peer::Redis(
+                        meridian_bench::peers::RedisPeer::new("redis://127.0.0.1:6379/")
+                            .map_err(|e| e.to_string())?,
+                    ),
+                    "postgres" => {
+                        Peer::Postgres(meridian_bench::pg::PgPeer::new(meridian_bench::pg::DEFAULT_URL))
+                    }
+                    _ => Peer::Etcd(meridian_bench::etcd::EtcdPeer::new(
+                        meridian_bench::etcd::DEFAULT_URL,
+                    )),
+                };
+                rt.block_on(async {
+                    peer.load(rows, |_| {}).await.map_err(|e| {
+                        format!("{target}: {e} (is it running? scripts/peers.sh start {target})")
+                    })?;
+                    meridian_bench::sweep::peer(&peer, mix, sessions, duration).await
+                })?
+            }
+            t => return Err(format!("unknown target {t:?}")),
+        };
+        for p in &pts {
+            println!(
+                "{:<18} {:>4} sessions: {:>9.0} tx/s  p50 {:>8.0} µs  p99 {:>8.0} µs  aborts {:.2}%",
+                p.target,
+                p.sessions,
+                p.tx_per_s,
+                p.p50_us,
+                p.p99_us,
+                p.abort_rate * 100.0
+            );
+        }
+        points.extend(pts);
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let json = out.join(format!("sweep-{workload}.json"));
+    let text = serde_json::to_string_pretty(&points).map_err(|e| e.to_string())?;
+    std::fs::write(&json, text).map_err(|e| format!("{}: {e}", json.display()))?;
+    let png = out.join(format!("sweep-{workload}.png"));
+    meridian_bench::sweep::plot_png(
+        &points,
+        &format!("{workload}: throughput and latency against sessions (one system at a time)"),
+        &png,
+    )?;
+    println!("written {} and {}", json.display(), png.display());
+    Ok(())
 }
 
 /// Rows to load, with a count for the progress bar.
@@ -1608,6 +1870,18 @@ fn bench_workload(
             cfg.validate()?;
             (Mix::Rmw(cfg), Box::new(rmw::population(&cfg)), *records as u64)
         }
+        BenchCmd::Tpcc { warehouses, .. } => {
+            let cfg = meridian_workload::tpcc::TpccConfig {
+                warehouses: *warehouses,
+            };
+            cfg.validate()?;
+            let hint = meridian_workload::tpcc::population_count_hint(&cfg);
+            (
+                Mix::Tpcc(cfg),
+                Box::new(meridian_workload::tpcc::population(&cfg, 1)),
+                hint,
+            )
+        }
         _ => return Err("this benchmark runs on Meridian only (no --target)".into()),
     };
     Ok((std::sync::Arc::new(mix), rows, hint))
@@ -1636,6 +1910,24 @@ fn rmw_audit_figures(
         ));
     }
     Ok(())
+}
+
+/// Record the TPC-C consistency check's outcome; errors if it failed.
+fn tpcc_check_figures(
+    r: &mut meridian_bench::run::BenchResult,
+    check: Result<u64, String>,
+) -> Result<(), String> {
+    match check {
+        Ok(rows) => {
+            println!("tpcc consistency (spec 3.3.2.1-10, 12, and both indexes): OK over {rows} rows");
+            r.extra.insert("checked_rows".into(), rows as f64);
+            Ok(())
+        }
+        Err(e) => {
+            print_result(r);
+            Err(format!("tpcc consistency check failed: {e}"))
+        }
+    }
 }
 
 /// A benchmark against a peer (`--target redis|postgres|etcd`), with the
@@ -1683,6 +1975,11 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
         if let meridian_bench::drive::Mix::Rmw(cfg) = &*mix {
             let sum = peer.audit_rmw(cfg).await?;
             rmw_audit_figures(&mut ran.result, cfg, sum)?;
+        }
+        if let (meridian_bench::drive::Mix::Tpcc(cfg), BenchCmd::Tpcc { no_check: false, .. }) =
+            (&*mix, b)
+        {
+            tpcc_check_figures(&mut ran.result, peer.check_tpcc(cfg, |_| {}).await)?;
         }
         Ok::<_, String>(ran)
     })?;
