@@ -201,6 +201,56 @@ impl TxnOps for EtcdTxn<'_> {
         Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
+    async fn get_many(&mut self, keys: &[Key]) -> Result<Vec<Option<Value>>, PeerError> {
+        // One round trip: a Txn of range requests (at the snapshot, or
+        // fixing it from the Txn's header).
+        let remote: Vec<&Key> = keys.iter().filter(|k| !self.writes.contains_key(*k)).collect();
+        let mut fetched: BTreeMap<&Key, Option<Value>> = BTreeMap::new();
+        if !remote.is_empty() {
+            let ops: Vec<TxnOp> = remote
+                .iter()
+                .map(|k| {
+                    let o = match self.revision {
+                        Some(r) => GetOptions::new().with_revision(r),
+                        None => GetOptions::new(),
+                    };
+                    TxnOp::get(k.to_vec(), Some(o))
+                })
+                .collect();
+            let resp = self.s.client.txn(Txn::new().and_then(ops)).await?;
+            if self.revision.is_none() {
+                let r = resp
+                    .header()
+                    .map(|h| h.revision())
+                    .ok_or_else(|| PeerError::Io("etcd answered without a header".into()))?;
+                self.revision = Some(r);
+            }
+            let answers = resp.op_responses();
+            if answers.len() != remote.len() {
+                return Err(PeerError::Io(format!(
+                    "etcd answered {} of {} reads",
+                    answers.len(),
+                    remote.len()
+                )));
+            }
+            for (k, a) in remote.iter().zip(answers) {
+                let v = match a {
+                    etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                    _ => return Err(PeerError::Io("etcd answered a read with a write".into())),
+                };
+                self.read.insert((*k).clone());
+                fetched.insert(k, v);
+            }
+        }
+        Ok(keys
+            .iter()
+            .map(|k| match self.writes.get(k) {
+                Some(v) => v.clone(),
+                None => fetched.get(k).cloned().flatten(),
+            })
+            .collect())
+    }
+
     async fn put(&mut self, key: Key, value: Value) -> Result<(), PeerError> {
         self.writes.insert(key, Some(value));
         Ok(())

@@ -222,6 +222,29 @@ impl TxnOps for RedisTxn<'_> {
         Ok(v)
     }
 
+    async fn get_many(&mut self, keys: &[Key]) -> Result<Vec<Option<Value>>, PeerError> {
+        // One round trip: WATCH every key not written here, then MGET.
+        let remote: Vec<&Key> = keys.iter().filter(|k| !self.writes.contains_key(*k)).collect();
+        let mut fetched: BTreeMap<&Key, Option<Value>> = BTreeMap::new();
+        if !remote.is_empty() {
+            self.reads += remote.len();
+            let mut pipe = redis::pipe();
+            if std::mem::take(&mut self.session.stale_watch) {
+                pipe.cmd("UNWATCH").ignore();
+            }
+            pipe.cmd("WATCH").arg(&remote).ignore().cmd("MGET").arg(&remote);
+            let (vs,): (Vec<Option<Vec<u8>>>,) = pipe.query_async(&mut self.session.conn).await?;
+            fetched.extend(remote.iter().copied().zip(vs));
+        }
+        Ok(keys
+            .iter()
+            .map(|k| match self.writes.get(k) {
+                Some(v) => v.clone(),
+                None => fetched.get(k).cloned().flatten(),
+            })
+            .collect())
+    }
+
     async fn put(&mut self, key: Key, value: Value) -> Result<(), PeerError> {
         self.writes.insert(key, Some(value));
         Ok(())

@@ -32,6 +32,7 @@ use crate::peers::PeerError;
 use futures_util::future::join;
 use futures_util::StreamExt;
 use meridian_workload::ops::{Key, TxnOps, Value};
+use std::collections::BTreeMap;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{NoTls, Statement};
 
@@ -99,6 +100,7 @@ impl PgPeer {
     pub async fn session(&self) -> Result<PgSession, PeerError> {
         let client = connect(&self.url).await?;
         let get = client.prepare("SELECT v FROM kv WHERE k = $1").await?;
+        let get_many = client.prepare("SELECT k, v FROM kv WHERE k = ANY($1)").await?;
         let put = client
             .prepare("INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v")
             .await?;
@@ -112,6 +114,7 @@ impl PgPeer {
             begin_rw: format!("BEGIN ISOLATION LEVEL {isolation}"),
             begin_ro: format!("BEGIN ISOLATION LEVEL {isolation} READ ONLY"),
             get,
+            get_many,
             put,
             del,
             scan,
@@ -177,6 +180,7 @@ pub struct PgSession {
     begin_rw: String,
     begin_ro: String,
     get: Statement,
+    get_many: Statement,
     put: Statement,
     del: Statement,
     scan: Statement,
@@ -241,6 +245,18 @@ impl TxnOps for PgTxn<'_> {
         let (s, begin) = self.parts();
         let row = pipelined(&s.client, begin, s.client.query_opt(&s.get, &[&key])).await?;
         Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+    }
+
+    async fn get_many(&mut self, keys: &[Key]) -> Result<Vec<Option<Value>>, PeerError> {
+        // One statement: `k = ANY($1)`.
+        let (s, begin) = self.parts();
+        let keys_arg: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let rows = pipelined(&s.client, begin, s.client.query(&s.get_many, &[&keys_arg])).await?;
+        let found: BTreeMap<Vec<u8>, Vec<u8>> = rows
+            .into_iter()
+            .map(|r| (r.get::<_, Vec<u8>>(0), r.get::<_, Vec<u8>>(1)))
+            .collect();
+        Ok(keys.iter().map(|k| found.get(k).cloned()).collect())
     }
 
     async fn put(&mut self, key: Key, value: Value) -> Result<(), PeerError> {

@@ -610,6 +610,24 @@ impl Txn {
         Ok(self.get_versioned(key).await?.map(|(_, v)| v))
     }
 
+    /// Read every key of `keys` at once (one READ per key, all outstanding
+    /// together: one round trip instead of one per key). Values in the
+    /// order of `keys`; `None` if absent.
+    ///
+    /// Errors: as [`Txn::get_versioned`]; the first conflict aborts.
+    pub async fn get_many(&mut self, keys: &[Key]) -> Result<Vec<Option<Value>>, TxnError> {
+        let h = self.handle;
+        let keys = keys.to_vec();
+        match self
+            .core()
+            .call(move |p, now, c| p.get_many(now, c, h, keys))
+            .await
+        {
+            CallResult::Reads(v) => Ok(v.into_iter().map(|r| r.map(|(_, v)| v)).collect()),
+            other => Err(self.fail(other)),
+        }
+    }
+
     /// Buffer a write.
     ///
     /// Errors: `KeyTooLarge`, `ValueTooLarge`, `ReadOnly`, …

@@ -79,6 +79,8 @@ pub enum CallResult {
     /// `get`: the value and its version; own buffered writes have version
     /// `Timestamp::ZERO`.
     Read(Option<(Timestamp, Value)>),
+    /// `get_many`: each key's value and version, in the order asked.
+    Reads(Vec<Option<(Timestamp, Value)>>),
     /// `scan`: rows in key order.
     Rows(Vec<(Key, Value)>),
     /// `commit` succeeded.
@@ -142,6 +144,14 @@ enum Op {
     Idle,
     Get {
         key: Key,
+    },
+    /// `get_many`: one Read per key, all outstanding at once.
+    GetMany {
+        keys: Vec<Key>,
+        /// Results by position; `None` until its reply is in.
+        results: Vec<Option<Option<(Timestamp, Value)>>>,
+        /// RPC id → position.
+        rpcs: BTreeMap<u64, usize>,
     },
     Scan,
     Commit,
@@ -606,6 +616,53 @@ impl ClientProcess {
         self.arm(now);
     }
 
+    /// Read every key of `keys` in `txn` at once: one READ per key not
+    /// written by the transaction, all outstanding together, so a
+    /// transaction that knows its read set up front pays one round trip
+    /// instead of one per key (the issue-7 "fewer round trips" lever; each
+    /// read is the same FaRMv2 read at `read_ts` as [`ClientProcess::get`]).
+    /// Replies [`CallResult::Reads`] once every reply is in; the first
+    /// conflict aborts the transaction (the other replies are then
+    /// ignored).
+    pub fn get_many(&mut self, now: u64, call: CallId, txn: TxnHandle, keys: Vec<Key>) {
+        let steps: Result<Vec<GetStep>, TxnError> = match self.idle_engine(txn) {
+            Ok(e) => keys.iter().map(|k| e.get(k)).collect(),
+            Err(e) => Err(e),
+        };
+        let steps = match steps {
+            Ok(s) => s,
+            Err(e) => return self.fail_call(txn, call, e),
+        };
+        let mut results = vec![None; keys.len()];
+        let mut remote = Vec::new();
+        for (i, step) in steps.into_iter().enumerate() {
+            match step {
+                GetStep::Local(v) => results[i] = Some(v.map(|v| (Timestamp::ZERO, v))),
+                GetStep::Remote(node, req) => remote.push((i, node, req)),
+            }
+        }
+        if remote.is_empty() {
+            let done = results.into_iter().map(|r| r.flatten()).collect();
+            self.reply(call, CallResult::Reads(done));
+            return;
+        }
+        let mut rpcs = BTreeMap::new();
+        for (i, node, req) in remote {
+            rpcs.insert(self.next_rpc, i);
+            self.send_rpc(now, node, req, Purpose::Read(txn));
+        }
+        self.set_op(
+            txn,
+            call,
+            Op::GetMany {
+                keys,
+                results,
+                rpcs,
+            },
+        );
+        self.arm(now);
+    }
+
     /// Scan `[start, end)` for up to `limit` pairs in `txn`. Replies
     /// [`CallResult::Rows`].
     pub fn scan(
@@ -897,6 +954,41 @@ impl ClientProcess {
             self.stats.aborts_too_old += 1;
         }
         self.effects.push(Effect::Reply { call, result });
+    }
+
+    /// One reply of a `get_many`: record it; answer once all are in.
+    fn on_get_many_reply(&mut self, now: u64, txn: TxnHandle, from: NodeId, id: u64, resp: Response) {
+        let Some(t) = self.txns.get_mut(&txn) else {
+            return;
+        };
+        let (Op::GetMany { keys, rpcs, .. }, Some(engine)) = (&mut t.op, t.engine.as_mut()) else {
+            return;
+        };
+        let Some(i) = rpcs.remove(&id) else {
+            return;
+        };
+        let Some(key) = keys.get(i) else {
+            return;
+        };
+        match engine.on_read_reply(from, key, resp) {
+            Ok(v) => {
+                let done = match &mut t.op {
+                    Op::GetMany { results, rpcs, .. } => {
+                        if let Some(slot) = results.get_mut(i) {
+                            *slot = Some(v.map(|v| (v.version, v.value)));
+                        }
+                        rpcs.is_empty().then(|| std::mem::take(results))
+                    }
+                    _ => None,
+                };
+                if let Some(results) = done {
+                    let all = results.into_iter().map(|r| r.flatten()).collect();
+                    self.answer(txn, CallResult::Reads(all), false);
+                }
+            }
+            Err(e) if e.is_abort() => self.answer(txn, CallResult::Failed(e), true),
+            Err(e) => self.abandon(now, txn, e),
+        }
     }
 
     fn idle_engine(&mut self, txn: TxnHandle) -> Result<&mut Transaction, TxnError> {
@@ -1443,6 +1535,7 @@ impl ClientProcess {
             Purpose::Read(txn) => {
                 let key = match self.txns.get(&txn).map(|t| &t.op) {
                     Some(Op::Get { key }) => key.clone(),
+                    Some(Op::GetMany { .. }) => return self.on_get_many_reply(now, txn, from, id, resp),
                     _ => return,
                 };
                 let r = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
@@ -1721,6 +1814,91 @@ mod tests {
             .iter()
             .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::Lock(_)))));
         locks
+    }
+
+    /// A synchronised client with read-write transaction 1 open.
+    fn open_txn(p: &mut ClientProcess) {
+        p.tick(1000);
+        let sync = sent(&p.drain_effects());
+        answer(
+            p,
+            1100,
+            &sync,
+            Response::Clock(ClockResponse::MasterTime { master_ns: 500_000 }),
+        );
+        p.begin(2000, 1, 0, TxnOptions::default());
+        p.tick(200_000);
+        assert!(matches!(
+            replies(&p.drain_effects())[..],
+            [(1, CallResult::Began { .. })]
+        ));
+    }
+
+    fn read_reply(p: &mut ClientProcess, now: u64, to: NodeId, id: u64, v: Option<&[u8]>) -> Effects {
+        let resp = Response::Txn(TxnResponse::Read(Ok(v.map(|v| meridian_wire::Versioned {
+            version: Timestamp(7),
+            value: v.to_vec(),
+        }))));
+        p.on_message(now, to, Frame::Response { id, resp });
+        p.drain_effects()
+    }
+
+    /// `get_many` sends every READ at once (one per key not written by the
+    /// transaction), answers in the order asked whatever order the replies
+    /// come in, serves its own writes locally, and the reads join the read
+    /// set (validated at commit).
+    #[test]
+    fn get_many_sends_all_reads_at_once_and_answers_in_key_order() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        open_txn(&mut p);
+        let (a, b, mine) = (vec![0x00, b'a'], vec![0x80, b'b'], vec![0x40, b'm']);
+        p.put(TxnHandle(1), mine.clone(), b"own".to_vec()).unwrap();
+        p.get_many(200_100, 5, TxnHandle(1), vec![a.clone(), mine.clone(), b.clone()]);
+        let reads = sent(&p.drain_effects());
+        assert_eq!(reads.len(), 2, "one READ per key not written here: {reads:?}");
+        assert!(reads
+            .iter()
+            .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::Read { .. }))));
+        // Replies in reverse order; nothing is answered until the last.
+        let (to1, id1) = (reads[1].0, reads[1].1);
+        assert!(replies(&read_reply(&mut p, 200_200, to1, id1, None)).is_empty());
+        let (to0, id0) = (reads[0].0, reads[0].1);
+        let done = replies(&read_reply(&mut p, 200_300, to0, id0, Some(b"A")));
+        match &done[..] {
+            [(5, CallResult::Reads(v))] => {
+                assert_eq!(v.len(), 3);
+                assert_eq!(v[0].as_ref().map(|(_, v)| v.as_slice()), Some(&b"A"[..]));
+                assert_eq!(v[1].as_ref().map(|(_, v)| v.as_slice()), Some(&b"own"[..]));
+                assert_eq!(v[2], None, "key b's reply said absent");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The transaction is idle again: a commit runs (LOCK of `mine`).
+        p.commit(200_400, 6, TxnHandle(1));
+        let locks = sent(&p.drain_effects());
+        assert!(locks
+            .iter()
+            .any(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::Lock(_)))));
+        p.check_invariants();
+    }
+
+    /// A conflict on one of `get_many`'s reads aborts the transaction and
+    /// the call; the other replies, arriving later, are ignored.
+    #[test]
+    fn a_conflict_in_get_many_aborts_and_later_replies_are_ignored() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        open_txn(&mut p);
+        p.get_many(200_100, 5, TxnHandle(1), vec![vec![0x00, b'a'], vec![0x80, b'b']]);
+        let reads = sent(&p.drain_effects());
+        assert_eq!(reads.len(), 2);
+        let resp = Response::Txn(TxnResponse::Read(Err(Conflict::Locked)));
+        p.on_message(200_200, reads[0].0, Frame::Response { id: reads[0].1, resp });
+        match &replies(&p.drain_effects())[..] {
+            [(5, CallResult::Failed(e))] => assert!(e.is_abort(), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(replies(&read_reply(&mut p, 200_300, reads[1].0, reads[1].1, Some(b"B"))).is_empty());
+        p.check_invariants();
     }
 
     /// FaRM Table 1's low bound: it passes a transaction only once every

@@ -17,6 +17,16 @@ pub trait TxnOps {
     type Error;
     /// Read `key`; `None` if absent.
     async fn get(&mut self, key: &[u8]) -> Result<Option<Value>, Self::Error>;
+    /// Read every key of `keys`, values in the same order. A store that
+    /// can issue the reads together does so (one round trip instead of one
+    /// per key); the default reads them one after the other.
+    async fn get_many(&mut self, keys: &[Key]) -> Result<Vec<Option<Value>>, Self::Error> {
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            out.push(self.get(k).await?);
+        }
+        Ok(out)
+    }
     /// Buffer a write of `key`.
     async fn put(&mut self, key: Key, value: Value) -> Result<(), Self::Error>;
     /// Buffer a delete of `key`.
@@ -88,6 +98,9 @@ impl TxnOps for meridian_client::Txn {
     type Error = meridian_client::TxnError;
     async fn get(&mut self, key: &[u8]) -> Result<Option<Value>, Self::Error> {
         meridian_client::Txn::get(self, key).await
+    }
+    async fn get_many(&mut self, keys: &[Key]) -> Result<Vec<Option<Value>>, Self::Error> {
+        meridian_client::Txn::get_many(self, keys).await
     }
     async fn put(&mut self, key: Key, value: Value) -> Result<(), Self::Error> {
         meridian_client::Txn::put(self, key, value).await

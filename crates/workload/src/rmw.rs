@@ -119,8 +119,8 @@ pub fn next_txn(cfg: &RmwConfig, rng: &mut impl Rng) -> RmwTxn {
     RmwTxn { counters }
 }
 
-/// Runs `txn` as the whole of the open transaction `t`: read each counter,
-/// then write each back plus one. `Ok(false)` if a counter is missing or
+/// Runs `txn` as the whole of the open transaction `t`: read the counters
+/// (together, [`TxnOps::get_many`]), then write each back plus one. `Ok(false)` if a counter is missing or
 /// malformed (nothing is written: the caller aborts and reports it);
 /// `Ok(true)` otherwise, to be committed.
 pub async fn execute<T: TxnOps>(
@@ -128,9 +128,11 @@ pub async fn execute<T: TxnOps>(
     txn: &RmwTxn,
     value_bytes: usize,
 ) -> Result<bool, T::Error> {
-    let mut counts = Vec::with_capacity(txn.counters.len());
-    for &n in &txn.counters {
-        match t.get(&key(n)).await?.as_deref().and_then(decode) {
+    // The read set is known up front: one round of reads.
+    let keys: Vec<Key> = txn.counters.iter().map(|&n| key(n)).collect();
+    let mut counts = Vec::with_capacity(keys.len());
+    for v in t.get_many(&keys).await? {
+        match v.as_deref().and_then(decode) {
             Some(c) => counts.push(c),
             None => return Ok(false),
         }

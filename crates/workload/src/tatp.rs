@@ -827,17 +827,19 @@ pub async fn execute<T: TxnOps>(t: &mut T, txn: &TatpTxn) -> Result<bool, T::Err
             .is_some()),
 
         TatpKind::UpdateSubscriberData => {
+            // Both rows are known up front: one round of reads.
             let sub_key = subscriber_key(txn.s_id);
-            if let Some(mut sub) = t.get(&sub_key).await?.and_then(|v| Subscriber::decode(&v)) {
+            let sf_key = special_facility_key(txn.s_id, txn.sf_type);
+            let mut rows = t
+                .get_many(&[sub_key.clone(), sf_key.clone()])
+                .await?
+                .into_iter();
+            let (sub, sf) = (rows.next().flatten(), rows.next().flatten());
+            if let Some(mut sub) = sub.and_then(|v| Subscriber::decode(&v)) {
                 sub.set_bit_1(txn.bit_1);
                 t.put(sub_key, sub.encode()).await?;
             }
-            let sf_key = special_facility_key(txn.s_id, txn.sf_type);
-            match t
-                .get(&sf_key)
-                .await?
-                .and_then(|v| SpecialFacility::decode(&v))
-            {
+            match sf.and_then(|v| SpecialFacility::decode(&v)) {
                 Some(mut sf) => {
                     sf.data_a = txn.data_a;
                     t.put(sf_key, sf.encode()).await?;
