@@ -1448,9 +1448,22 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             BenchCmd::Tatp { subscribers, .. } => {
                 let cfg = meridian_workload::tatp::TatpConfig { subscribers };
                 eprintln!("loading TATP with {subscribers} subscribers");
+                // Memory per stored row: the nodes' resident memory grown
+                // by the load, against the rows' raw key + value bytes.
+                let rss_before = nodes_rss_bytes(&opts.dir);
+                let raw = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+                let counted = {
+                    let raw = raw.clone();
+                    meridian_workload::tatp::population(&cfg, 1).inspect(move |(k, v)| {
+                        raw.fetch_add(
+                            (k.len() + v.len()) as u64,
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                    })
+                };
                 let n = meridian_bench::run::load(
                     &client,
-                    meridian_workload::tatp::population(&cfg, 1),
+                    counted,
                     meridian_workload::tatp::population_count_hint(&cfg),
                     64,
                     8,
@@ -1458,11 +1471,28 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())?;
                 eprintln!("loaded {n} rows");
+                let memory = match (rss_before, nodes_rss_bytes(&opts.dir)) {
+                    (Some(a), Some(b)) if n > 0 => {
+                        let copies = n * client.config().replication.max(1) as u64;
+                        let raw = raw.load(std::sync::atomic::Ordering::Relaxed) as f64 / n as f64;
+                        let per_copy = b.saturating_sub(a) as f64 / copies as f64;
+                        eprintln!(
+                            "memory: {per_copy:.0} B resident per stored row copy ({copies} copies), raw row {raw:.1} B ({:.1}x)",
+                            per_copy / raw
+                        );
+                        Some((per_copy, raw))
+                    }
+                    _ => None,
+                };
                 let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
-                let (ran, bank) = tokio::join!(
+                let (mut ran, bank) = tokio::join!(
                     meridian_bench::run::tatp(&client, cfg, opts.clients, opts.duration),
                     alongside(client.clone())
                 );
+                if let Some((per_copy, raw)) = memory {
+                    ran.result.extra.insert("rss_bytes_per_row_copy".into(), per_copy);
+                    ran.result.extra.insert("raw_bytes_per_row".into(), raw);
+                }
                 finish_killer(killer).await?;
                 (ran, bank?)
             }
@@ -1667,6 +1697,25 @@ impl BenchCmd {
             BenchCmd::Failover { .. } | BenchCmd::Sweep { .. } => None,
         }
     }
+}
+
+/// The resident memory of the local cluster's node processes in `dir`,
+/// bytes (`VmRSS` of `/proc/<pid>/status`); `None` if any is unreadable.
+fn nodes_rss_bytes(dir: &std::path::Path) -> Option<u64> {
+    let nodes = cluster::status(dir).ok()?;
+    let mut total = 0u64;
+    for (_, _, pid, _) in nodes {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        total += kb * 1024;
+    }
+    Some(total)
 }
 
 /// The mix and rows of a sweep's workload name at `size`.
