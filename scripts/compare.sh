@@ -6,10 +6,14 @@
 # 100k and 1M subscribers. Results: bench-results/compare/*.json and a
 # summary in bench-results/compare/summary.txt.
 #
-#   scripts/compare.sh [seconds per run, default 15]
+#   scripts/compare.sh [seconds per run, default 15] ["parts", default all:
+#                      "tatp tpcc ycsb rmw rpc scale"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-15}"
+# Which parts to run (default all): tatp tpcc ycsb rmw rpc scale.
+PARTS="${2:-tatp tpcc ycsb rmw rpc scale}"
+want() { [[ " $PARTS " == *" $1 "* ]]; }
 OUT=bench-results/compare
 mkdir -p "$OUT"
 M=target/release/meridian
@@ -17,36 +21,42 @@ cargo build --release -q -p meridian-cli
 bash scripts/peers.sh start all >/dev/null
 trap 'bash scripts/peers.sh stop all >/dev/null 2>&1 || true' EXIT
 SUM="$OUT/summary.txt"
-: >"$SUM"
+[ "$PARTS" = "tatp tpcc ycsb rmw rpc scale" ] && : >"$SUM"
 run() { # name, then the bench arguments
   local name="$1"; shift
   echo "== $name: $*" | tee -a "$SUM"
   if "$M" bench "$@" --json "$OUT/$name.json" >"$OUT/$name.out" 2>&1; then
-    grep -E "committed:|MQTh|tpmC|clock:|null-RPC|audit|consistency|^all " "$OUT/$name.out" | tee -a "$SUM"
+    grep -E "committed:|MQTh|tpmC|clock:|null-RPC|null RPC|memory:|audit|consistency|^all " "$OUT/$name.out" | tee -a "$SUM" || true
   else
     echo "FAILED (see $OUT/$name.out)" | tee -a "$SUM"
   fi
 }
-for n in 8 32; do
+if want tatp; then for n in 8 32; do
   run "tatp-pg-$n" tatp --target postgres --subscribers 100000 --clients $n --duration "$SECS"
   run "tatp-meridian-disk-$n" tatp --subscribers 100000 --clients $n --duration "$SECS" --baseline 5
-done
+done; fi
+if want tpcc; then
 run tpcc-pg-16 tpcc --target postgres --warehouses 2 --clients 16 --duration "$SECS"
 run tpcc-meridian-disk-16 tpcc --warehouses 2 --clients 16 --duration "$SECS" --baseline 0
-for w in b a; do
+fi
+if want ycsb; then for w in b a; do
   run "ycsb-$w-redis-16" ycsb --target redis --workload $w --clients 16 --duration "$SECS"
   run "ycsb-$w-meridian-memory-16" ycsb --workload $w --clients 16 --duration "$SECS" --durability memory --baseline 0
-done
-for n in 8 32; do
+done; fi
+if want rmw; then for n in 8 32; do
   run "rmw-etcd-$n" rmw --target etcd --clients $n --duration "$SECS"
   run "rmw-meridian-disk-$n" rmw --clients $n --duration "$SECS" --baseline 0
-done
+done; fi
+if want rpc; then
 # The null-RPC rate against redis-benchmark GET, 32 connections each.
 run rpc-32 rpc --clients 32 --duration 10
 echo "== redis-benchmark GET, 32 connections" | tee -a "$SUM"
-redis-benchmark -q -t get -c 32 -n 500000 -d 100 | tr '\r' '\n' | grep -E "GET:.*requests per second" | tail -1 | tee -a "$SUM"
+redis-benchmark -q -t get -c 32 -n 500000 -d 100 | tr '\r' '\n' | grep -E "GET:.*requests per second" | tail -1 | tee -a "$SUM" || true
+fi
+if want scale; then
 # TATP at 1M subscribers against 100k (memory durability, so the figure
 # is the store's, not the disk's).
 run tatp-memory-100k tatp --subscribers 100000 --clients 32 --duration "$SECS" --durability memory --baseline 0
 run tatp-memory-1m tatp --subscribers 1000000 --clients 32 --duration "$SECS" --durability memory --baseline 0
+fi
 echo "summary in $SUM"

@@ -37,16 +37,17 @@ install_redis() {
   if command -v systemctl >/dev/null && systemctl is-active --quiet redis-server 2>/dev/null; then
     systemctl stop redis-server || true
   fi
-  pkill -f "redis-server .*:6379" 2>/dev/null || true
+  # (Only one not started by this script: ours has a pid file.)
+  if [ ! -f "$ROOT/redis/redis.pid" ]; then pkill -f "redis-server .*:6379" 2>/dev/null || true; fi
 }
 
 start_redis() {
-  install_redis
-  mkdir -p "$ROOT/redis"
-  if redis-cli -p 6379 ping >/dev/null 2>&1; then
+  if command -v redis-cli >/dev/null && redis-cli -p 6379 ping >/dev/null 2>&1; then
     echo "redis already answers on 127.0.0.1:6379"
     return
   fi
+  install_redis
+  mkdir -p "$ROOT/redis"
   redis-server --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
     --dir "$ROOT/redis" --logfile "$ROOT/redis/redis.log" --daemonize yes \
     --pidfile "$ROOT/redis/redis.pid"

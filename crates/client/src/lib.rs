@@ -69,6 +69,10 @@ pub enum ClientError {
     /// The clock did not synchronise in time.
     #[error("clock did not synchronise with the clock master within {0} ms")]
     ClockTimeout(u64),
+    /// The operating system refused a resource the client needs (a
+    /// thread).
+    #[error("{0}")]
+    Os(String),
 }
 
 /// Why [`Client::execute`] did not return a committed result.

@@ -6,7 +6,7 @@
 //! A link's frames queue in a bounded channel (`max_inflight_per_connection`);
 //! a frame that does not fit is dropped and its RPC times out, exactly like
 //! a lost message. Wake-ups the process asks for are served by one task
-//! per client (`tick_loop`), not a task each. A broken connection fails every RPC outstanding on it
+//! per client (`tick_thread`), which ticks the process itself. A broken connection fails every RPC outstanding on it
 //! ([`Core::on_disconnect`]) and is re-established (review finding 8).
 //!
 //! Clients are coordinators, so they hold leases at the CM (FaRM §5.1).
@@ -19,7 +19,7 @@ use crate::{ClientError, Core, Io};
 use meridian_config::Configuration;
 use meridian_process::client::ClientProcess;
 use meridian_process::lease::{LeaseDesk, LeaseFrom, LeaseOutcome};
-use meridian_runtime::{mono_ns, wait};
+use meridian_runtime::mono_ns;
 use meridian_transport::lease_udp::{self, LeaseEndpoint, Outgoing};
 use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request};
 use std::collections::BTreeMap;
@@ -37,44 +37,86 @@ pub struct TokioIo {
     /// Set once the lease thread runs: only then do lease frames leave on
     /// its socket (its grants would otherwise arrive where nobody reads).
     lease_thread: Arc<std::sync::atomic::AtomicBool>,
-    /// The earliest wake-up asked for, served by one task ([`tick_loop`]).
+    /// The earliest wake-up asked for, served by one thread ([`tick_thread`]).
     ticker: Arc<Ticker>,
 }
 
 /// The earliest local time the process asked to be ticked at
-/// (`u64::MAX`: none), and a signal when it moves earlier. One long-lived
-/// task serves it: a task spawned per wake-up (one per uncertainty wait)
-/// cost about a tenth of a loaded client's CPU in spawns and teardowns.
+/// (`u64::MAX`: none), served by one thread of the client's own
+/// ([`tick_thread`]) that sleeps until then with a 1 ns timer slack and
+/// ticks the process itself. The uncertainty wait ends with that tick,
+/// so every hop between the deadline and the tick lengthens it: a tokio
+/// task woken by the runtime's waiter thread cost two hops (the waiter
+/// thread's wake-up, then the task's scheduling on a busy worker), and a
+/// task spawned per wake-up cost a tenth of a loaded client's CPU.
 struct Ticker {
-    next_at: std::sync::atomic::AtomicU64,
-    earlier: tokio::sync::Notify,
+    next_at: std::sync::Mutex<u64>,
+    earlier: std::sync::Condvar,
+}
+
+impl Ticker {
+    fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.next_at.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Tick `core` at the earliest time asked for, until the core is gone.
-async fn tick_loop(core: Weak<Core>, t: Arc<Ticker>) {
-    use std::sync::atomic::Ordering::SeqCst;
-    loop {
-        let at = t.next_at.load(SeqCst);
-        if at == u64::MAX {
-            // Nothing asked: wait for a request (checking now and then
-            // that the core still exists).
-            let _ =
-                tokio::time::timeout(std::time::Duration::from_secs(1), t.earlier.notified()).await;
-        } else {
-            tokio::select! {
-                _ = wait::wait_until(at) => {
-                    // Served, unless an earlier time came meanwhile (then
-                    // the next round serves it at once).
-                    let _ = t.next_at.compare_exchange(at, u64::MAX, SeqCst, SeqCst);
-                    match core.upgrade() {
-                        Some(c) => c.tick(),
-                        None => return,
-                    }
-                }
-                _ = t.earlier.notified() => {}
+fn tick_thread(core: Weak<Core>, t: Arc<Ticker>) {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+    let alive = core.clone();
+    serve(
+        &t,
+        move || match core.upgrade() {
+            Some(c) => {
+                c.tick();
+                true
             }
+            None => false,
+        },
+        move || alive.strong_count() > 0,
+    );
+}
+
+impl Ticker {
+    /// Ask for a tick at `at_local_ns` (an earlier request than the one
+    /// pending wakes the thread at once; a later one changes nothing).
+    fn request(&self, at_local_ns: u64) {
+        let mut next = self.lock();
+        if at_local_ns < *next {
+            *next = at_local_ns;
+            self.earlier.notify_one();
         }
-        if core.strong_count() == 0 {
+    }
+}
+
+/// The ticker's loop: call `tick` once the earliest requested time has
+/// come; stop when `tick` or `alive` says the owner is gone.
+fn serve(t: &Ticker, mut tick: impl FnMut() -> bool, alive: impl Fn() -> bool) {
+    let mut next = t.lock();
+    loop {
+        let now = mono_ns();
+        if *next <= now {
+            *next = u64::MAX;
+            drop(next);
+            if !tick() {
+                return;
+            }
+            next = t.lock();
+            continue;
+        }
+        // Nothing asked: sleep a second at most, to notice a closed core.
+        let sleep_ns = (*next - now).min(1_000_000_000);
+        next = match t
+            .earlier
+            .wait_timeout(next, std::time::Duration::from_nanos(sleep_ns))
+        {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+        if !alive() {
             return;
         }
     }
@@ -171,11 +213,7 @@ impl Io for TokioIo {
     }
 
     fn wake_at(&self, _core: Weak<Core>, at_local_ns: u64) {
-        use std::sync::atomic::Ordering::SeqCst;
-        let before = self.ticker.next_at.fetch_min(at_local_ns, SeqCst);
-        if at_local_ns < before {
-            self.ticker.earlier.notify_one();
-        }
+        self.ticker.request(at_local_ns);
     }
 }
 
@@ -202,8 +240,8 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
     let desk = process.lease_desk();
     let lease_thread = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ticker = Arc::new(Ticker {
-        next_at: std::sync::atomic::AtomicU64::new(u64::MAX),
-        earlier: tokio::sync::Notify::new(),
+        next_at: std::sync::Mutex::new(u64::MAX),
+        earlier: std::sync::Condvar::new(),
     });
     // Without a lease socket the lease goes over the TCP links (slower to
     // renew under load, but correct).
@@ -223,7 +261,13 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
         ticker: ticker.clone(),
     };
     let core = Core::new(config, process, Box::new(io));
-    tokio::spawn(tick_loop(Arc::downgrade(&core), ticker));
+    {
+        let core = Arc::downgrade(&core);
+        std::thread::Builder::new()
+            .name("meridian-client-ticker".into())
+            .spawn(move || tick_thread(core, ticker))
+            .map_err(|e| ClientError::Os(format!("cannot start the ticker thread: {e}")))?;
+    }
     if let Some((_, thread_socket)) = socket {
         let leases = ClientLeases {
             desk,
@@ -280,4 +324,57 @@ async fn link(
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    /// An earlier request wakes a ticker asleep until a later one, and each
+    /// tick comes no earlier than asked. (A ticker that ignored earlier
+    /// requests would tick first at the later time and fail this.)
+    #[test]
+    fn an_earlier_request_is_served_before_a_later_one() {
+        let t = Arc::new(Ticker {
+            next_at: std::sync::Mutex::new(u64::MAX),
+            earlier: std::sync::Condvar::new(),
+        });
+        let ticks = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let th = {
+            let (t, ticks, stop) = (t.clone(), ticks.clone(), stop.clone());
+            std::thread::spawn(move || {
+                serve(
+                    &t,
+                    || {
+                        ticks.lock().unwrap().push(mono_ns());
+                        !stop.load(Ordering::SeqCst)
+                    },
+                    || true,
+                )
+            })
+        };
+        let start = mono_ns();
+        t.request(start + 2_000_000_000); // 2 s: the thread sleeps on it
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        t.request(start + 50_000_000); // 50 ms: must wake it
+        t.request(start + 3_000_000_000); // later: changes nothing
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while ticks.lock().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no tick at all");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let first = ticks.lock().unwrap()[0];
+        assert!(first >= start + 50_000_000, "ticked before it was asked to");
+        assert!(
+            first < start + 1_500_000_000,
+            "the earlier request waited for the later one ({} ms)",
+            (first - start) / 1_000_000
+        );
+        stop.store(true, Ordering::SeqCst);
+        t.request(0);
+        th.join().unwrap();
+    }
 }
