@@ -1413,8 +1413,12 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         (None, Some(c)) => c.cm_addr(),
         (None, None) => return Err("no cluster".into()),
     };
+    let workers: usize = std::env::var("MERIDIAN_BENCH_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers.max(1))
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
