@@ -64,6 +64,24 @@ impl Object {
             .unwrap_or(Timestamp::ZERO)
     }
 
+    /// True if whoever holds this object's lock will commit, if at all,
+    /// at a `write_ts` above `read_ts`, so a reader at `read_ts` may read
+    /// past the lock instead of aborting (issue 7; FaRMv2 §4.7 aborts
+    /// every read of a locked object).
+    ///
+    /// Why: the lock was taken after the head version was installed, and
+    /// a head version is installed only after its writer's write
+    /// uncertainty wait, when global time is past the head's `write_ts`.
+    /// The lock holder takes its `write_ts` from GET_TS after locking, so
+    /// its `write_ts` exceeds the head's. If the head is already newer
+    /// than `read_ts`, the lock holder's write can never belong to the
+    /// snapshot at `read_ts`, and the version at `read_ts` stays as it is.
+    /// (A read-write reader then fails validation on the newer head; a
+    /// read-only one commits with the version it read.)
+    pub fn lock_cannot_precede(&self, read_ts: Timestamp) -> bool {
+        self.head_ts() > read_ts
+    }
+
     fn at(&self, read_ts: Timestamp) -> Result<Option<&Version>, Conflict> {
         match self.versions.iter().rev().find(|v| v.ts <= read_ts) {
             Some(v) => Ok(Some(v)),
@@ -175,7 +193,7 @@ impl RegionStore {
         let Some(obj) = self.objects.get(key) else {
             return Ok(None);
         };
-        if obj.lock.is_some() {
+        if obj.lock.is_some() && !obj.lock_cannot_precede(read_ts) {
             return Err(Conflict::Locked);
         }
         Ok(obj.at(read_ts)?.and_then(|v| {
@@ -205,7 +223,7 @@ impl RegionStore {
         let mut bytes = 0usize;
         let mut rows = Vec::new();
         for (k, obj) in self.objects.range::<[u8], _>(check_range(range)) {
-            if obj.lock.is_some() {
+            if obj.lock.is_some() && !obj.lock_cannot_precede(read_ts) {
                 return Err(Conflict::Locked);
             }
             if let Some(v) = obj.at(read_ts)? {
@@ -669,6 +687,40 @@ mod tests {
         assert_eq!(s.read(b"k", ts(10)).unwrap().unwrap().value, b"a");
         assert_eq!(s.read(b"k", ts(19)).unwrap().unwrap().value, b"a");
         assert_eq!(s.read(b"k", ts(25)).unwrap().unwrap().version, ts(20));
+        s.check_invariants();
+    }
+
+    /// A reader meets a lock: it reads past it only when the head version
+    /// is already newer than its `read_ts` (the lock holder's `write_ts`
+    /// must then exceed the head's, so it cannot enter the snapshot);
+    /// otherwise the lock holder might commit below `read_ts`, and the read
+    /// aborts. Scans follow the same rule.
+    #[test]
+    fn a_read_passes_a_lock_only_below_a_newer_head() {
+        let mut s = RegionStore::new(8);
+        s.install(tx(1), b"k", ts(10), Some(vec![1]));
+        s.install(tx(2), b"k", ts(20), Some(vec![2]));
+        s.lock(tx(3), b"k", ts(25)).unwrap();
+        // read_ts 15 < head 20: the version at 15 is final.
+        let v = s.read(b"k", ts(15)).unwrap().unwrap();
+        assert_eq!((v.version, v.value), (ts(10), vec![1]));
+        // read_ts 20 and 30 >= head: the holder may commit at 21..=30.
+        assert_eq!(s.read(b"k", ts(20)), Err(Conflict::Locked));
+        assert_eq!(s.read(b"k", ts(30)), Err(Conflict::Locked));
+        let all = KeyRange {
+            start: b"a".to_vec(),
+            end: None,
+        };
+        let (rows, _) = s.scan(&all, ts(15), 10, usize::MAX).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].1.version, ts(10));
+        assert_eq!(s.scan(&all, ts(20), 10, usize::MAX), Err(Conflict::Locked));
+        // An insert's lock placeholder has no head: always locked.
+        s.lock(tx(4), b"new", ts(1)).unwrap();
+        assert_eq!(s.read(b"new", ts(1)), Err(Conflict::Locked));
+        // Validation is unchanged: a read-write reader at 15 fails on the
+        // newer head anyway.
+        assert!(s.validate_key(tx(5), b"k", ts(15)).is_err());
         s.check_invariants();
     }
 
