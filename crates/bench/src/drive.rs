@@ -146,7 +146,10 @@ impl Mix {
             Mix::Tatp(cfg) => {
                 extra.insert("subscribers".into(), cfg.subscribers as f64);
             }
-            Mix::Ycsb { generator, value_bytes } => {
+            Mix::Ycsb {
+                generator,
+                value_bytes,
+            } => {
                 extra.insert("theta".into(), generator.keys().zipfian().theta());
                 extra.insert("records".into(), generator.keys().zipfian().items() as f64);
                 extra.insert("value_bytes".into(), *value_bytes as f64);

@@ -204,7 +204,10 @@ impl TxnOps for EtcdTxn<'_> {
     async fn get_many(&mut self, keys: &[Key]) -> Result<Vec<Option<Value>>, PeerError> {
         // One round trip: a Txn of range requests (at the snapshot, or
         // fixing it from the Txn's header).
-        let remote: Vec<&Key> = keys.iter().filter(|k| !self.writes.contains_key(*k)).collect();
+        let remote: Vec<&Key> = keys
+            .iter()
+            .filter(|k| !self.writes.contains_key(*k))
+            .collect();
         let mut fetched: BTreeMap<&Key, Option<Value>> = BTreeMap::new();
         if !remote.is_empty() {
             let ops: Vec<TxnOp> = remote
@@ -235,7 +238,9 @@ impl TxnOps for EtcdTxn<'_> {
             }
             for (k, a) in remote.iter().zip(answers) {
                 let v = match a {
-                    etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                    etcd_client::TxnOpResponse::Get(g) => {
+                        g.kvs().first().map(|kv| kv.value().to_vec())
+                    }
                     _ => return Err(PeerError::Io("etcd answered a read with a write".into())),
                 };
                 self.read.insert((*k).clone());
@@ -268,7 +273,9 @@ impl TxnOps for EtcdTxn<'_> {
         limit: usize,
     ) -> Result<Vec<(Key, Value)>, PeerError> {
         if !self.read_only {
-            return Err(PeerError::Unsupported("a scan in a transaction that writes"));
+            return Err(PeerError::Unsupported(
+                "a scan in a transaction that writes",
+            ));
         }
         let limit = limit.min(i64::MAX as usize) as i64;
         let resp = self
@@ -303,7 +310,11 @@ impl BenchTxn for EtcdTxn<'_> {
                 None => TxnOp::delete(k, None),
             })
             .collect();
-        let resp = self.s.client.txn(Txn::new().when(compares).and_then(ops)).await?;
+        let resp = self
+            .s
+            .client
+            .txn(Txn::new().when(compares).and_then(ops))
+            .await?;
         if resp.succeeded() {
             Ok(())
         } else {

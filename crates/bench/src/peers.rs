@@ -224,7 +224,10 @@ impl TxnOps for RedisTxn<'_> {
 
     async fn get_many(&mut self, keys: &[Key]) -> Result<Vec<Option<Value>>, PeerError> {
         // One round trip: WATCH every key not written here, then MGET.
-        let remote: Vec<&Key> = keys.iter().filter(|k| !self.writes.contains_key(*k)).collect();
+        let remote: Vec<&Key> = keys
+            .iter()
+            .filter(|k| !self.writes.contains_key(*k))
+            .collect();
         let mut fetched: BTreeMap<&Key, Option<Value>> = BTreeMap::new();
         if !remote.is_empty() {
             self.reads += remote.len();
@@ -232,7 +235,11 @@ impl TxnOps for RedisTxn<'_> {
             if std::mem::take(&mut self.session.stale_watch) {
                 pipe.cmd("UNWATCH").ignore();
             }
-            pipe.cmd("WATCH").arg(&remote).ignore().cmd("MGET").arg(&remote);
+            pipe.cmd("WATCH")
+                .arg(&remote)
+                .ignore()
+                .cmd("MGET")
+                .arg(&remote);
             let (vs,): (Vec<Option<Vec<u8>>>,) = pipe.query_async(&mut self.session.conn).await?;
             fetched.extend(remote.iter().copied().zip(vs));
         }
@@ -327,41 +334,34 @@ impl Peer {
     /// connection), the same closed loop as Meridian's run.
     ///
     /// Errors: a session could not connect.
-    pub async fn run(&self, mix: Arc<Mix>, clients: usize, secs: u64, seed: u64) -> Result<Ran, String> {
+    pub async fn run(
+        &self,
+        mix: Arc<Mix>,
+        clients: usize,
+        secs: u64,
+        seed: u64,
+    ) -> Result<Ran, String> {
         let start_ns = mono_ns();
         let label = format!("{} ({})", mix.name(), self.name());
         let err = |e: PeerError| format!("{}: {e}", self.name());
+        // One arm per peer: the session loop must be spawned where its
+        // session type is concrete (see `crate::drive`).
+        macro_rules! run_on {
+            ($p:expr) => {{
+                let mut v = Vec::with_capacity(clients);
+                for _ in 0..clients {
+                    v.push($p.session().await.map_err(err)?);
+                }
+                run_sessions(&label, v, mix.clone(), seed, secs, |s, c| {
+                    tokio::spawn(session_loop(s, c))
+                })
+                .await
+            }};
+        }
         let (acc, el) = match self {
-            Peer::Redis(p) => {
-                let mut v = Vec::with_capacity(clients);
-                for _ in 0..clients {
-                    v.push(p.session().await.map_err(err)?);
-                }
-                run_sessions(&label, v, mix.clone(), seed, secs, |s, c| {
-                    tokio::spawn(session_loop(s, c))
-                })
-                .await
-            }
-            Peer::Postgres(p) => {
-                let mut v = Vec::with_capacity(clients);
-                for _ in 0..clients {
-                    v.push(p.session().await.map_err(err)?);
-                }
-                run_sessions(&label, v, mix.clone(), seed, secs, |s, c| {
-                    tokio::spawn(session_loop(s, c))
-                })
-                .await
-            }
-            Peer::Etcd(p) => {
-                let mut v = Vec::with_capacity(clients);
-                for _ in 0..clients {
-                    v.push(p.session().await.map_err(err)?);
-                }
-                run_sessions(&label, v, mix.clone(), seed, secs, |s, c| {
-                    tokio::spawn(session_loop(s, c))
-                })
-                .await
-            }
+            Peer::Redis(p) => run_on!(p),
+            Peer::Postgres(p) => run_on!(p),
+            Peer::Etcd(p) => run_on!(p),
         };
         Ok(finish(&label, el, clients, acc, &mix, start_ns))
     }
@@ -394,15 +394,26 @@ impl Peer {
     pub async fn audit_rmw(&self, cfg: &meridian_workload::rmw::RmwConfig) -> Result<u64, String> {
         let e = |e: PeerError| format!("{}: {e}", self.name());
         match self {
-            Peer::Redis(p) => crate::drive::audit_rmw(&mut p.session().await.map_err(e)?, cfg).await,
-            Peer::Postgres(p) => crate::drive::audit_rmw(&mut p.session().await.map_err(e)?, cfg).await,
+            Peer::Redis(p) => {
+                crate::drive::audit_rmw(&mut p.session().await.map_err(e)?, cfg).await
+            }
+            Peer::Postgres(p) => {
+                crate::drive::audit_rmw(&mut p.session().await.map_err(e)?, cfg).await
+            }
             Peer::Etcd(p) => crate::drive::audit_rmw(&mut p.session().await.map_err(e)?, cfg).await,
         }
     }
 }
 
 /// The result of a closed-loop run of `mix` (any target).
-pub(crate) fn finish(label: &str, el: f64, clients: usize, mut acc: Acc, mix: &Mix, start_ns: u64) -> Ran {
+pub(crate) fn finish(
+    label: &str,
+    el: f64,
+    clients: usize,
+    mut acc: Acc,
+    mix: &Mix,
+    start_ns: u64,
+) -> Ran {
     let successful = acc.successful;
     let commits_ns = std::mem::take(&mut acc.commits_ns);
     let mut result = summarize_core(label, el, clients, acc);
@@ -418,8 +429,12 @@ pub(crate) fn finish(label: &str, el: f64, clients: usize, mut acc: Acc, mix: &M
             .get(meridian_workload::tpcc::TpccKind::NewOrder.name())
             .map_or(0, |l| l.committed)
             + result.extra.get("rollbacks").copied().unwrap_or(0.0) as u64;
-        result.extra.insert("new_order_per_s".into(), new_orders as f64 / el);
-        result.extra.insert("tpmC".into(), new_orders as f64 / el * 60.0);
+        result
+            .extra
+            .insert("new_order_per_s".into(), new_orders as f64 / el);
+        result
+            .extra
+            .insert("tpmC".into(), new_orders as f64 / el * 60.0);
     }
     Ran {
         result,

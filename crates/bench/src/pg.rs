@@ -47,7 +47,10 @@ const LOAD_IN_FLIGHT: usize = 4;
 impl From<tokio_postgres::Error> for PeerError {
     fn from(e: tokio_postgres::Error) -> Self {
         match e.code() {
-            Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
+            Some(c)
+                if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                    || *c == SqlState::T_R_DEADLOCK_DETECTED =>
+            {
                 PeerError::Conflict
             }
             _ => PeerError::Io(match e.as_db_error() {
@@ -100,7 +103,9 @@ impl PgPeer {
     pub async fn session(&self) -> Result<PgSession, PeerError> {
         let client = connect(&self.url).await?;
         let get = client.prepare("SELECT v FROM kv WHERE k = $1").await?;
-        let get_many = client.prepare("SELECT k, v FROM kv WHERE k = ANY($1)").await?;
+        let get_many = client
+            .prepare("SELECT k, v FROM kv WHERE k = ANY($1)")
+            .await?;
         let put = client
             .prepare("INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v")
             .await?;

@@ -1,5 +1,6 @@
 //! Closed-loop benchmark drivers.
 
+use crate::drive::{run_sessions, session_loop, Mix};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use meridian_checker::{History, Outcome, TxnRecord};
@@ -9,7 +10,6 @@ use meridian_wire::NodeId;
 use meridian_workload::bank::{self, BankConfig, WriteIds};
 use meridian_workload::ops::Program;
 use meridian_workload::{tatp, ycsb};
-use crate::drive::{run_sessions, session_loop, Mix};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -394,7 +394,14 @@ pub struct Ran {
 /// Run `mix` on Meridian for `secs` with `clients` sessions: the closed
 /// loop of [`crate::drive`], the same as the peers'. `label` names the
 /// progress bar and the result.
-pub async fn meridian(client: &Client, label: &str, mix: Arc<Mix>, clients: usize, secs: u64, seed: u64) -> Ran {
+pub async fn meridian(
+    client: &Client,
+    label: &str,
+    mix: Arc<Mix>,
+    clients: usize,
+    secs: u64,
+    seed: u64,
+) -> Ran {
     let start_ns = mono_ns();
     let sessions: Vec<_> = (0..clients).map(|_| client.session()).collect();
     let (acc, el) = run_sessions(label, sessions, mix.clone(), seed, secs, |s, c| {
@@ -408,7 +415,15 @@ pub async fn meridian(client: &Client, label: &str, mix: Arc<Mix>, clients: usiz
 
 /// Run the TATP mix for `secs` with `clients` sessions.
 pub async fn tatp(client: &Client, cfg: tatp::TatpConfig, clients: usize, secs: u64) -> Ran {
-    meridian(client, "tatp", Arc::new(Mix::Tatp(cfg)), clients, secs, 0x7a7b).await
+    meridian(
+        client,
+        "tatp",
+        Arc::new(Mix::Tatp(cfg)),
+        clients,
+        secs,
+        0x7a7b,
+    )
+    .await
 }
 
 /// Run a YCSB workload for `secs` with `clients` sessions.

@@ -55,7 +55,15 @@ pub async fn meridian(
 ) -> Vec<Point> {
     let mut out = Vec::new();
     for &n in sessions {
-        let ran = crate::run::meridian(client, &format!("{label} x{n}"), mix.clone(), n, secs, 0x5eed).await;
+        let ran = crate::run::meridian(
+            client,
+            &format!("{label} x{n}"),
+            mix.clone(),
+            n,
+            secs,
+            0x5eed,
+        )
+        .await;
         out.push(Point::of(label, &ran.result));
     }
     out
@@ -64,7 +72,12 @@ pub async fn meridian(
 /// Run `mix` on a (loaded) peer at each session count, `secs` each.
 ///
 /// Errors: a session could not connect.
-pub async fn peer(peer: &Peer, mix: Arc<Mix>, sessions: &[usize], secs: u64) -> Result<Vec<Point>, String> {
+pub async fn peer(
+    peer: &Peer,
+    mix: Arc<Mix>,
+    sessions: &[usize],
+    secs: u64,
+) -> Result<Vec<Point>, String> {
     let mut out = Vec::new();
     for &n in sessions {
         let ran = peer.run(mix.clone(), n, secs, 0x5eed).await?;
@@ -116,7 +129,13 @@ pub fn plot_png(points: &[Point], title: &str, path: &Path) -> Result<(), String
     for (area, (ydesc, pick, log_y)) in panels.iter().zip(specs) {
         let ys: Vec<f64> = points.iter().map(pick).filter(|y| *y > 0.0).collect();
         let ymax = ys.iter().cloned().fold(1.0, f64::max) * 1.3;
-        let ymin = ys.iter().cloned().fold(f64::MAX, f64::min).min(ymax / 10.0).max(1.0) / 1.3;
+        let ymin = ys
+            .iter()
+            .cloned()
+            .fold(f64::MAX, f64::min)
+            .min(ymax / 10.0)
+            .max(1.0)
+            / 1.3;
         let mut builder = ChartBuilder::on(area);
         builder
             .margin(12)
@@ -147,7 +166,10 @@ pub fn plot_png(points: &[Point], title: &str, path: &Path) -> Result<(), String
                             PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                         });
                     chart
-                        .draw_series(data.into_iter().map(|(x, y)| Circle::new((x, y), 3, color.filled())))
+                        .draw_series(
+                            data.into_iter()
+                                .map(|(x, y)| Circle::new((x, y), 3, color.filled())),
+                        )
                         .map_err(|e| err(&e))?;
                 }
                 chart
@@ -187,12 +209,23 @@ mod tests {
             p99_us: 400.0 * n as f64,
             abort_rate: 0.0,
         };
-        let pts = vec![mk("a", 1, 10.0), mk("b", 1, 5.0), mk("a", 2, 20.0), mk("b", 2, 6.0)];
+        let pts = vec![
+            mk("a", 1, 10.0),
+            mk("b", 1, 5.0),
+            mk("a", 2, 20.0),
+            mk("b", 2, 6.0),
+        ];
         let s = series(&pts);
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].0, "a");
-        assert_eq!(s[0].1.iter().map(|p| p.sessions).collect::<Vec<_>>(), vec![1, 2]);
-        assert_eq!(s[1].1.iter().map(|p| p.tx_per_s).collect::<Vec<_>>(), vec![5.0, 6.0]);
+        assert_eq!(
+            s[0].1.iter().map(|p| p.sessions).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert_eq!(
+            s[1].1.iter().map(|p| p.tx_per_s).collect::<Vec<_>>(),
+            vec![5.0, 6.0]
+        );
         let path = std::env::temp_dir().join(format!("meridian-sweep-{}.png", std::process::id()));
         match plot_png(&pts, "test", &path) {
             Ok(()) => {

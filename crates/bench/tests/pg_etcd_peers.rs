@@ -177,39 +177,66 @@ async fn contended_rmw(peer: &Peer) -> (u64, u64, u64) {
         keys: 4,
         value_bytes: 16,
     };
-    assert_eq!(peer.load(rmw::population(&cfg), |_| {}).await.expect("load"), 8);
-    let ran = peer.run(Arc::new(Mix::Rmw(cfg)), 4, 1, 3).await.expect("run");
+    assert_eq!(
+        peer.load(rmw::population(&cfg), |_| {})
+            .await
+            .expect("load"),
+        8
+    );
+    let ran = peer
+        .run(Arc::new(Mix::Rmw(cfg)), 4, 1, 3)
+        .await
+        .expect("run");
     let sum = peer.audit_rmw(&cfg).await.expect("audit");
     (ran.result.committed, ran.result.aborts, sum)
 }
 
 #[test]
 fn postgres_runs_tatp_and_the_contended_rmw_without_lost_updates() {
-    let Some(server) = start_postgres() else { return };
+    let Some(server) = start_postgres() else {
+        return;
+    };
     rt().block_on(async {
         let peer = Peer::Postgres(PgPeer::new(&server.url));
         let (committed, aborts, sum) = contended_rmw(&peer).await;
         assert!(committed > 20, "{committed}");
         assert!(aborts > 0, "8 hot counters: SSI must refuse some commits");
-        assert_eq!(sum, 4 * committed, "lost or doubled updates at SERIALIZABLE");
+        assert_eq!(
+            sum,
+            4 * committed,
+            "lost or doubled updates at SERIALIZABLE"
+        );
 
         // The broken variant: READ COMMITTED loses updates, and the same
         // audit sees it.
         let broken = Peer::Postgres(PgPeer::new(&server.url).read_committed_for_tests());
         let (committed, _, sum) = contended_rmw(&broken).await;
-        assert!(sum < 4 * committed, "READ COMMITTED lost no update? {sum} vs {committed}");
+        assert!(
+            sum < 4 * committed,
+            "READ COMMITTED lost no update? {sum} vs {committed}"
+        );
 
         // TATP (scans, inserts, deletes, the sub_nbr index) through the
         // same loop.
         let cfg = tatp::TatpConfig { subscribers: 1000 };
-        let n = peer.load(tatp::population(&cfg, 1), |_| {}).await.expect("load");
+        let n = peer
+            .load(tatp::population(&cfg, 1), |_| {})
+            .await
+            .expect("load");
         assert!(n > 1000);
-        let ran = peer.run(Arc::new(Mix::Tatp(cfg)), 4, 1, 4).await.expect("run");
+        let ran = peer
+            .run(Arc::new(Mix::Tatp(cfg)), 4, 1, 4)
+            .await
+            .expect("run");
         let r = &ran.result;
         assert!(r.committed > 50, "{}", r.committed);
         assert_eq!(r.extra["errors"], 0.0);
         assert_eq!(r.extra["inconsistent"], 0.0);
-        assert!(r.latency.contains_key("GET_NEW_DESTINATION"), "{:?}", r.latency.keys());
+        assert!(
+            r.latency.contains_key("GET_NEW_DESTINATION"),
+            "{:?}",
+            r.latency.keys()
+        );
         assert!(r.successful_per_s.is_some_and(|s| s > 0.0));
     });
 }
@@ -227,11 +254,16 @@ fn etcd_runs_the_contended_rmw_without_lost_updates() {
         // The broken variant: commits without compares lose updates.
         let broken = Peer::Etcd(EtcdPeer::new(&server.url).without_compares_for_tests());
         let (committed, _, sum) = contended_rmw(&broken).await;
-        assert!(sum < 4 * committed, "no compares lost no update? {sum} vs {committed}");
+        assert!(
+            sum < 4 * committed,
+            "no compares lost no update? {sum} vs {committed}"
+        );
 
         // A read-only TATP mix scans (GET_NEW_DESTINATION) at the snapshot.
         let cfg = tatp::TatpConfig { subscribers: 200 };
-        peer.load(tatp::population(&cfg, 1), |_| {}).await.expect("load");
+        peer.load(tatp::population(&cfg, 1), |_| {})
+            .await
+            .expect("load");
         let mut s = match &peer {
             Peer::Etcd(p) => p.session().await.expect("session"),
             _ => unreachable!(),

@@ -6,10 +6,10 @@
 
 use meridian_bench::drive::Mix;
 use meridian_bench::peers::{Peer, PeerError, RedisPeer};
-use meridian_workload::rmw::{self, RmwConfig};
-use std::sync::Arc;
 use meridian_workload::ops::TxnOps;
+use meridian_workload::rmw::{self, RmwConfig};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A redis-server on a free loopback port, without persistence, killed and
@@ -173,11 +173,22 @@ fn contended_rmw_against_redis_loses_no_update() {
             keys: 4,
             value_bytes: 16,
         };
-        assert_eq!(peer.load(rmw::population(&cfg), |_| {}).await.expect("load"), 8);
-        let ran = peer.run(Arc::new(Mix::Rmw(cfg)), 4, 1, 2).await.expect("run");
+        assert_eq!(
+            peer.load(rmw::population(&cfg), |_| {})
+                .await
+                .expect("load"),
+            8
+        );
+        let ran = peer
+            .run(Arc::new(Mix::Rmw(cfg)), 4, 1, 2)
+            .await
+            .expect("run");
         let r = &ran.result;
         assert!(r.committed > 100, "{}", r.committed);
-        assert!(r.aborts > 0, "8 hot counters, 4 sessions: some EXEC must fail");
+        assert!(
+            r.aborts > 0,
+            "8 hot counters, 4 sessions: some EXEC must fail"
+        );
         let sum = peer.audit_rmw(&cfg).await.expect("audit");
         assert_eq!(sum, 4 * r.committed, "lost or doubled updates");
     });

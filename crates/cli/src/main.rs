@@ -434,7 +434,11 @@ enum BenchCmd {
         )]
         targets: Vec<String>,
         /// Session counts.
-        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128,256")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1,2,4,8,16,32,64,128,256"
+        )]
         sessions: Vec<usize>,
         /// Seconds per point.
         #[arg(long, default_value_t = 5)]
@@ -1526,13 +1530,11 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 finish_killer(killer).await?;
                 (ran?, bank?)
             }
-            BenchCmd::Rmw { .. } => {
+            BenchCmd::Rmw { .. } | BenchCmd::Tpcc { .. } => {
+                use meridian_bench::drive::Mix;
                 let (mix, rows, hint) = bench_workload(&b)?;
-                let cfg = match &*mix {
-                    meridian_bench::drive::Mix::Rmw(cfg) => *cfg,
-                    _ => return Err("rmw: wrong mix".into()),
-                };
-                eprintln!("loading RMW with {} counters", cfg.records);
+                let name = mix.name();
+                eprintln!("loading {name} ({hint} rows)");
                 meridian_bench::run::load(&client, rows, hint, 64, 8)
                     .await
                     .map_err(|e| e.to_string())?;
@@ -1540,7 +1542,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 let (mut ran, bank) = tokio::join!(
                     meridian_bench::run::meridian(
                         &client,
-                        "rmw",
+                        &name,
                         mix.clone(),
                         opts.clients,
                         opts.duration,
@@ -1549,40 +1551,23 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                     alongside(client.clone())
                 );
                 finish_killer(killer).await?;
-                let sum =
-                    meridian_bench::drive::audit_rmw(&mut client.session(), &cfg).await?;
-                rmw_audit_figures(&mut ran.result, &cfg, sum)?;
-                (ran, bank?)
-            }
-            BenchCmd::Tpcc { no_check, .. } => {
-                let (mix, rows, hint) = bench_workload(&b)?;
-                let cfg = match &*mix {
-                    meridian_bench::drive::Mix::Tpcc(cfg) => *cfg,
-                    _ => return Err("tpcc: wrong mix".into()),
-                };
-                eprintln!("loading TPC-C with {} warehouses ({hint} rows)", cfg.warehouses);
-                meridian_bench::run::load(&client, rows, hint, 64, 8)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
-                let (mut ran, bank) = tokio::join!(
-                    meridian_bench::run::meridian(
-                        &client,
-                        "tpcc",
-                        mix.clone(),
-                        opts.clients,
-                        opts.duration,
-                        0x7cc
-                    ),
-                    alongside(client.clone())
-                );
-                finish_killer(killer).await?;
-                if !no_check {
-                    tpcc_check_figures(
-                        &mut ran.result,
-                        meridian_bench::drive::check_tpcc(&mut client.session(), &cfg, |_| {})
-                            .await,
-                    )?;
+                // The workload's own check over the whole store.
+                match (&*mix, &b) {
+                    (Mix::Rmw(cfg), _) => {
+                        let sum =
+                            meridian_bench::drive::audit_rmw(&mut client.session(), cfg).await?;
+                        rmw_audit_figures(&mut ran.result, cfg, sum)?;
+                    }
+                    (Mix::Tpcc(cfg), BenchCmd::Tpcc { no_check: false, .. }) => {
+                        let check = meridian_bench::drive::check_tpcc(
+                            &mut client.session(),
+                            cfg,
+                            |_| {},
+                        )
+                        .await;
+                        tpcc_check_figures(&mut ran.result, check)?;
+                    }
+                    _ => {}
                 }
                 (ran, bank?)
             }
@@ -1831,9 +1816,9 @@ fn sweep(
                         meridian_bench::peers::RedisPeer::new("redis://127.0.0.1:6379/")
                             .map_err(|e| e.to_string())?,
                     ),
-                    "postgres" => {
-                        Peer::Postgres(meridian_bench::pg::PgPeer::new(meridian_bench::pg::DEFAULT_URL))
-                    }
+                    "postgres" => Peer::Postgres(meridian_bench::pg::PgPeer::new(
+                        meridian_bench::pg::DEFAULT_URL,
+                    )),
                     _ => Peer::Etcd(meridian_bench::etcd::EtcdPeer::new(
                         meridian_bench::etcd::DEFAULT_URL,
                     )),
@@ -1921,7 +1906,11 @@ fn bench_workload(
                 value_bytes: *value_bytes,
             };
             cfg.validate()?;
-            (Mix::Rmw(cfg), Box::new(rmw::population(&cfg)), *records as u64)
+            (
+                Mix::Rmw(cfg),
+                Box::new(rmw::population(&cfg)),
+                *records as u64,
+            )
         }
         BenchCmd::Tpcc { warehouses, .. } => {
             let cfg = meridian_workload::tpcc::TpccConfig {
@@ -1972,7 +1961,9 @@ fn tpcc_check_figures(
 ) -> Result<(), String> {
     match check {
         Ok(rows) => {
-            println!("tpcc consistency (spec 3.3.2.1-10, 12, and both indexes): OK over {rows} rows");
+            println!(
+                "tpcc consistency (spec 3.3.2.1-10, 12, and both indexes): OK over {rows} rows"
+            );
             r.extra.insert("checked_rows".into(), rows as f64);
             Ok(())
         }
@@ -1994,8 +1985,10 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
     let url = opts.peer_url.clone();
     let peer = match opts.target {
         TargetArg::Redis => Peer::Redis(
-            meridian_bench::peers::RedisPeer::new(url.as_deref().unwrap_or("redis://127.0.0.1:6379/"))
-                .map_err(|e| e.to_string())?,
+            meridian_bench::peers::RedisPeer::new(
+                url.as_deref().unwrap_or("redis://127.0.0.1:6379/"),
+            )
+            .map_err(|e| e.to_string())?,
         ),
         TargetArg::Postgres => Peer::Postgres(meridian_bench::pg::PgPeer::new(
             url.as_deref().unwrap_or(meridian_bench::pg::DEFAULT_URL),
@@ -2015,8 +2008,10 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
         eprintln!("loading {} into {name}", mix.name());
         let bar = indicatif::ProgressBar::new(hint);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("load [{bar:30}] {pos}/{len} rows {per_sec} eta {eta}")
-                .map_err(|e| e.to_string())?,
+            indicatif::ProgressStyle::with_template(
+                "load [{bar:30}] {pos}/{len} rows {per_sec} eta {eta}",
+            )
+            .map_err(|e| e.to_string())?,
         );
         let n = peer
             .load(rows, |n| bar.set_position(n))
@@ -2024,13 +2019,19 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
             .map_err(|e| format!("{name}: {e} (is it running? scripts/peers.sh start {name})"))?;
         bar.finish_and_clear();
         eprintln!("loaded {n} rows");
-        let mut ran = peer.run(mix.clone(), opts.clients, opts.duration, 0x5eed).await?;
+        let mut ran = peer
+            .run(mix.clone(), opts.clients, opts.duration, 0x5eed)
+            .await?;
         if let meridian_bench::drive::Mix::Rmw(cfg) = &*mix {
             let sum = peer.audit_rmw(cfg).await?;
             rmw_audit_figures(&mut ran.result, cfg, sum)?;
         }
-        if let (meridian_bench::drive::Mix::Tpcc(cfg), BenchCmd::Tpcc { no_check: false, .. }) =
-            (&*mix, b)
+        if let (
+            meridian_bench::drive::Mix::Tpcc(cfg),
+            BenchCmd::Tpcc {
+                no_check: false, ..
+            },
+        ) = (&*mix, b)
         {
             tpcc_check_figures(&mut ran.result, peer.check_tpcc(cfg, |_| {}).await)?;
         }

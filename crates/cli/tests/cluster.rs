@@ -417,8 +417,18 @@ fn bench_rmw_on_hot_counters_loses_no_update() {
     run_bench(
         &dir,
         &[
-            "bench", "rmw", "--records", "8", "--duration", "2", "--baseline", "0", "--clients",
-            "4", "--durability", "memory",
+            "bench",
+            "rmw",
+            "--records",
+            "8",
+            "--duration",
+            "2",
+            "--baseline",
+            "0",
+            "--clients",
+            "4",
+            "--durability",
+            "memory",
         ],
         &json,
     );
@@ -426,7 +436,10 @@ fn bench_rmw_on_hot_counters_loses_no_update() {
     let v: serde_json::Value = serde_json::from_str(&text).expect("valid json");
     let committed = v["committed"].as_u64().unwrap_or(0);
     assert!(committed > 50, "{text}");
-    assert!(v["aborts"].as_u64().unwrap_or(0) > 0, "no conflict on 8 hot counters: {text}");
+    assert!(
+        v["aborts"].as_u64().unwrap_or(0) > 0,
+        "no conflict on 8 hot counters: {text}"
+    );
     assert_eq!(
         v["extra"]["audit_sum"].as_f64(),
         Some(4.0 * committed as f64),
@@ -448,21 +461,40 @@ fn bench_tpcc_runs_the_full_mix_and_stays_consistent() {
     run_bench(
         &dir,
         &[
-            "bench", "tpcc", "--warehouses", "1", "--duration", "3", "--baseline", "0",
-            "--clients", "4", "--durability", "memory",
+            "bench",
+            "tpcc",
+            "--warehouses",
+            "1",
+            "--duration",
+            "3",
+            "--baseline",
+            "0",
+            "--clients",
+            "4",
+            "--durability",
+            "memory",
         ],
         &json,
     );
     let text = std::fs::read_to_string(&json).expect("results json");
     let v: serde_json::Value = serde_json::from_str(&text).expect("valid json");
-    for kind in ["NEW_ORDER", "PAYMENT", "ORDER_STATUS", "DELIVERY", "STOCK_LEVEL"] {
+    for kind in [
+        "NEW_ORDER",
+        "PAYMENT",
+        "ORDER_STATUS",
+        "DELIVERY",
+        "STOCK_LEVEL",
+    ] {
         assert!(
             v["latency"][kind]["committed"].as_u64().unwrap_or(0) > 0,
             "no {kind} in {text}"
         );
     }
     assert!(v["extra"]["tpmC"].as_f64().unwrap_or(0.0) > 0.0, "{text}");
-    assert!(v["extra"]["checked_rows"].as_f64().unwrap_or(0.0) > 600_000.0, "{text}");
+    assert!(
+        v["extra"]["checked_rows"].as_f64().unwrap_or(0.0) > 600_000.0,
+        "{text}"
+    );
     assert_eq!(v["extra"]["inconsistent"].as_f64(), Some(0.0), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -326,7 +326,10 @@ enum ClockConn {
     /// lost message).
     Connecting { pending: Vec<u8> },
     /// Connected: `gen` tells a stale reader's exit from the current one.
-    Up { stream: std::net::TcpStream, gen: u64 },
+    Up {
+        stream: std::net::TcpStream,
+        gen: u64,
+    },
 }
 
 /// Bytes of clock syncs held while the clock link connects.

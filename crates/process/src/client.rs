@@ -957,7 +957,14 @@ impl ClientProcess {
     }
 
     /// One reply of a `get_many`: record it; answer once all are in.
-    fn on_get_many_reply(&mut self, now: u64, txn: TxnHandle, from: NodeId, id: u64, resp: Response) {
+    fn on_get_many_reply(
+        &mut self,
+        now: u64,
+        txn: TxnHandle,
+        from: NodeId,
+        id: u64,
+        resp: Response,
+    ) {
         let Some(t) = self.txns.get_mut(&txn) else {
             return;
         };
@@ -1535,7 +1542,9 @@ impl ClientProcess {
             Purpose::Read(txn) => {
                 let key = match self.txns.get(&txn).map(|t| &t.op) {
                     Some(Op::Get { key }) => key.clone(),
-                    Some(Op::GetMany { .. }) => return self.on_get_many_reply(now, txn, from, id, resp),
+                    Some(Op::GetMany { .. }) => {
+                        return self.on_get_many_reply(now, txn, from, id, resp)
+                    }
                     _ => return,
                 };
                 let r = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
@@ -1834,7 +1843,13 @@ mod tests {
         ));
     }
 
-    fn read_reply(p: &mut ClientProcess, now: u64, to: NodeId, id: u64, v: Option<&[u8]>) -> Effects {
+    fn read_reply(
+        p: &mut ClientProcess,
+        now: u64,
+        to: NodeId,
+        id: u64,
+        v: Option<&[u8]>,
+    ) -> Effects {
         let resp = Response::Txn(TxnResponse::Read(Ok(v.map(|v| meridian_wire::Versioned {
             version: Timestamp(7),
             value: v.to_vec(),
@@ -1853,9 +1868,18 @@ mod tests {
         open_txn(&mut p);
         let (a, b, mine) = (vec![0x00, b'a'], vec![0x80, b'b'], vec![0x40, b'm']);
         p.put(TxnHandle(1), mine.clone(), b"own".to_vec()).unwrap();
-        p.get_many(200_100, 5, TxnHandle(1), vec![a.clone(), mine.clone(), b.clone()]);
+        p.get_many(
+            200_100,
+            5,
+            TxnHandle(1),
+            vec![a.clone(), mine.clone(), b.clone()],
+        );
         let reads = sent(&p.drain_effects());
-        assert_eq!(reads.len(), 2, "one READ per key not written here: {reads:?}");
+        assert_eq!(
+            reads.len(),
+            2,
+            "one READ per key not written here: {reads:?}"
+        );
         assert!(reads
             .iter()
             .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::Read { .. }))));
@@ -1888,16 +1912,35 @@ mod tests {
     fn a_conflict_in_get_many_aborts_and_later_replies_are_ignored() {
         let mut p = ClientProcess::new(&config(), 7, 1);
         open_txn(&mut p);
-        p.get_many(200_100, 5, TxnHandle(1), vec![vec![0x00, b'a'], vec![0x80, b'b']]);
+        p.get_many(
+            200_100,
+            5,
+            TxnHandle(1),
+            vec![vec![0x00, b'a'], vec![0x80, b'b']],
+        );
         let reads = sent(&p.drain_effects());
         assert_eq!(reads.len(), 2);
         let resp = Response::Txn(TxnResponse::Read(Err(Conflict::Locked)));
-        p.on_message(200_200, reads[0].0, Frame::Response { id: reads[0].1, resp });
+        p.on_message(
+            200_200,
+            reads[0].0,
+            Frame::Response {
+                id: reads[0].1,
+                resp,
+            },
+        );
         match &replies(&p.drain_effects())[..] {
             [(5, CallResult::Failed(e))] => assert!(e.is_abort(), "{e}"),
             other => panic!("{other:?}"),
         }
-        assert!(replies(&read_reply(&mut p, 200_300, reads[1].0, reads[1].1, Some(b"B"))).is_empty());
+        assert!(replies(&read_reply(
+            &mut p,
+            200_300,
+            reads[1].0,
+            reads[1].1,
+            Some(b"B")
+        ))
+        .is_empty());
         p.check_invariants();
     }
 

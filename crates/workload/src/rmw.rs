@@ -54,7 +54,10 @@ impl RmwConfig {
     /// Errors: a size out of its range.
     pub fn validate(&self) -> Result<(), String> {
         if !(1..=64).contains(&self.keys) {
-            return Err(format!("rmw: keys per transaction must be 1..=64, not {}", self.keys));
+            return Err(format!(
+                "rmw: keys per transaction must be 1..=64, not {}",
+                self.keys
+            ));
         }
         if (self.records as usize) < self.keys {
             return Err(format!(
@@ -149,7 +152,12 @@ pub async fn execute<T: TxnOps>(
 ///
 /// Errors: the first error of `t`, or a missing or malformed counter (as
 /// `Ok(Err(n))`, the counter's number).
-pub async fn audit<T: TxnOps>(t: &mut T, cfg: &RmwConfig, from: u32, to: u32) -> Result<Result<u64, u32>, T::Error> {
+pub async fn audit<T: TxnOps>(
+    t: &mut T,
+    cfg: &RmwConfig,
+    from: u32,
+    to: u32,
+) -> Result<Result<u64, u32>, T::Error> {
     let mut sum = 0u64;
     for n in from..to.min(cfg.records) {
         match t.get(&key(n)).await?.as_deref().and_then(decode) {
@@ -201,9 +209,18 @@ mod tests {
     #[test]
     fn bad_sizes_are_refused() {
         for bad in [
-            RmwConfig { keys: 0, ..RmwConfig::default() },
-            RmwConfig { records: 3, ..RmwConfig::default() },
-            RmwConfig { value_bytes: 4, ..RmwConfig::default() },
+            RmwConfig {
+                keys: 0,
+                ..RmwConfig::default()
+            },
+            RmwConfig {
+                records: 3,
+                ..RmwConfig::default()
+            },
+            RmwConfig {
+                value_bytes: 4,
+                ..RmwConfig::default()
+            },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
