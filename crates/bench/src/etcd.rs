@@ -109,11 +109,7 @@ impl EtcdPeer {
         let mut c = self.client().await?;
         c.delete(vec![0u8], Some(DeleteOptions::new().with_from_key()))
             .await?;
-        let mut rows = rows.peekable();
-        let chunks = futures_util::stream::iter(std::iter::from_fn(move || {
-            rows.peek()?;
-            Some(rows.by_ref().take(LOAD_BATCH).collect::<Vec<_>>())
-        }));
+        let chunks = futures_util::stream::iter(crate::peers::chunks(rows, LOAD_BATCH));
         let c = &c;
         let mut done = chunks
             .map(|chunk| async move {
@@ -247,13 +243,7 @@ impl TxnOps for EtcdTxn<'_> {
                 fetched.insert(k, v);
             }
         }
-        Ok(keys
-            .iter()
-            .map(|k| match self.writes.get(k) {
-                Some(v) => v.clone(),
-                None => fetched.get(k).cloned().flatten(),
-            })
-            .collect())
+        Ok(crate::peers::own_or_fetched(keys, &self.writes, &fetched))
     }
 
     async fn put(&mut self, key: Key, value: Value) -> Result<(), PeerError> {

@@ -243,13 +243,7 @@ impl TxnOps for RedisTxn<'_> {
             let (vs,): (Vec<Option<Vec<u8>>>,) = pipe.query_async(&mut self.session.conn).await?;
             fetched.extend(remote.iter().copied().zip(vs));
         }
-        Ok(keys
-            .iter()
-            .map(|k| match self.writes.get(k) {
-                Some(v) => v.clone(),
-                None => fetched.get(k).cloned().flatten(),
-            })
-            .collect())
+        Ok(crate::peers::own_or_fetched(keys, &self.writes, &fetched))
     }
 
     async fn put(&mut self, key: Key, value: Value) -> Result<(), PeerError> {
@@ -287,6 +281,33 @@ impl BenchTxn for RedisTxn<'_> {
     async fn abort(self) {
         RedisTxn::abort(self)
     }
+}
+
+/// The values of `keys` as a transaction that buffers its writes sees
+/// them: its own write (or delete) of a key, else what was fetched.
+pub(crate) fn own_or_fetched(
+    keys: &[Key],
+    writes: &BTreeMap<Key, Option<Value>>,
+    fetched: &BTreeMap<&Key, Option<Value>>,
+) -> Vec<Option<Value>> {
+    keys.iter()
+        .map(|k| match writes.get(k) {
+            Some(v) => v.clone(),
+            None => fetched.get(k).cloned().flatten(),
+        })
+        .collect()
+}
+
+/// `rows` in chunks of at most `n`, for the peers' bulk loads.
+pub(crate) fn chunks<I: Iterator<Item = (Key, Value)>>(
+    rows: I,
+    n: usize,
+) -> impl Iterator<Item = Vec<(Key, Value)>> {
+    let mut rows = rows.peekable();
+    std::iter::from_fn(move || {
+        rows.peek()?;
+        Some(rows.by_ref().take(n).collect())
+    })
 }
 
 /// A peer system, driven by the same closed loop as Meridian.

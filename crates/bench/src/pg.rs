@@ -156,12 +156,10 @@ impl PgPeer {
                  ON CONFLICT (k) DO UPDATE SET v = excluded.v",
             )
             .await?;
-        let mut rows = rows.peekable();
-        let chunks = futures_util::stream::iter(std::iter::from_fn(move || {
-            rows.peek()?;
-            let (ks, vs): (Vec<Key>, Vec<Value>) = rows.by_ref().take(LOAD_BATCH).unzip();
-            Some((ks, vs))
-        }));
+        let chunks = futures_util::stream::iter(
+            crate::peers::chunks(rows, LOAD_BATCH)
+                .map(|c| c.into_iter().unzip::<Key, Value, Vec<Key>, Vec<Value>>()),
+        );
         let (c, insert) = (&c, &insert);
         let mut done = chunks
             .map(|(ks, vs)| async move {

@@ -831,3 +831,47 @@ async fn link(
     )
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_wire::{Conflict, Versioned};
+
+    fn reply(resp: TxnResponse) -> NodeEffect {
+        NodeEffect::Send {
+            to: Peer::Node(NodeId(1)),
+            frame: Frame::Response {
+                id: 7,
+                resp: Response::Txn(resp),
+            },
+        }
+    }
+
+    /// Disk durability: replies that report only already-durable state go
+    /// at once; every acknowledgement of a log record (LOCK-REPLY, the
+    /// ACK of COMMIT-BACKUP, COMMIT-PRIMARY, ABORT, TRUNCATE) waits for
+    /// the fsync. Freeing a LOCK-REPLY or an ACK early would let a commit
+    /// be reported that a crash of every replica could lose.
+    #[test]
+    fn only_replies_that_log_nothing_skip_the_fsync_wait() {
+        let v = Versioned {
+            version: meridian_wire::Timestamp(3),
+            value: vec![1],
+        };
+        for free in [
+            TxnResponse::Read(Ok(Some(v))),
+            TxnResponse::Read(Err(Conflict::Locked)),
+            TxnResponse::Scan(Ok((Vec::new(), false))),
+            TxnResponse::Validate(Ok(())),
+        ] {
+            assert!(independent_of_log(&reply(free.clone())), "{free:?}");
+        }
+        for held in [
+            TxnResponse::Lock(Ok(())),
+            TxnResponse::Lock(Err(Conflict::Changed)),
+            TxnResponse::Ack,
+        ] {
+            assert!(!independent_of_log(&reply(held.clone())), "{held:?}");
+        }
+    }
+}

@@ -1798,20 +1798,7 @@ mod tests {
     /// A synchronised client with transaction 1 open, writing a key in
     /// each region, and its commit started: returns the LOCK requests.
     fn locking(p: &mut ClientProcess) -> Vec<(NodeId, u64, Request, Vec<TxId>)> {
-        p.tick(1000);
-        let sync = sent(&p.drain_effects());
-        answer(
-            p,
-            1100,
-            &sync,
-            Response::Clock(ClockResponse::MasterTime { master_ns: 500_000 }),
-        );
-        p.begin(2000, 1, 0, TxnOptions::default());
-        p.tick(200_000);
-        assert!(matches!(
-            replies(&p.drain_effects())[..],
-            [(1, CallResult::Began { .. })]
-        ));
+        open_txn(p);
         p.put(TxnHandle(1), vec![0x00, b'a'], b"x".to_vec())
             .unwrap();
         p.put(TxnHandle(1), vec![0x80, b'a'], b"y".to_vec())
