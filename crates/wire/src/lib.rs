@@ -18,6 +18,11 @@
 //! bytes of `bincode` (fixed-int, little-endian). A frame longer than
 //! [`MAX_FRAME_BYTES`] or one that fails to decode is a [`WireError`]; the
 //! transport closes the connection and logs it, nothing else is affected.
+//! Keys and values on the hot paths (READ, its reply, the LOCK record's
+//! writes, thin-client operations) are (de)serialised as byte strings
+//! (`serde_bytes`), one copy instead of one call per byte; bincode writes
+//! both forms the same way, so the bytes on the wire and in the WAL did not
+//! change.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -113,8 +118,10 @@ pub struct WriteOp {
     /// Region the key belongs to (the coordinator's view of the map).
     pub region: RegionId,
     /// The key written.
+    #[serde(with = "serde_bytes")]
     pub key: Key,
     /// New value, `None` deletes the key.
+    #[serde(with = "serde_bytes")]
     pub value: Option<Value>,
 }
 
@@ -289,6 +296,7 @@ pub struct Versioned {
     /// `write_ts` of the version read (`Timestamp::ZERO` never occurs here).
     pub version: Timestamp,
     /// The value.
+    #[serde(with = "serde_bytes")]
     pub value: Value,
 }
 
@@ -297,11 +305,14 @@ pub struct Versioned {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClientOp {
     /// Read a key.
-    Get(Key),
+    Get(#[serde(with = "serde_bytes")] Key),
     /// Write a key.
-    Put(Key, Value),
+    Put(
+        #[serde(with = "serde_bytes")] Key,
+        #[serde(with = "serde_bytes")] Value,
+    ),
     /// Delete a key.
-    Delete(Key),
+    Delete(#[serde(with = "serde_bytes")] Key),
     /// Scan `[start, end)` returning at most `limit` pairs.
     Scan {
         /// Inclusive start.
@@ -317,7 +328,7 @@ pub enum ClientOp {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClientOpResult {
     /// Value of a `Get` (`None` = absent).
-    Value(Option<Value>),
+    Value(#[serde(with = "serde_bytes")] Option<Value>),
     /// Rows of a `Scan`.
     Rows(Vec<(Key, Value)>),
     /// A `Put`/`Delete` took effect.
@@ -850,6 +861,7 @@ pub enum TxnRequest {
         /// Region of the key.
         region: RegionId,
         /// The key.
+        #[serde(with = "serde_bytes")]
         key: Key,
         /// Snapshot time.
         read_ts: Timestamp,
@@ -1270,6 +1282,40 @@ mod tests {
             thread: 2,
             local: 99,
         }
+    }
+
+    /// The byte-string form of keys and values encodes exactly as the
+    /// per-byte sequence did, so WALs and peers written before it still
+    /// decode (and a value's bytes decode back unchanged).
+    #[test]
+    fn byte_string_fields_encode_as_the_per_byte_sequence_did() {
+        use bincode::Options;
+        #[derive(Serialize)]
+        struct OldWriteOp {
+            region: RegionId,
+            key: Vec<u8>,
+            value: Option<Vec<u8>>,
+        }
+        let new = WriteOp {
+            region: RegionId(3),
+            key: b"key".to_vec(),
+            value: Some((0..=255u8).collect()),
+        };
+        let old = OldWriteOp {
+            region: new.region,
+            key: new.key.clone(),
+            value: new.value.clone(),
+        };
+        let a = opts().serialize(&new).unwrap();
+        let b = opts().serialize(&old).unwrap();
+        assert_eq!(a, b);
+        let back: WriteOp = opts().deserialize(&b).unwrap();
+        assert_eq!(back, new);
+        let deleted = WriteOp { value: None, ..new };
+        let back: WriteOp = opts()
+            .deserialize(&opts().serialize(&deleted).unwrap())
+            .unwrap();
+        assert_eq!(back, deleted);
     }
 
     #[test]
