@@ -30,8 +30,11 @@
 //!
 //! | table | key | value | raw bytes/row (key + value) |
 //! |---|---|---|---|
-//! | WAREHOUSE | `[s, 'W', w]` | [`Warehouse`] | 6 + 84 |
-//! | DISTRICT | `[s, 'D', w, d]` | [`District`] | 7 + 82 |
+//! | WAREHOUSE | `[s, 'W', w]` | [`Warehouse`] | 6 + 76 |
+//! | WAREHOUSE_YTD | `[s, 'w', w]` | [`WarehouseYtd`] | 6 + 8 |
+//! | DISTRICT | `[s, 'D', w, d]` | [`District`] | 7 + 70 |
+//! | DISTRICT_YTD | `[s, 'd', w, d]` | [`DistrictYtd`] | 7 + 8 |
+//! | DISTRICT_NEXT_O_ID | `[s, 'n', w, d]` | [`DistrictNextOId`] | 7 + 4 |
 //! | CUSTOMER | `[s, 'C', w, d, c]` | [`Customer`] | 11 + 550 |
 //! | HISTORY | `[s, 'H', w, d, c_w, c_d, c, uid:u64]` | [`History`] | 24 + 31 |
 //! | NEW_ORDER | `[s, 'N', w, d, o]` | o_id u32 | 11 + 4 |
@@ -45,13 +48,14 @@
 //! (`s` = `shard(w)`; `!o` is the bitwise complement of o_id, so an
 //! ascending scan of `[s, 'Y', w, d, c]` with limit 1 finds the customer's
 //! newest order.) The HISTORY table has no primary key in the spec; its key
-//! here is the paying district `(w, d)` (co-located with the WAREHOUSE and
-//! DISTRICT rows PAYMENT updates), the customer `(c_w, c_d, c)`, and a
-//! unique id: 0 for the initial rows, a random u64 with the top bit set
-//! drawn by [`next_txn`] for PAYMENT's (a collision needs two equal 63-bit
-//! draws). The name-index key ends with c_id so that customers sharing a
-//! name have distinct entries; names hold no 0 byte, so the 0 terminators
-//! keep one name's entries contiguous and in c_first order.
+//! here is the paying district `(w, d)` (co-located with the
+//! WAREHOUSE_YTD and DISTRICT_YTD rows PAYMENT updates), the customer
+//! `(c_w, c_d, c)`, and a unique id: 0 for the initial rows, a random u64
+//! with the top bit set drawn by [`next_txn`] for PAYMENT's (a collision
+//! needs two equal 63-bit draws). The name-index key ends with c_id so
+//! that customers sharing a name have distinct entries; names hold no 0
+//! byte, so the 0 terminators keep one name's entries contiguous and in
+//! c_first order.
 //!
 //! **ITEM is copied into every warehouse** rather than spread by item id.
 //! The spec makes ITEM read-only and FaRM replicates it to every server; a
@@ -63,15 +67,37 @@
 //! the first. All copies are generated from the seed and i_id only, so they
 //! are identical. NEW_ORDER reads the item from its home warehouse's copy.
 //!
+//! **W_YTD, D_YTD and D_NEXT_O_ID live in rows of their own**,
+//! WAREHOUSE_YTD, DISTRICT_YTD and DISTRICT_NEXT_O_ID, keyed like the
+//! warehouse and district (so in the same shard), a vertical partitioning
+//! that clause 1.6 allows. NEW_ORDER reads W_TAX from WAREHOUSE and D_TAX
+//! from DISTRICT and increments D_NEXT_O_ID in DISTRICT_NEXT_O_ID; PAYMENT
+//! adds to W_YTD and D_YTD and reads W_NAME and D_NAME (2.5.2.2) from
+//! WAREHOUSE and DISTRICT. Were these columns of WAREHOUSE and DISTRICT,
+//! every committed PAYMENT would overwrite a row that every concurrent
+//! NEW_ORDER of its warehouse had read, and every committed NEW_ORDER the
+//! DISTRICT row that every concurrent PAYMENT of its district had read:
+//! conflicts over columns neither profile shares, which abort the reader
+//! at validation under OCC and one of the two under SSI alike (with W_YTD
+//! and D_YTD in place, 2 warehouses and 16 sessions, 90% of attempts
+//! aborted). Now WAREHOUSE and DISTRICT are read-only after the load. Of
+//! the warehouse- and district-level rows, PAYMENT writes only the YTD
+//! rows, which NEW_ORDER never reads, and NEW_ORDER only
+//! DISTRICT_NEXT_O_ID, which PAYMENT never reads. STOCK_LEVEL reads D_NEXT_O_ID from its row; ORDER_STATUS and DELIVERY
+//! do not need it. The only district-level conflict left is NEW_ORDER
+//! against NEW_ORDER of the same district on D_NEXT_O_ID, a true one: each
+//! must take a distinct order id.
+//!
 //! Money is held in integer cents (`i64` for balances and year-to-date
 //! sums, `u32` for prices and amounts), tax and discount rates in units of
 //! 1/10,000, dates as seconds since the Unix epoch with 0 meaning NULL,
 //! and O_CARRIER_ID 0 meaning NULL.
 //!
-//! Rows per warehouse at the spec's sizes: 1 WAREHOUSE, 10 DISTRICT, 30,000
-//! each of CUSTOMER, HISTORY, ORDER and the two indexes, 9,000 NEW_ORDER,
-//! ≈300,000 ORDER_LINE, 100,000 each of ITEM and STOCK — ≈659,000 rows,
-//! ≈76 MB raw.
+//! Rows per warehouse at the spec's sizes: 1 each of WAREHOUSE and
+//! WAREHOUSE_YTD, 10 each of DISTRICT, DISTRICT_YTD and
+//! DISTRICT_NEXT_O_ID, 30,000 each of CUSTOMER, HISTORY, ORDER and the two
+//! indexes, 9,000 NEW_ORDER, ≈300,000 ORDER_LINE, 100,000 each of ITEM and
+//! STOCK — ≈659,000 rows, ≈76 MB raw.
 //!
 //! ## What is counted
 //!
@@ -94,12 +120,13 @@
 //! ## Clauses implemented
 //!
 //! - 1.3 and 4.3: the tables' columns (all of them, text included, so
-//!   bytes-per-row figures are realistic) and the initial population
-//!   (4.3.3.1), with NURand and its C constants (2.1.6), last names from the
-//!   syllable table (4.3.2.3), a-strings, n-strings and zip codes (4.3.2.2,
-//!   4.3.2.7), "ORIGINAL" in 10% of I_DATA and S_DATA, 10% "BC" credit,
-//!   initial orders with a random permutation of customer ids, the last 900
-//!   per district undelivered.
+//!   bytes-per-row figures are realistic; W_YTD, D_YTD and D_NEXT_O_ID
+//!   vertically partitioned into rows of their own, as 1.6 allows) and the
+//!   initial population (4.3.3.1), with NURand and its C constants
+//!   (2.1.6), last names from the syllable table (4.3.2.3), a-strings,
+//!   n-strings and zip codes (4.3.2.2, 4.3.2.7), "ORIGINAL" in 10% of
+//!   I_DATA and S_DATA, 10% "BC" credit, initial orders with a random
+//!   permutation of customer ids, the last 900 per district undelivered.
 //! - 2.4–2.8: the five profiles' inputs ([`next_txn`]) and their database
 //!   work ([`execute`]); 5.2.3: the mix 45/43/4/4/4.
 //! - 3.3.2.1–3.3.2.10 and 3.3.2.12: the consistency conditions
@@ -198,8 +225,15 @@ pub const C_OL_I_ID: u32 = 7_911;
 
 /// Table tag of WAREHOUSE keys.
 pub const TAG_WAREHOUSE: u8 = b'W';
+/// Table tag of WAREHOUSE_YTD keys (W_YTD, split from WAREHOUSE).
+pub const TAG_WAREHOUSE_YTD: u8 = b'w';
 /// Table tag of DISTRICT keys.
 pub const TAG_DISTRICT: u8 = b'D';
+/// Table tag of DISTRICT_YTD keys (D_YTD, split from DISTRICT).
+pub const TAG_DISTRICT_YTD: u8 = b'd';
+/// Table tag of DISTRICT_NEXT_O_ID keys (D_NEXT_O_ID, split from
+/// DISTRICT).
+pub const TAG_DISTRICT_NEXT_O_ID: u8 = b'n';
 /// Table tag of CUSTOMER keys.
 pub const TAG_CUSTOMER: u8 = b'C';
 /// Table tag of HISTORY keys.
@@ -421,9 +455,27 @@ pub fn warehouse_key(w: u32) -> Key {
     wkey(TAG_WAREHOUSE, w, 6)
 }
 
+/// Key of WAREHOUSE_YTD `w`, the row holding W_YTD: `[shard(w), 'w', w]`
+/// (6 bytes), in the warehouse's shard.
+pub fn warehouse_ytd_key(w: u32) -> Key {
+    wkey(TAG_WAREHOUSE_YTD, w, 6)
+}
+
 /// Key of DISTRICT `(w, d)`: `[shard(w), 'D', w, d]` (7 bytes).
 pub fn district_key(w: u32, d: u8) -> Key {
     wdkey(TAG_DISTRICT, w, d, 7)
+}
+
+/// Key of DISTRICT_YTD `(w, d)`, the row holding D_YTD:
+/// `[shard(w), 'd', w, d]` (7 bytes), in the warehouse's shard.
+pub fn district_ytd_key(w: u32, d: u8) -> Key {
+    wdkey(TAG_DISTRICT_YTD, w, d, 7)
+}
+
+/// Key of DISTRICT_NEXT_O_ID `(w, d)`, the row holding D_NEXT_O_ID:
+/// `[shard(w), 'n', w, d]` (7 bytes), in the warehouse's shard.
+pub fn district_next_o_id_key(w: u32, d: u8) -> Key {
+    wdkey(TAG_DISTRICT_NEXT_O_ID, w, d, 7)
 }
 
 /// Key of CUSTOMER `(w, d, c)`: `[shard(w), 'C', w, d, c]` (11 bytes).
@@ -547,10 +599,17 @@ pub fn decode_id(v: &[u8]) -> Option<u32> {
 /// The tables (and the two index tables), as told by a key's tag byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TpccTable {
-    /// WAREHOUSE.
+    /// WAREHOUSE (without W_YTD).
     Warehouse,
-    /// DISTRICT.
+    /// WAREHOUSE_YTD: W_YTD, vertically partitioned from WAREHOUSE.
+    WarehouseYtd,
+    /// DISTRICT (without D_YTD and D_NEXT_O_ID; read-only after the load).
     District,
+    /// DISTRICT_YTD: D_YTD, vertically partitioned from DISTRICT.
+    DistrictYtd,
+    /// DISTRICT_NEXT_O_ID: D_NEXT_O_ID, vertically partitioned from
+    /// DISTRICT.
+    DistrictNextOId,
     /// CUSTOMER.
     Customer,
     /// HISTORY.
@@ -573,9 +632,12 @@ pub enum TpccTable {
 
 impl TpccTable {
     /// All tables, in the order of the module's key-layout table.
-    pub const ALL: [TpccTable; 11] = [
+    pub const ALL: [TpccTable; 14] = [
         TpccTable::Warehouse,
+        TpccTable::WarehouseYtd,
         TpccTable::District,
+        TpccTable::DistrictYtd,
+        TpccTable::DistrictNextOId,
         TpccTable::Customer,
         TpccTable::History,
         TpccTable::NewOrder,
@@ -591,7 +653,10 @@ impl TpccTable {
     pub fn tag(self) -> u8 {
         match self {
             TpccTable::Warehouse => TAG_WAREHOUSE,
+            TpccTable::WarehouseYtd => TAG_WAREHOUSE_YTD,
             TpccTable::District => TAG_DISTRICT,
+            TpccTable::DistrictYtd => TAG_DISTRICT_YTD,
+            TpccTable::DistrictNextOId => TAG_DISTRICT_NEXT_O_ID,
             TpccTable::Customer => TAG_CUSTOMER,
             TpccTable::History => TAG_HISTORY,
             TpccTable::NewOrder => TAG_NEW_ORDER,
@@ -604,12 +669,17 @@ impl TpccTable {
         }
     }
 
-    /// The spec's table name (`ORDER`, `ORDER_LINE`, …; the indexes are
-    /// `CUSTOMER_NAME_IDX` and `ORDER_CUSTOMER_IDX`).
+    /// The spec's table name (`ORDER`, `ORDER_LINE`, …; the vertical
+    /// partitions are `WAREHOUSE_YTD`, `DISTRICT_YTD` and
+    /// `DISTRICT_NEXT_O_ID`, the indexes `CUSTOMER_NAME_IDX` and
+    /// `ORDER_CUSTOMER_IDX`).
     pub fn name(self) -> &'static str {
         match self {
             TpccTable::Warehouse => "WAREHOUSE",
+            TpccTable::WarehouseYtd => "WAREHOUSE_YTD",
             TpccTable::District => "DISTRICT",
+            TpccTable::DistrictYtd => "DISTRICT_YTD",
+            TpccTable::DistrictNextOId => "DISTRICT_NEXT_O_ID",
             TpccTable::Customer => "CUSTOMER",
             TpccTable::History => "HISTORY",
             TpccTable::NewOrder => "NEW_ORDER",
@@ -639,7 +709,10 @@ impl TpccTable {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum ParsedKey<'a> {
     Warehouse(u32),
+    WarehouseYtd(u32),
     District(u32, u8),
+    DistrictYtd(u32, u8),
+    DistrictNextOId(u32, u8),
     Customer(u32, u8, u32),
     CustomerName {
         w: u32,
@@ -674,7 +747,10 @@ fn parse_key(k: &[u8]) -> Option<ParsedKey<'_>> {
     }
     let parsed = match tag {
         TAG_WAREHOUSE => ParsedKey::Warehouse(w),
+        TAG_WAREHOUSE_YTD => ParsedKey::WarehouseYtd(w),
         TAG_DISTRICT => ParsedKey::District(w, r.u8()?),
+        TAG_DISTRICT_YTD => ParsedKey::DistrictYtd(w, r.u8()?),
+        TAG_DISTRICT_NEXT_O_ID => ParsedKey::DistrictNextOId(w, r.u8()?),
         TAG_CUSTOMER => ParsedKey::Customer(w, r.u8()?, r.u32()?),
         TAG_CUSTOMER_NAME => {
             let d = r.u8()?;
@@ -833,8 +909,9 @@ impl Address {
     }
 }
 
-/// A WAREHOUSE row (its key holds W_ID). Layout: name (1-byte length) ·
-/// [`Address`] · tax u16 · ytd i64 (big-endian). ≈84 bytes.
+/// A WAREHOUSE row (its key holds W_ID) without W_YTD, which is in
+/// [`WarehouseYtd`]. Layout: name (1-byte length) · [`Address`] · tax u16
+/// (big-endian). ≈76 bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warehouse {
     /// W_NAME, a-string of 6..=10.
@@ -843,18 +920,15 @@ pub struct Warehouse {
     pub address: Address,
     /// W_TAX in 1/10,000 (0..=2000, i.e. 0.0000..=0.2000).
     pub tax: u16,
-    /// W_YTD, cents (initially 300,000.00).
-    pub ytd: i64,
 }
 
 impl Warehouse {
     /// Encodes to the layout above.
     pub fn encode(&self) -> Value {
-        let mut v = Vec::with_capacity(96);
+        let mut v = Vec::with_capacity(88);
         put_str8(&mut v, &self.name);
         self.address.put(&mut v);
         v.extend_from_slice(&self.tax.to_be_bytes());
-        v.extend_from_slice(&self.ytd.to_be_bytes());
         v
     }
 
@@ -865,15 +939,43 @@ impl Warehouse {
             name: r.str8()?,
             address: Address::read(&mut r)?,
             tax: r.u16()?,
-            ytd: r.i64()?,
         };
         r.end()?;
         Some(row)
     }
 }
 
-/// A DISTRICT row (its key holds D_W_ID, D_ID). Layout: name (1-byte
-/// length) · [`Address`] · tax u16 · ytd i64 · next_o_id u32. ≈82 bytes.
+/// A WAREHOUSE_YTD row (its key holds W_ID): the warehouse's W_YTD, split
+/// from [`Warehouse`] so that PAYMENT's updates do not conflict with
+/// NEW_ORDER's reads of W_TAX. Layout (8 bytes): ytd i64 (big-endian).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WarehouseYtd {
+    /// W_YTD, cents (initially 300,000.00).
+    pub ytd: i64,
+}
+
+impl WarehouseYtd {
+    /// Encoded size in bytes.
+    pub const LEN: usize = 8;
+
+    /// Encodes to the 8-byte layout.
+    pub fn encode(&self) -> Value {
+        self.ytd.to_be_bytes().to_vec()
+    }
+
+    /// Decodes; `None` unless exactly [`WarehouseYtd::LEN`] bytes.
+    pub fn decode(v: &[u8]) -> Option<Self> {
+        let mut r = Reader::new(v);
+        let row = WarehouseYtd { ytd: r.i64()? };
+        r.end()?;
+        Some(row)
+    }
+}
+
+/// A DISTRICT row (its key holds D_W_ID, D_ID) without D_YTD, which is in
+/// [`DistrictYtd`], and D_NEXT_O_ID, which is in [`DistrictNextOId`]; no
+/// profile writes it after the load. Layout: name (1-byte length) ·
+/// [`Address`] · tax u16 (big-endian). ≈70 bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct District {
     /// D_NAME, a-string of 6..=10.
@@ -882,21 +984,15 @@ pub struct District {
     pub address: Address,
     /// D_TAX in 1/10,000 (0..=2000).
     pub tax: u16,
-    /// D_YTD, cents (initially 30,000.00).
-    pub ytd: i64,
-    /// D_NEXT_O_ID (initially 3,001).
-    pub next_o_id: u32,
 }
 
 impl District {
     /// Encodes to the layout above.
     pub fn encode(&self) -> Value {
-        let mut v = Vec::with_capacity(100);
+        let mut v = Vec::with_capacity(88);
         put_str8(&mut v, &self.name);
         self.address.put(&mut v);
         v.extend_from_slice(&self.tax.to_be_bytes());
-        v.extend_from_slice(&self.ytd.to_be_bytes());
-        v.extend_from_slice(&self.next_o_id.to_be_bytes());
         v
     }
 
@@ -907,7 +1003,63 @@ impl District {
             name: r.str8()?,
             address: Address::read(&mut r)?,
             tax: r.u16()?,
-            ytd: r.i64()?,
+        };
+        r.end()?;
+        Some(row)
+    }
+}
+
+/// A DISTRICT_YTD row (its key holds D_W_ID, D_ID): the district's D_YTD,
+/// split from [`District`] so that PAYMENT's updates do not conflict with
+/// NEW_ORDER's reads of D_TAX. Layout (8 bytes): ytd i64 (big-endian).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DistrictYtd {
+    /// D_YTD, cents (initially 30,000.00).
+    pub ytd: i64,
+}
+
+impl DistrictYtd {
+    /// Encoded size in bytes.
+    pub const LEN: usize = 8;
+
+    /// Encodes to the 8-byte layout.
+    pub fn encode(&self) -> Value {
+        self.ytd.to_be_bytes().to_vec()
+    }
+
+    /// Decodes; `None` unless exactly [`DistrictYtd::LEN`] bytes.
+    pub fn decode(v: &[u8]) -> Option<Self> {
+        let mut r = Reader::new(v);
+        let row = DistrictYtd { ytd: r.i64()? };
+        r.end()?;
+        Some(row)
+    }
+}
+
+/// A DISTRICT_NEXT_O_ID row (its key holds D_W_ID, D_ID): the district's
+/// D_NEXT_O_ID, split from [`District`] so that NEW_ORDER's increments do
+/// not conflict with PAYMENT's reads of D_NAME. Layout (4 bytes):
+/// next_o_id u32 (big-endian).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DistrictNextOId {
+    /// D_NEXT_O_ID, the id the district's next NEW_ORDER takes (initially
+    /// 3,001).
+    pub next_o_id: u32,
+}
+
+impl DistrictNextOId {
+    /// Encoded size in bytes.
+    pub const LEN: usize = 4;
+
+    /// Encodes to the 4-byte layout.
+    pub fn encode(&self) -> Value {
+        self.next_o_id.to_be_bytes().to_vec()
+    }
+
+    /// Decodes; `None` unless exactly [`DistrictNextOId::LEN`] bytes.
+    pub fn decode(v: &[u8]) -> Option<Self> {
+        let mut r = Reader::new(v);
+        let row = DistrictNextOId {
             next_o_id: r.u32()?,
         };
         r.end()?;
@@ -1283,7 +1435,8 @@ fn gen_stock(seed: u64, w: u32, i: u32) -> Stock {
 /// Where a [`TpccPopulation`] is within the current warehouse.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
-    /// The WAREHOUSE and DISTRICT rows.
+    /// The WAREHOUSE, WAREHOUSE_YTD, DISTRICT, DISTRICT_YTD and
+    /// DISTRICT_NEXT_O_ID rows.
     Warehouse,
     /// ITEM and STOCK of item `i`.
     Items(u32),
@@ -1332,19 +1485,28 @@ impl TpccPopulation {
             name: a_string(&mut rng, 6, 10),
             address: address(&mut rng),
             tax: rng.gen_range(0..=2000),
-            ytd: self.dims.d_ytd() * i64::from(DISTRICTS),
         };
         self.push(warehouse_key(w), wh.encode());
+        let w_ytd = WarehouseYtd {
+            ytd: self.dims.d_ytd() * i64::from(DISTRICTS),
+        };
+        self.push(warehouse_ytd_key(w), w_ytd.encode());
         for d in 1..=DISTRICTS {
             let mut rng = unit_rng(self.seed, TAG_DISTRICT, w, d, 0);
             let di = District {
                 name: a_string(&mut rng, 6, 10),
                 address: address(&mut rng),
                 tax: rng.gen_range(0..=2000),
-                ytd: self.dims.d_ytd(),
-                next_o_id: self.dims.customers + 1,
             };
             self.push(district_key(w, d), di.encode());
+            let d_ytd = DistrictYtd {
+                ytd: self.dims.d_ytd(),
+            };
+            self.push(district_ytd_key(w, d), d_ytd.encode());
+            let next = DistrictNextOId {
+                next_o_id: self.dims.customers + 1,
+            };
+            self.push(district_next_o_id_key(w, d), next.encode());
         }
     }
 
@@ -1490,11 +1652,12 @@ impl Iterator for TpccPopulation {
 
 /// All rows of the initial database (clause 4.3.3.1) for warehouses
 /// `1..=W`, at the spec's sizes, streamed warehouse by warehouse without
-/// materializing them: per warehouse its WAREHOUSE and DISTRICT rows, its
-/// ITEM copy and STOCK, then per district its customers (CUSTOMER, name
-/// index entry, HISTORY) and initial orders (ORDER, orders-by-customer
-/// entry, NEW_ORDER for the last 900, ORDER_LINEs). Not in key order.
-/// Deterministic for `seed`.
+/// materializing them: per warehouse its WAREHOUSE, WAREHOUSE_YTD,
+/// DISTRICT, DISTRICT_YTD and DISTRICT_NEXT_O_ID (3,001) rows, its ITEM
+/// copy and STOCK, then per
+/// district its customers (CUSTOMER, name index entry, HISTORY) and initial
+/// orders (ORDER, orders-by-customer entry, NEW_ORDER for the last 900,
+/// ORDER_LINEs). Not in key order. Deterministic for `seed`.
 pub fn population(cfg: &TpccConfig, seed: u64) -> TpccPopulation {
     population_warehouses(seed, 1..=cfg.w())
 }
@@ -1507,9 +1670,10 @@ pub fn population_warehouses(seed: u64, ws: RangeInclusive<u32>) -> TpccPopulati
 }
 
 /// Expected number of rows [`population`] yields: per warehouse 1
-/// WAREHOUSE + 10 DISTRICT + 100,000 ITEM + 100,000 STOCK + 30,000 each of
+/// WAREHOUSE + 1 WAREHOUSE_YTD + 10 DISTRICT + 10 DISTRICT_YTD + 10
+/// DISTRICT_NEXT_O_ID + 100,000 ITEM + 100,000 STOCK + 30,000 each of
 /// CUSTOMER, name index, HISTORY, ORDER and orders-by-customer index +
-/// 9,000 NEW_ORDER + 300,000 ORDER_LINE on average = 659,011.
+/// 9,000 NEW_ORDER + 300,000 ORDER_LINE on average = 659,032.
 pub fn population_count_hint(cfg: &TpccConfig) -> u64 {
     u64::from(cfg.w()) * count_hint_per_warehouse(&Dims::SPEC)
 }
@@ -1518,7 +1682,9 @@ fn count_hint_per_warehouse(dims: &Dims) -> u64 {
     let per_district = u64::from(dims.customers) * 5
         + u64::from(dims.new_orders)
         + u64::from(dims.customers) * u64::from(MIN_OL_CNT + MAX_OL_CNT) / 2;
-    1 + u64::from(DISTRICTS) * (1 + per_district) + 2 * u64::from(dims.items)
+    // WAREHOUSE and WAREHOUSE_YTD; per district DISTRICT, DISTRICT_YTD and
+    // DISTRICT_NEXT_O_ID.
+    2 + u64::from(DISTRICTS) * (3 + per_district) + 2 * u64::from(dims.items)
 }
 
 // ---------------------------------------------------------------------------
@@ -1905,18 +2071,21 @@ async fn order_lines<T: TxnOps>(
 /// and commits or aborts it as the [`Outcome`] says). An `Err` from `t` is
 /// returned at once.
 ///
-/// - NEW_ORDER (2.4.2): read WAREHOUSE (W_TAX); read DISTRICT and increment
-///   D_NEXT_O_ID; read CUSTOMER; insert ORDER (O_ALL_LOCAL per the supply
-///   warehouses), NEW_ORDER and the orders-by-customer entry; for each line
-///   in order: read ITEM from the home warehouse's copy — absent with an id
-///   beyond [`ITEMS`] ends the profile with [`Outcome::RolledBack`] — read
-///   and update STOCK of the supply warehouse (S_QUANTITY decreased by
-///   OL_QUANTITY if that leaves at least 10, else increased by 91 −
-///   OL_QUANTITY; S_YTD, S_ORDER_CNT, and S_REMOTE_CNT if remote) and insert
-///   the ORDER_LINE (OL_AMOUNT = OL_QUANTITY × I_PRICE, OL_DIST_INFO =
-///   S_DIST of the district).
-/// - PAYMENT (2.5.2): add H_AMOUNT to W_YTD and D_YTD; select the customer
-///   (in `(c_w_id, c_d_id)`); subtract it from C_BALANCE, add it to
+/// - NEW_ORDER (2.4.2): read WAREHOUSE (W_TAX); read DISTRICT (D_TAX),
+///   never writing it; read and increment D_NEXT_O_ID in
+///   DISTRICT_NEXT_O_ID; read CUSTOMER (never the YTD rows); insert ORDER
+///   (O_ALL_LOCAL per the supply warehouses), NEW_ORDER and the
+///   orders-by-customer entry; for each line in order: read ITEM from the
+///   home warehouse's copy — absent with an id beyond [`ITEMS`] ends the
+///   profile with [`Outcome::RolledBack`] — read and update STOCK of the
+///   supply warehouse (S_QUANTITY decreased by OL_QUANTITY if that leaves
+///   at least 10, else increased by 91 − OL_QUANTITY; S_YTD, S_ORDER_CNT,
+///   and S_REMOTE_CNT if remote) and insert the ORDER_LINE (OL_AMOUNT =
+///   OL_QUANTITY × I_PRICE, OL_DIST_INFO = S_DIST of the district).
+/// - PAYMENT (2.5.2): add H_AMOUNT to W_YTD and D_YTD (read and write
+///   WAREHOUSE_YTD and DISTRICT_YTD); read, but not write, WAREHOUSE and
+///   DISTRICT for W_NAME and D_NAME (never DISTRICT_NEXT_O_ID); select the
+///   customer (in `(c_w_id, c_d_id)`); subtract it from C_BALANCE, add it to
 ///   C_YTD_PAYMENT, increment C_PAYMENT_CNT; for "BC" credit prepend
 ///   `"c_id c_d_id c_w_id d_id w_id amount "` to C_DATA (kept ≤ 500);
 ///   insert HISTORY with H_DATA = W_NAME, 4 spaces, D_NAME.
@@ -1927,9 +2096,10 @@ async fn order_lines<T: TxnOps>(
 ///   limit-1 scan (none: skip the district); delete it; set the ORDER's
 ///   O_CARRIER_ID; set OL_DELIVERY_D on its lines and sum OL_AMOUNT; add the
 ///   sum to the customer's C_BALANCE and increment C_DELIVERY_CNT.
-/// - STOCK_LEVEL (2.8.2): read D_NEXT_O_ID; scan the ORDER_LINEs of orders
-///   `next − 20 .. next`; read the STOCK of each distinct item and count
-///   those below the threshold.
+/// - STOCK_LEVEL (2.8.2): read D_NEXT_O_ID from DISTRICT_NEXT_O_ID (not
+///   DISTRICT, which holds nothing else it needs); scan the ORDER_LINEs of
+///   orders `next − 20 .. next`; read the STOCK of each distinct item and
+///   count those below the threshold.
 ///
 /// A row that must exist but is absent or does not decode ends the
 /// profile with [`Outcome::Missing`], as does an order whose line count
@@ -1942,24 +2112,35 @@ pub async fn execute<T: TxnOps>(t: &mut T, txn: &TpccTxn) -> Result<Outcome, T::
     match &txn.input {
         TpccInput::NewOrder { c_id, lines } => {
             // Every row NEW_ORDER reads is named by its input: one round of
-            // reads ([`TxnOps::get_many`]) instead of 3 + 2 per line.
+            // reads ([`TxnOps::get_many`]) instead of 4 + 2 per line.
             // STOCK rows are read once each (an item may repeat) and
             // updated in memory in line order, which gives what reading
-            // and writing them line by line would.
-            let d_key = district_key(w, d);
+            // and writing them line by line would. DISTRICT is only read
+            // (D_TAX); D_NEXT_O_ID is in a row of its own, so NEW_ORDER
+            // does not invalidate PAYMENT's read of D_NAME.
+            let next_key = district_next_o_id_key(w, d);
             let mut stock_keys: Vec<Key> = lines
                 .iter()
                 .map(|l| stock_key(l.supply_w_id, l.i_id))
                 .collect();
             stock_keys.sort();
             stock_keys.dedup();
-            let mut keys = vec![warehouse_key(w), d_key.clone(), customer_key(w, d, *c_id)];
+            let mut keys = vec![
+                warehouse_key(w),
+                district_key(w, d),
+                next_key.clone(),
+                customer_key(w, d, *c_id),
+            ];
             keys.extend(lines.iter().map(|l| item_key(w, l.i_id)));
             keys.extend(stock_keys.iter().cloned());
             let mut vals = t.get_many(&keys).await?.into_iter();
             let mut next = || vals.next().flatten();
             let _wh = need!(next().and_then(|v| Warehouse::decode(&v)), "WAREHOUSE");
-            let mut di = need!(next().and_then(|v| District::decode(&v)), "DISTRICT");
+            let _di = need!(next().and_then(|v| District::decode(&v)), "DISTRICT");
+            let mut next_o = need!(
+                next().and_then(|v| DistrictNextOId::decode(&v)),
+                "DISTRICT_NEXT_O_ID"
+            );
             let _cu = need!(next().and_then(|v| Customer::decode(&v)), "CUSTOMER");
             let mut items = Vec::with_capacity(lines.len());
             for line in lines {
@@ -1975,9 +2156,9 @@ pub async fn execute<T: TxnOps>(t: &mut T, txn: &TpccTxn) -> Result<Outcome, T::
                 let st = need!(next().and_then(|v| Stock::decode(&v)), "STOCK");
                 stocks.insert(k, st);
             }
-            let o_id = di.next_o_id;
-            di.next_o_id = di.next_o_id.saturating_add(1);
-            t.put(d_key, di.encode()).await?;
+            let o_id = next_o.next_o_id;
+            next_o.next_o_id = o_id.saturating_add(1);
+            t.put(next_key, next_o.encode()).await?;
             let ord = Order {
                 c_id: *c_id,
                 entry_d: now,
@@ -2034,20 +2215,31 @@ pub async fn execute<T: TxnOps>(t: &mut T, txn: &TpccTxn) -> Result<Outcome, T::
             h_uid,
         } => {
             let amount = i64::from(*h_amount);
-            let w_key = warehouse_key(w);
-            let d_key = district_key(w, d);
-            // WAREHOUSE and DISTRICT in one round of reads.
-            let mut rows = t
-                .get_many(&[w_key.clone(), d_key.clone()])
-                .await?
-                .into_iter();
-            let (w_row, d_row) = (rows.next().flatten(), rows.next().flatten());
-            let mut wh = need!(w_row.and_then(|v| Warehouse::decode(&v)), "WAREHOUSE");
-            wh.ytd += amount;
-            t.put(w_key, wh.encode()).await?;
-            let mut di = need!(d_row.and_then(|v| District::decode(&v)), "DISTRICT");
-            di.ytd += amount;
-            t.put(d_key, di.encode()).await?;
+            let w_ytd_key = warehouse_ytd_key(w);
+            let d_ytd_key = district_ytd_key(w, d);
+            // The YTD rows it updates and the WAREHOUSE and DISTRICT rows
+            // it only reads (for H_DATA) in one round of reads. It writes
+            // neither WAREHOUSE nor DISTRICT, whose W_TAX and D_TAX
+            // NEW_ORDER reads.
+            let keys = [
+                w_ytd_key.clone(),
+                d_ytd_key.clone(),
+                warehouse_key(w),
+                district_key(w, d),
+            ];
+            let mut rows = t.get_many(&keys).await?.into_iter();
+            let mut next = || rows.next().flatten();
+            let mut w_ytd = need!(
+                next().and_then(|v| WarehouseYtd::decode(&v)),
+                "WAREHOUSE_YTD"
+            );
+            let mut d_ytd = need!(next().and_then(|v| DistrictYtd::decode(&v)), "DISTRICT_YTD");
+            let wh = need!(next().and_then(|v| Warehouse::decode(&v)), "WAREHOUSE");
+            let di = need!(next().and_then(|v| District::decode(&v)), "DISTRICT");
+            w_ytd.ytd += amount;
+            t.put(w_ytd_key, w_ytd.encode()).await?;
+            d_ytd.ytd += amount;
+            t.put(d_ytd_key, d_ytd.encode()).await?;
             let (c_id, mut cu) = need!(
                 select_customer(t, *c_w_id, *c_d_id, customer).await?,
                 "CUSTOMER"
@@ -2068,7 +2260,7 @@ pub async fn execute<T: TxnOps>(t: &mut T, txn: &TpccTxn) -> Result<Outcome, T::
             }
             t.put(customer_key(*c_w_id, *c_d_id, c_id), cu.encode())
                 .await?;
-            let mut h_data = wh.name.clone();
+            let mut h_data = wh.name;
             h_data.extend_from_slice(b"    ");
             h_data.extend_from_slice(&di.name);
             let h = History {
@@ -2134,11 +2326,11 @@ pub async fn execute<T: TxnOps>(t: &mut T, txn: &TpccTxn) -> Result<Outcome, T::
         }
 
         TpccInput::StockLevel { threshold } => {
-            let di = need!(
-                read(t, &district_key(w, d), District::decode).await?,
-                "DISTRICT"
+            let next = need!(
+                read(t, &district_next_o_id_key(w, d), DistrictNextOId::decode).await?,
+                "DISTRICT_NEXT_O_ID"
             );
-            let hi = di.next_o_id;
+            let hi = next.next_o_id;
             let lo = hi.saturating_sub(STOCK_LEVEL_ORDERS).max(1);
             let mut items = BTreeSet::new();
             if lo < hi {
@@ -2168,13 +2360,21 @@ pub async fn execute<T: TxnOps>(t: &mut T, txn: &TpccTxn) -> Result<Outcome, T::
 
 #[derive(Debug, Default)]
 struct WarehouseAgg {
+    /// Whether the WAREHOUSE row was seen (and decoded).
+    row: bool,
+    /// W_YTD, from the WAREHOUSE_YTD row.
     ytd: Option<i64>,
     history: i64,
 }
 
 #[derive(Debug, Default)]
 struct DistrictAgg {
+    /// Whether the DISTRICT row was seen (and decoded).
+    row: bool,
+    /// D_YTD, from the DISTRICT_YTD row.
     ytd: Option<i64>,
+    /// D_NEXT_O_ID, from the DISTRICT_NEXT_O_ID row (`None`: no such row,
+    /// or it did not decode).
     next_o_id: Option<u32>,
     history: i64,
 }
@@ -2246,16 +2446,26 @@ impl ConsistencyChecker {
         let bad = |what: &str| format!("{what} {parsed:?}: value does not decode");
         match &parsed {
             ParsedKey::Warehouse(w) => match Warehouse::decode(value) {
-                Some(r) => self.warehouses.entry(*w).or_default().ytd = Some(r.ytd),
+                Some(_) => self.warehouses.entry(*w).or_default().row = true,
                 None => self.error(bad("WAREHOUSE")),
             },
+            ParsedKey::WarehouseYtd(w) => match WarehouseYtd::decode(value) {
+                Some(r) => self.warehouses.entry(*w).or_default().ytd = Some(r.ytd),
+                None => self.error(bad("WAREHOUSE_YTD")),
+            },
             ParsedKey::District(w, d) => match District::decode(value) {
-                Some(r) => {
-                    let a = self.districts.entry((*w, *d)).or_default();
-                    a.ytd = Some(r.ytd);
-                    a.next_o_id = Some(r.next_o_id);
-                }
+                Some(_) => self.districts.entry((*w, *d)).or_default().row = true,
                 None => self.error(bad("DISTRICT")),
+            },
+            ParsedKey::DistrictYtd(w, d) => match DistrictYtd::decode(value) {
+                Some(r) => self.districts.entry((*w, *d)).or_default().ytd = Some(r.ytd),
+                None => self.error(bad("DISTRICT_YTD")),
+            },
+            ParsedKey::DistrictNextOId(w, d) => match DistrictNextOId::decode(value) {
+                Some(r) => {
+                    self.districts.entry((*w, *d)).or_default().next_o_id = Some(r.next_o_id)
+                }
+                None => self.error(bad("DISTRICT_NEXT_O_ID")),
             },
             ParsedKey::Customer(w, d, c) => match Customer::decode(value) {
                 Some(r) => {
@@ -2338,14 +2548,38 @@ impl ConsistencyChecker {
     /// violations and their total count.
     pub fn finish(mut self, cfg: &TpccConfig) -> Result<(), String> {
         let nw = cfg.w();
-        // Every warehouse and district exists, and no others.
+        // Every warehouse and district exists, with its YTD row (and the
+        // district with its DISTRICT_NEXT_O_ID row), and no others.
         for w in 1..=nw {
-            if self.warehouses.get(&w).and_then(|a| a.ytd).is_none() {
+            let (row, ytd) = self
+                .warehouses
+                .get(&w)
+                .map_or((false, None), |a| (a.row, a.ytd));
+            if !row {
                 self.error(format!("WAREHOUSE {w} missing"));
             }
+            if ytd.is_none() {
+                self.error(format!(
+                    "WAREHOUSE_YTD {w} missing (W_YTD is kept in its own row, not in WAREHOUSE)"
+                ));
+            }
             for d in 1..=DISTRICTS {
-                if self.districts.get(&(w, d)).and_then(|a| a.ytd).is_none() {
+                let (row, ytd, next) = self
+                    .districts
+                    .get(&(w, d))
+                    .map_or((false, None, None), |a| (a.row, a.ytd, a.next_o_id));
+                if !row {
                     self.error(format!("DISTRICT ({w}, {d}) missing"));
+                }
+                if ytd.is_none() {
+                    self.error(format!(
+                        "DISTRICT_YTD ({w}, {d}) missing (D_YTD is kept in its own row, not in DISTRICT)"
+                    ));
+                }
+                if next.is_none() {
+                    self.error(format!(
+                        "DISTRICT_NEXT_O_ID ({w}, {d}) missing or undecodable (D_NEXT_O_ID is kept in its own row, not in DISTRICT), so 3.3.2.2's D_NEXT_O_ID − 1 = max(O_ID) is not checked"
+                    ));
                 }
             }
         }
@@ -2455,16 +2689,22 @@ impl ConsistencyChecker {
             }
         }
 
-        // 3.3.2.2–3.3.2.4 per district.
+        // 3.3.2.2–3.3.2.4 per district with a DISTRICT row; D_NEXT_O_ID
+        // from its own row (its absence is reported above, and the other
+        // conditions are still checked).
         for (&(w, d), a) in &self.districts {
-            let Some(next) = a.next_o_id else { continue };
+            if !a.row {
+                continue;
+            }
             let pd = per_d.remove(&(w, d)).unwrap_or_default();
             let max_o = pd.max_o.unwrap_or(0);
-            if next.wrapping_sub(1) != max_o {
-                errs.push(format!(
-                    "3.3.2.2: D_NEXT_O_ID − 1 = {} != max(O_ID) {max_o} in district ({w}, {d})",
-                    next.wrapping_sub(1)
-                ));
+            if let Some(next) = a.next_o_id {
+                if next.wrapping_sub(1) != max_o {
+                    errs.push(format!(
+                        "3.3.2.2: D_NEXT_O_ID − 1 = {} != max(O_ID) {max_o} in district ({w}, {d})",
+                        next.wrapping_sub(1)
+                    ));
+                }
             }
             if let (Some(lo), Some(hi)) = (pd.no_min, pd.no_max) {
                 if hi != max_o {
@@ -2572,7 +2812,10 @@ impl ConsistencyChecker {
 ///   with its C_LAST and C_FIRST; each ORDER exactly one orders-by-customer
 ///   entry, under its O_C_ID, and no entry lacks its ORDER — so each
 ///   customer's first entry is its newest order;
-/// - every row decodes, every warehouse `1..=W` and its districts exist.
+/// - every row decodes, every warehouse `1..=W` and its districts exist,
+///   each with its WAREHOUSE_YTD / DISTRICT_YTD row, and each district with
+///   its DISTRICT_NEXT_O_ID row (W_YTD, D_YTD and D_NEXT_O_ID are read from
+///   those rows only).
 ///
 /// Memory is proportional to the number of orders and customers, not rows.
 pub fn check_consistency<I, K, V>(rows: I, cfg: &TpccConfig) -> Result<(), String>
@@ -2617,15 +2860,28 @@ mod tests {
     }
 
     /// A transaction over a map: writes are buffered (reads and scans see
-    /// them) and applied only on commit, so an abort discards them.
+    /// them) and applied only on commit, so an abort discards them. Point
+    /// reads are logged in `reads`.
     struct Overlay<'a> {
         base: &'a BTreeMap<Key, Value>,
         writes: BTreeMap<Key, Option<Value>>,
+        reads: Vec<Key>,
+    }
+
+    impl<'a> Overlay<'a> {
+        fn new(base: &'a BTreeMap<Key, Value>) -> Self {
+            Overlay {
+                base,
+                writes: BTreeMap::new(),
+                reads: Vec::new(),
+            }
+        }
     }
 
     impl TxnOps for Overlay<'_> {
         type Error = Infallible;
         async fn get(&mut self, key: &[u8]) -> Result<Option<Value>, Infallible> {
+            self.reads.push(key.to_vec());
             Ok(match self.writes.get(key) {
                 Some(w) => w.clone(),
                 None => self.base.get(key).cloned(),
@@ -2683,10 +2939,7 @@ mod tests {
     /// Runs one transaction; commits it iff the outcome says so.
     fn run(m: &mut BTreeMap<Key, Value>, txn: &TpccTxn) -> Outcome {
         let (out, writes) = {
-            let mut o = Overlay {
-                base: m,
-                writes: BTreeMap::new(),
-            };
+            let mut o = Overlay::new(m);
             let out = block_on(execute(&mut o, txn)).unwrap();
             (out, o.writes)
         };
@@ -2781,6 +3034,53 @@ mod tests {
             parse_key(&order_customer_key(2, 3, 4, 5)),
             Some(ParsedKey::OrderCustomer(2, 3, 4, 5))
         );
+        // The YTD rows: own tags, keyed and sharded like their owners.
+        assert_eq!(warehouse_ytd_key(7), vec![shard(7), b'w', 0, 0, 0, 7]);
+        assert_eq!(district_ytd_key(7, 3), vec![shard(7), b'd', 0, 0, 0, 7, 3]);
+        assert_eq!(warehouse_ytd_key(7)[0], warehouse_key(7)[0]);
+        assert_eq!(district_ytd_key(7, 3)[0], district_key(7, 3)[0]);
+        assert_eq!(
+            parse_key(&warehouse_ytd_key(9)),
+            Some(ParsedKey::WarehouseYtd(9))
+        );
+        assert_eq!(
+            parse_key(&district_ytd_key(9, 2)),
+            Some(ParsedKey::DistrictYtd(9, 2))
+        );
+        assert_eq!(
+            TpccTable::of_key(&warehouse_ytd_key(1)),
+            Some(TpccTable::WarehouseYtd)
+        );
+        assert_eq!(
+            TpccTable::of_key(&district_ytd_key(1, 1)),
+            Some(TpccTable::DistrictYtd)
+        );
+        // D_NEXT_O_ID's row likewise.
+        assert_eq!(
+            district_next_o_id_key(7, 3),
+            vec![shard(7), b'n', 0, 0, 0, 7, 3]
+        );
+        assert_eq!(district_next_o_id_key(7, 3)[0], district_key(7, 3)[0]);
+        assert_eq!(
+            parse_key(&district_next_o_id_key(9, 2)),
+            Some(ParsedKey::DistrictNextOId(9, 2))
+        );
+        assert_eq!(parse_key(&district_next_o_id_key(9, 2)[..6]), None);
+        let mut longer = district_next_o_id_key(9, 2);
+        longer.push(0);
+        assert_eq!(parse_key(&longer), None);
+        assert_eq!(
+            TpccTable::of_key(&district_next_o_id_key(1, 1)),
+            Some(TpccTable::DistrictNextOId)
+        );
+        assert_eq!(TpccTable::DistrictNextOId.name(), "DISTRICT_NEXT_O_ID");
+        assert_eq!(
+            DistrictNextOId { next_o_id: 3_001 }.encode(),
+            vec![0, 0, 0x0b, 0xb9]
+        );
+        assert_eq!(DistrictNextOId::LEN, 4);
+        let tags: BTreeSet<u8> = TpccTable::ALL.iter().map(|t| t.tag()).collect();
+        assert_eq!(tags.len(), TpccTable::ALL.len(), "distinct tags");
         let mut bad = stock_key(2, 3);
         bad[0] ^= 1;
         assert_eq!(parse_key(&bad), None, "wrong shard byte");
@@ -2814,7 +3114,12 @@ mod tests {
             }
             match t {
                 TpccTable::Warehouse => rt(v, Warehouse::decode, Warehouse::encode),
+                TpccTable::WarehouseYtd => rt(v, WarehouseYtd::decode, WarehouseYtd::encode),
                 TpccTable::District => rt(v, District::decode, District::encode),
+                TpccTable::DistrictYtd => rt(v, DistrictYtd::decode, DistrictYtd::encode),
+                TpccTable::DistrictNextOId => {
+                    rt(v, DistrictNextOId::decode, DistrictNextOId::encode)
+                }
                 TpccTable::Customer => rt(v, Customer::decode, Customer::encode),
                 TpccTable::History => rt(v, History::decode, History::encode),
                 TpccTable::Order => rt(v, Order::decode, Order::encode),
@@ -2840,7 +3145,10 @@ mod tests {
         let cust = wd * SMALL.customers as usize;
         let want = [
             (TpccTable::Warehouse, w as usize),
+            (TpccTable::WarehouseYtd, w as usize),
             (TpccTable::District, wd),
+            (TpccTable::DistrictYtd, wd),
+            (TpccTable::DistrictNextOId, wd),
             (TpccTable::Customer, cust),
             (TpccTable::CustomerNameIndex, cust),
             (TpccTable::History, cust),
@@ -2888,6 +3196,10 @@ mod tests {
                     assert!((10..=100).contains(&st.quantity));
                     orig_s += usize::from(contains(&st.data, b"ORIGINAL"));
                 }
+                ParsedKey::DistrictNextOId(..) => {
+                    let next = DistrictNextOId::decode(v).unwrap();
+                    assert_eq!(next.next_o_id, SMALL.customers + 1);
+                }
                 ParsedKey::Order(_, _, o) => {
                     let ord = Order::decode(v).unwrap();
                     assert!((MIN_OL_CNT..=MAX_OL_CNT).contains(&ord.ol_cnt));
@@ -2920,8 +3232,8 @@ mod tests {
     fn tpcc_population_spec_size_one_warehouse() {
         let started = Instant::now();
         let c = cfg(1);
-        let mut n = [0u64; 11];
-        let mut bytes = [(0u64, 0u64); 11];
+        let mut n = [0u64; TpccTable::ALL.len()];
+        let mut bytes = [(0u64, 0u64); TpccTable::ALL.len()];
         let mut sum_ol_cnt = 0u64;
         let mut checker = ConsistencyChecker::new();
         for (k, v) in population(&c, 42) {
@@ -2938,7 +3250,10 @@ mod tests {
         let per_d = u64::from(CUSTOMERS_PER_DISTRICT) * 10;
         let want = [
             (TpccTable::Warehouse, 1),
+            (TpccTable::WarehouseYtd, 1),
             (TpccTable::District, 10),
+            (TpccTable::DistrictYtd, 10),
+            (TpccTable::DistrictNextOId, 10),
             (TpccTable::Customer, per_d),
             (TpccTable::History, per_d),
             (TpccTable::NewOrder, 9_000),
@@ -2955,7 +3270,7 @@ mod tests {
         assert!((sum_ol_cnt as f64 / 300_000.0 - 1.0).abs() < 0.01);
         let total: u64 = n.iter().sum();
         let hint = population_count_hint(&c);
-        assert_eq!(hint, 659_011);
+        assert_eq!(hint, 659_032);
         assert!((total as f64 / hint as f64 - 1.0).abs() < 0.005);
         let mut raw = 0u64;
         for t in TpccTable::ALL {
@@ -3084,6 +3399,18 @@ mod tests {
         let initial_orders = count(&m, TpccTable::Order);
         let initial_new = count(&m, TpccTable::NewOrder);
         let initial_hist = count(&m, TpccTable::History);
+        let read_only = |m: &BTreeMap<Key, Value>| -> Vec<(Key, Value)> {
+            m.iter()
+                .filter(|(k, _)| {
+                    matches!(
+                        TpccTable::of_key(k),
+                        Some(TpccTable::Warehouse | TpccTable::District | TpccTable::Item)
+                    )
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        let initial_read_only = read_only(&m);
         let mut rng = SmallRng::seed_from_u64(2);
         let mut outcomes: BTreeMap<(TpccKind, String), usize> = BTreeMap::new();
         let (mut committed_no, mut payments, mut delivered) = (0usize, 0usize, 0usize);
@@ -3123,6 +3450,8 @@ mod tests {
             initial_new + committed_no - delivered
         );
         assert_eq!(count(&m, TpccTable::History), initial_hist + payments);
+        // WAREHOUSE, DISTRICT and ITEM are never written after the load.
+        assert!(read_only(&m) == initial_read_only);
         check_consistency(&m, &cfg(w)).unwrap();
         eprintln!("mix run took {:?}", started.elapsed());
     }
@@ -3131,10 +3460,12 @@ mod tests {
     fn tpcc_profile_effects() {
         let mut m = load(SMALL, 2, 5);
         let (w, d) = (1u32, 4u8);
-        let district =
-            |m: &BTreeMap<Key, Value>| District::decode(&m[&district_key(w, d)]).unwrap();
+        let district = |m: &BTreeMap<Key, Value>| {
+            DistrictNextOId::decode(&m[&district_next_o_id_key(w, d)]).unwrap()
+        };
         let next = district(&m).next_o_id;
         assert_eq!(next, SMALL.customers + 1);
+        let district_row = m[&district_key(w, d)].clone();
 
         // NEW_ORDER with a remote line and the stock-quantity rule.
         let (i1, i2) = (17u32, 18u32);
@@ -3164,6 +3495,7 @@ mod tests {
         };
         assert_eq!(run(&mut m, &txn), Outcome::Commit);
         assert_eq!(district(&m).next_o_id, next + 1);
+        assert_eq!(m[&district_key(w, d)], district_row, "DISTRICT unchanged");
         let ord = Order::decode(&m[&order_key(w, d, next)]).unwrap();
         assert_eq!(
             (ord.c_id, ord.ol_cnt, ord.carrier_id, ord.all_local),
@@ -3315,14 +3647,218 @@ mod tests {
                 now: 1,
                 input,
             };
-            let mut o = Overlay {
-                base: &m,
-                writes: BTreeMap::new(),
-            };
+            let mut o = Overlay::new(&m);
             assert_eq!(block_on(execute(&mut o, &t)).unwrap(), Outcome::Commit);
             assert!(o.writes.is_empty());
         }
         assert_eq!(m, snapshot);
+    }
+
+    /// W_YTD, D_YTD and D_NEXT_O_ID live in rows of their own. NEW_ORDER
+    /// reads WAREHOUSE and DISTRICT without writing them, neither reads
+    /// nor needs the YTD rows, and increments D_NEXT_O_ID in its own row;
+    /// PAYMENT updates only the YTD rows, reads WAREHOUSE and DISTRICT for
+    /// H_DATA without writing them, and never touches DISTRICT_NEXT_O_ID.
+    /// So neither profile writes a row the other reads.
+    #[test]
+    fn tpcc_ytd_rows_split_from_warehouse_and_district() {
+        let mut m = load(SMALL, 2, 21);
+        let (w, d) = (1u32, 4u8);
+        let ytd_keys = [warehouse_ytd_key(w), district_ytd_key(w, d)];
+        let wd_keys = [warehouse_key(w), district_key(w, d)];
+        let next_key = district_next_o_id_key(w, d);
+
+        let new_order = TpccTxn {
+            w_id: w,
+            d_id: d,
+            now: 50,
+            input: TpccInput::NewOrder {
+                c_id: 3,
+                lines: vec![OrderLineInput {
+                    i_id: 17,
+                    supply_w_id: w,
+                    quantity: 2,
+                }],
+            },
+        };
+        let mut o = Overlay::new(&m);
+        assert_eq!(
+            block_on(execute(&mut o, &new_order)).unwrap(),
+            Outcome::Commit
+        );
+        for k in &wd_keys {
+            assert!(o.reads.contains(k), "NEW_ORDER reads {k:?}");
+            assert!(!o.writes.contains_key(k), "NEW_ORDER must not write {k:?}");
+        }
+        for k in &ytd_keys {
+            assert!(!o.reads.contains(k), "NEW_ORDER must not read {k:?}");
+            assert!(!o.writes.contains_key(k));
+        }
+        assert!(o.reads.contains(&next_key), "NEW_ORDER reads D_NEXT_O_ID");
+        let next_before = DistrictNextOId::decode(&m[&next_key]).unwrap().next_o_id;
+        assert_eq!(
+            o.writes.get(&next_key),
+            Some(&Some(
+                DistrictNextOId {
+                    next_o_id: next_before + 1
+                }
+                .encode()
+            )),
+            "NEW_ORDER increments D_NEXT_O_ID in its own row"
+        );
+        let (no_reads, no_writes) = (o.reads, o.writes);
+        // It does not need the YTD rows either, but needs D_NEXT_O_ID's.
+        let mut no_ytd = m.clone();
+        for k in &ytd_keys {
+            no_ytd.remove(k);
+        }
+        assert_eq!(run(&mut no_ytd, &new_order), Outcome::Commit);
+        let mut no_next = m.clone();
+        no_next.remove(&next_key);
+        assert_eq!(
+            run(&mut no_next, &new_order),
+            Outcome::Missing("DISTRICT_NEXT_O_ID")
+        );
+
+        let pay = TpccTxn {
+            w_id: w,
+            d_id: d,
+            now: 51,
+            input: TpccInput::Payment {
+                c_w_id: 2,
+                c_d_id: 9,
+                customer: CustomerSel::ById(5),
+                h_amount: 4_321,
+                h_uid: 1 << 63 | 5,
+            },
+        };
+        assert_eq!(
+            run(&mut no_ytd.clone(), &pay),
+            Outcome::Missing("WAREHOUSE_YTD")
+        );
+        // PAYMENT does not need D_NEXT_O_ID.
+        assert_eq!(run(&mut no_next.clone(), &pay), Outcome::Commit);
+        let mut o = Overlay::new(&m);
+        assert_eq!(block_on(execute(&mut o, &pay)).unwrap(), Outcome::Commit);
+        for k in ytd_keys.iter().chain(&wd_keys) {
+            assert!(o.reads.contains(k), "PAYMENT reads {k:?}");
+        }
+        for k in &ytd_keys {
+            assert!(o.writes.contains_key(k), "PAYMENT writes {k:?}");
+        }
+        for k in &wd_keys {
+            assert!(!o.writes.contains_key(k), "PAYMENT must not write {k:?}");
+        }
+        assert!(
+            !o.reads.contains(&next_key),
+            "PAYMENT must not read DISTRICT_NEXT_O_ID"
+        );
+        assert!(!o.writes.contains_key(&next_key));
+        // Neither writes a row the other reads (its customer and items
+        // aside, none are shared here): no false conflict either way.
+        for k in &no_reads {
+            assert!(!o.writes.contains_key(k), "PAYMENT writes {k:?}");
+        }
+        for k in &o.reads {
+            assert!(!no_writes.contains_key(k), "NEW_ORDER writes {k:?}");
+        }
+
+        let w_ytd =
+            |m: &BTreeMap<Key, Value>| WarehouseYtd::decode(&m[&warehouse_ytd_key(w)]).unwrap().ytd;
+        let d_ytd = |m: &BTreeMap<Key, Value>| {
+            DistrictYtd::decode(&m[&district_ytd_key(w, d)])
+                .unwrap()
+                .ytd
+        };
+        let (w_before, d_before) = (w_ytd(&m), d_ytd(&m));
+        assert_eq!(w_before, SMALL.d_ytd() * i64::from(DISTRICTS));
+        assert_eq!(d_before, SMALL.d_ytd());
+        let (wh_row, di_row) = (m[&wd_keys[0]].clone(), m[&wd_keys[1]].clone());
+        assert_eq!(run(&mut m, &pay), Outcome::Commit);
+        assert_eq!((w_ytd(&m), d_ytd(&m)), (w_before + 4_321, d_before + 4_321));
+        assert_eq!((&m[&wd_keys[0]], &m[&wd_keys[1]]), (&wh_row, &di_row));
+        let h = History::decode(&m[&history_key(w, d, 2, 9, 5, 1 << 63 | 5)]).unwrap();
+        let mut want = Warehouse::decode(&wh_row).unwrap().name;
+        want.extend_from_slice(b"    ");
+        want.extend_from_slice(&District::decode(&di_row).unwrap().name);
+        assert_eq!(h.data, want);
+        assert_eq!(run(&mut m, &new_order), Outcome::Commit);
+        assert_eq!((&m[&wd_keys[0]], &m[&wd_keys[1]]), (&wh_row, &di_row));
+        assert_eq!(
+            DistrictNextOId::decode(&m[&next_key]).unwrap().next_o_id,
+            next_before + 1
+        );
+        assert!(m.contains_key(&order_key(w, d, next_before)));
+        check_consistency(&m, &cfg(2)).unwrap();
+    }
+
+    /// A store laid out as before the splits (W_YTD inside WAREHOUSE, D_YTD
+    /// and D_NEXT_O_ID inside DISTRICT, none of the rows of their own) is
+    /// reported as missing those rows, so the splits cannot silently
+    /// regress.
+    #[test]
+    fn tpcc_consistency_reports_ytd_left_in_owner_row() {
+        let m = load(SMALL, 2, 17);
+        check_consistency(&m, &cfg(2)).unwrap();
+
+        // WAREHOUSE 2 with W_YTD appended (the old layout), no WAREHOUSE_YTD.
+        let mut bad = m.clone();
+        let ytd = WarehouseYtd::decode(&bad[&warehouse_ytd_key(2)])
+            .unwrap()
+            .ytd;
+        bad.remove(&warehouse_ytd_key(2));
+        let mut old = Warehouse::decode(&bad[&warehouse_key(2)]).unwrap().encode();
+        old.extend_from_slice(&ytd.to_be_bytes());
+        bad.insert(warehouse_key(2), old);
+        let err = check_consistency(&bad, &cfg(2)).unwrap_err();
+        assert!(err.contains("WAREHOUSE_YTD 2 missing"), "{err}");
+
+        // DISTRICT (2, 3) with D_YTD before D_NEXT_O_ID (the original
+        // layout), no DISTRICT_YTD or DISTRICT_NEXT_O_ID.
+        let mut bad = m.clone();
+        let ytd = DistrictYtd::decode(&bad[&district_ytd_key(2, 3)])
+            .unwrap()
+            .ytd;
+        let next = DistrictNextOId::decode(&bad[&district_next_o_id_key(2, 3)])
+            .unwrap()
+            .next_o_id;
+        bad.remove(&district_ytd_key(2, 3));
+        bad.remove(&district_next_o_id_key(2, 3));
+        let di = District::decode(&bad[&district_key(2, 3)]).unwrap();
+        let mut old = di.encode();
+        old.extend_from_slice(&ytd.to_be_bytes());
+        old.extend_from_slice(&next.to_be_bytes());
+        bad.insert(district_key(2, 3), old);
+        let err = check_consistency(&bad, &cfg(2)).unwrap_err();
+        assert!(err.contains("DISTRICT_YTD (2, 3) missing"), "{err}");
+        assert!(err.contains("DISTRICT_NEXT_O_ID (2, 3) missing"), "{err}");
+
+        // DISTRICT (2, 3) with D_NEXT_O_ID still in it (the layout after
+        // the YTD split), no DISTRICT_NEXT_O_ID.
+        let mut bad = m.clone();
+        bad.remove(&district_next_o_id_key(2, 3));
+        let mut old = di.encode();
+        old.extend_from_slice(&next.to_be_bytes());
+        bad.insert(district_key(2, 3), old);
+        let err = check_consistency(&bad, &cfg(2)).unwrap_err();
+        assert!(err.contains("DISTRICT_NEXT_O_ID (2, 3) missing"), "{err}");
+        assert!(
+            err.contains("DISTRICT District(2, 3): value does not decode"),
+            "{err}"
+        );
+
+        // Only the YTD row gone, the owner row intact: still reported.
+        let mut bad = m.clone();
+        bad.remove(&warehouse_ytd_key(1));
+        let err = check_consistency(&bad, &cfg(2)).unwrap_err();
+        assert!(err.contains("WAREHOUSE_YTD 1 missing"), "{err}");
+        assert!(!err.contains("WAREHOUSE 1 missing"), "{err}");
+        let mut bad = m.clone();
+        bad.remove(&district_next_o_id_key(1, 7));
+        let err = check_consistency(&bad, &cfg(2)).unwrap_err();
+        assert!(err.contains("DISTRICT_NEXT_O_ID (1, 7) missing"), "{err}");
+        assert!(!err.contains("DISTRICT (1, 7) missing"), "{err}");
+        assert!(err.starts_with("1 TPC-C consistency violations"), "{err}");
     }
 
     #[test]
@@ -3336,11 +3872,12 @@ mod tests {
             match t.kind() {
                 // Nothing to deliver in an empty database.
                 TpccKind::Delivery => assert_eq!(out, Outcome::Commit),
-                TpccKind::NewOrder | TpccKind::Payment => {
-                    assert_eq!(out, Outcome::Missing("WAREHOUSE"))
-                }
+                TpccKind::NewOrder => assert_eq!(out, Outcome::Missing("WAREHOUSE")),
+                TpccKind::Payment => assert_eq!(out, Outcome::Missing("WAREHOUSE_YTD")),
                 TpccKind::OrderStatus => assert_eq!(out, Outcome::Missing("CUSTOMER")),
-                TpccKind::StockLevel => assert_eq!(out, Outcome::Missing("DISTRICT")),
+                TpccKind::StockLevel => {
+                    assert_eq!(out, Outcome::Missing("DISTRICT_NEXT_O_ID"))
+                }
             }
             seen.insert(t.kind());
         }
@@ -3362,8 +3899,42 @@ mod tests {
             },
         };
         assert_eq!(run(&mut m, &t), Outcome::Missing("ITEM"));
-        m.insert(district_key(1, 1), vec![1, 2, 3]);
+        let di = m.insert(district_key(1, 1), vec![1, 2, 3]).unwrap();
         assert_eq!(run(&mut m, &t), Outcome::Missing("DISTRICT"));
+        // D_NEXT_O_ID's row absent or undecodable: NEW_ORDER and
+        // STOCK_LEVEL report it; PAYMENT does not read it.
+        m.insert(district_key(1, 1), di);
+        m.insert(item_key(1, 5), m[&item_key(1, 6)].clone());
+        assert_eq!(run(&mut m.clone(), &t), Outcome::Commit);
+        let sl = TpccTxn {
+            w_id: 1,
+            d_id: 1,
+            now: 1,
+            input: TpccInput::StockLevel { threshold: 15 },
+        };
+        assert_eq!(run(&mut m.clone(), &sl), Outcome::Commit);
+        let pay = TpccTxn {
+            w_id: 1,
+            d_id: 1,
+            now: 1,
+            input: TpccInput::Payment {
+                c_w_id: 1,
+                c_d_id: 1,
+                customer: CustomerSel::ById(2),
+                h_amount: 100,
+                h_uid: 1 << 63,
+            },
+        };
+        for bad in [None, Some(vec![0, 0, 1]), Some(vec![0; 5])] {
+            let mut m = m.clone();
+            match bad {
+                None => m.remove(&district_next_o_id_key(1, 1)),
+                Some(v) => m.insert(district_next_o_id_key(1, 1), v),
+            };
+            assert_eq!(run(&mut m, &t), Outcome::Missing("DISTRICT_NEXT_O_ID"));
+            assert_eq!(run(&mut m, &sl), Outcome::Missing("DISTRICT_NEXT_O_ID"));
+            assert_eq!(run(&mut m, &pay), Outcome::Commit);
+        }
     }
 
     #[test]
@@ -3378,10 +3949,10 @@ mod tests {
         check_consistency(m.iter().rev(), &cfg(w)).unwrap();
 
         type Corrupt = Box<dyn Fn(&mut BTreeMap<Key, Value>)>;
-        let edit_district = |f: fn(&mut District)| -> Corrupt {
+        let edit_next_o_id = |f: fn(&mut DistrictNextOId)| -> Corrupt {
             Box::new(move |m: &mut BTreeMap<Key, Value>| {
-                let k = district_key(2, 3);
-                let mut d = District::decode(&m[&k]).unwrap();
+                let k = district_next_o_id_key(2, 3);
+                let mut d = DistrictNextOId::decode(&m[&k]).unwrap();
                 f(&mut d);
                 m.insert(k, d.encode());
             })
@@ -3389,10 +3960,86 @@ mod tests {
         let cases: Vec<(&str, &str, Corrupt)> = vec![
             (
                 "skipped D_NEXT_O_ID increment",
-                "3.3.2.2",
-                edit_district(|d| d.next_o_id -= 1),
+                "3.3.2.2: D_NEXT_O_ID",
+                edit_next_o_id(|d| d.next_o_id -= 1),
             ),
-            ("D_YTD off", "3.3.2.1", edit_district(|d| d.ytd += 1)),
+            (
+                "D_NEXT_O_ID ahead",
+                "3.3.2.2: D_NEXT_O_ID",
+                edit_next_o_id(|d| d.next_o_id += 1),
+            ),
+            (
+                "missing DISTRICT_NEXT_O_ID",
+                "DISTRICT_NEXT_O_ID (2, 3) missing",
+                Box::new(|m| {
+                    m.remove(&district_next_o_id_key(2, 3));
+                }),
+            ),
+            (
+                "undecodable DISTRICT_NEXT_O_ID",
+                "DISTRICT_NEXT_O_ID DistrictNextOId(1, 4): value does not decode",
+                Box::new(|m| {
+                    m.insert(district_next_o_id_key(1, 4), vec![0; 3]);
+                }),
+            ),
+            (
+                "undecodable DISTRICT",
+                "DISTRICT District(2, 3): value does not decode",
+                Box::new(|m| {
+                    let k = district_key(2, 3);
+                    let mut v = m[&k].clone();
+                    v.extend_from_slice(&[0; 4]);
+                    m.insert(k, v);
+                }),
+            ),
+            (
+                "missing DISTRICT",
+                "DISTRICT (1, 9) missing",
+                Box::new(|m| {
+                    m.remove(&district_key(1, 9));
+                }),
+            ),
+            (
+                "D_YTD off",
+                "3.3.2.1",
+                Box::new(|m| {
+                    let k = district_ytd_key(2, 3);
+                    let mut d = DistrictYtd::decode(&m[&k]).unwrap();
+                    d.ytd += 1;
+                    m.insert(k, d.encode());
+                }),
+            ),
+            (
+                "W_YTD off",
+                "3.3.2.8",
+                Box::new(|m| {
+                    let k = warehouse_ytd_key(1);
+                    let mut w = WarehouseYtd::decode(&m[&k]).unwrap();
+                    w.ytd -= 1;
+                    m.insert(k, w.encode());
+                }),
+            ),
+            (
+                "missing WAREHOUSE_YTD",
+                "WAREHOUSE_YTD 1 missing",
+                Box::new(|m| {
+                    m.remove(&warehouse_ytd_key(1));
+                }),
+            ),
+            (
+                "missing DISTRICT_YTD",
+                "DISTRICT_YTD (2, 3) missing",
+                Box::new(|m| {
+                    m.remove(&district_ytd_key(2, 3));
+                }),
+            ),
+            (
+                "undecodable DISTRICT_YTD",
+                "DISTRICT_YTD DistrictYtd(1, 4): value does not decode",
+                Box::new(|m| {
+                    m.insert(district_ytd_key(1, 4), vec![0; 4]);
+                }),
+            ),
             (
                 "lost ORDER_LINE",
                 "3.3.2.4",
@@ -3474,6 +4121,15 @@ mod tests {
             let err = check_consistency(&bad, &cfg(w)).expect_err(name);
             assert!(err.contains(want), "{name}: {err}");
         }
+        // Without its DISTRICT_NEXT_O_ID row a district's other conditions
+        // are still checked.
+        let mut bad = m.clone();
+        bad.remove(&district_next_o_id_key(1, 2));
+        bad.remove(&order_line_key(1, 2, 5, 1));
+        let err = check_consistency(&bad, &cfg(w)).unwrap_err();
+        assert!(err.contains("DISTRICT_NEXT_O_ID (1, 2) missing"), "{err}");
+        assert!(err.contains("3.3.2.4"), "{err}");
+        assert!(!err.contains("without DISTRICT row"), "{err}");
         // Fewer warehouses configured than loaded.
         let err = check_consistency(&m, &cfg(1)).unwrap_err();
         assert!(err.contains("beyond W"), "{err}");
