@@ -11,8 +11,10 @@
 //! [`BenchSession`] whose transactions implement [`TxnOps`] plus
 //! [`BenchTxn`] (commit, abort). [`session_loop`] is the closed loop of
 //! one session: draw, begin, run the body, commit; on a conflict abort,
-//! run the same input again until it commits (latency counts from the
-//! first attempt). [`run_sessions`] starts one loop per session and
+//! back off as the client library's retry helper does (jittered, 50 µs
+//! doubling to 20 ms; a precise sleep, since tokio's timer rounds up to
+//! 1 ms) and run the same input again until it commits (latency counts
+//! from the first attempt). [`run_sessions`] starts one loop per session and
 //! merges their accumulators.
 //!
 //! Each loop is spawned by a closure written where the session type is
@@ -282,6 +284,12 @@ pub struct LoopCtx {
     pub count: Arc<AtomicU64>,
 }
 
+/// The retry back-off of the closed loop: the client library's default
+/// ([`meridian_config::Limits::retry_backoff_us`], 50 µs doubling to
+/// 20 ms), the same for every target.
+static RETRY: std::sync::LazyLock<meridian_config::Limits> =
+    std::sync::LazyLock::new(meridian_config::Limits::default);
+
 /// The closed loop of one session (see the module essay).
 pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> Acc {
     let mut acc = Acc::default();
@@ -290,6 +298,7 @@ pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> Acc
     while Instant::now() < ctx.deadline {
         let op = mix.next(ctx.session, &mut rng);
         let t0 = mono_ns();
+        let mut aborted = 0u32;
         loop {
             let r = async {
                 let mut tx = s.begin(op.is_read_only()).await?;
@@ -334,6 +343,15 @@ pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> Acc
                         if Instant::now() >= ctx.deadline {
                             break;
                         }
+                        // The client's retry rule, for every target: a
+                        // jittered, doubling back-off, so that sessions
+                        // that aborted on one hot row do not meet there
+                        // again at once.
+                        aborted += 1;
+                        let us = RETRY.retry_backoff_us(aborted, |exp| {
+                            rand::Rng::gen_range(&mut rng, 0..exp)
+                        });
+                        meridian_runtime::wait::wait_until(mono_ns() + us * 1000).await;
                     }
                     Failure::Retry => {
                         tokio::time::sleep(Duration::from_millis(1)).await;

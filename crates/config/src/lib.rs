@@ -146,6 +146,24 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The retry helper's back-off before attempt `attempt + 1`, µs, after
+    /// `attempt` aborted attempts (1-based): `exp / 2 + jitter`, where
+    /// `exp = retry_backoff_us · 2^(attempt − 1)`, capped at
+    /// `retry_backoff_max_us`, and `jitter = draw(exp)`, which must be
+    /// uniform in `0..exp`. Jitter spreads the retries of transactions that
+    /// aborted on the same hot object, so they do not meet again at once.
+    /// Used by the client's retry helper and by the bench's closed loop (for
+    /// every target alike).
+    pub fn retry_backoff_us(&self, attempt: u32, draw: impl FnOnce(u64) -> u64) -> u64 {
+        let base = self.retry_backoff_us.max(1);
+        let exp = base
+            .saturating_mul(1u64 << attempt.saturating_sub(1).min(30))
+            .min(self.retry_backoff_max_us.max(base));
+        exp / 2 + draw(exp.max(1)).min(exp)
+    }
+}
+
 /// Failure detection and reconfiguration timing (FaRM §5.1, §5.2).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -1132,6 +1150,32 @@ impl RegionMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The back-off doubles from `retry_backoff_us` per aborted attempt,
+    /// stops at `retry_backoff_max_us`, and spans `[exp/2, 3·exp/2)` with
+    /// the draw: a draw out of range cannot push it past that.
+    #[test]
+    fn retry_backoff_doubles_up_to_its_cap_with_bounded_jitter() {
+        let l = Limits::default();
+        let lo = |a: u32| l.retry_backoff_us(a, |_| 0);
+        let hi = |a: u32| l.retry_backoff_us(a, |e| e - 1);
+        assert_eq!(lo(1), l.retry_backoff_us / 2);
+        assert_eq!(hi(1), l.retry_backoff_us / 2 + l.retry_backoff_us - 1);
+        assert_eq!(lo(2), l.retry_backoff_us);
+        assert_eq!(lo(40), l.retry_backoff_max_us / 2, "capped");
+        assert!(hi(40) < l.retry_backoff_max_us * 3 / 2);
+        assert_eq!(
+            l.retry_backoff_us(3, |_| u64::MAX),
+            lo(3) * 3,
+            "draw clamped"
+        );
+        let mut seen = Vec::new();
+        l.retry_backoff_us(3, |e| {
+            seen.push(e);
+            0
+        });
+        assert_eq!(seen, vec![4 * l.retry_backoff_us], "drawn over 0..exp");
+    }
 
     const SAMPLE: &str = r#"
 config_id = 1

@@ -744,12 +744,11 @@ impl ClientProcess {
     /// fixed and half jitter from this process's seeded RNG. Replies
     /// [`CallResult::Slept`].
     pub fn backoff(&mut self, now: u64, call: CallId, attempt: u32) {
-        let base = self.limits.retry_backoff_us.max(1);
-        let exp = base
-            .saturating_mul(1u64 << attempt.saturating_sub(1).min(30))
-            .min(self.limits.retry_backoff_max_us.max(base));
-        let jitter = self.rng.gen_range(0..exp.max(1));
-        self.sleep(now, call, (exp / 2 + jitter) * 1000);
+        let rng = &mut self.rng;
+        let us = self
+            .limits
+            .retry_backoff_us(attempt, |exp| rng.gen_range(0..exp));
+        self.sleep(now, call, us * 1000);
     }
 
     /// Null RPC to `node` (for the RPC-rate baseline). Replies
