@@ -28,13 +28,13 @@
 
 use meridian_config::Configuration;
 use meridian_process::lease::{LeaseDesk, LeaseFrom, LeaseOutcome};
-use meridian_process::node::{NodeEffect, NodeProcess, Peer};
+use meridian_process::node::{split_held, NodeEffect, NodeProcess, Peer};
 use meridian_runtime::{mono_ns, wait};
 use meridian_transport::lease_udp::{lease_frame, resolve_nodes, LeaseEndpoint, Outgoing};
 use meridian_transport::{FrameReader, Outbox};
-use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request, Response, TxnResponse};
+use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request, Response};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -108,6 +108,8 @@ struct Shell {
     lease_socket: std::net::UdpSocket,
     /// Every node's lease address (its `addr`, resolved).
     lease_addrs: BTreeMap<NodeId, std::net::SocketAddr>,
+    /// [`NodeProcess::lock_replies_skip_fsync`] as of the last drain.
+    lock_replies_free: AtomicBool,
 }
 
 /// The node's side of the lease thread: its `LeaseDesk` and address book
@@ -464,6 +466,7 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
             source,
         })?,
         lease_addrs: resolve_nodes(config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str()))),
+        lock_replies_free: AtomicBool::new(false),
     });
     let leases = NodeLeases {
         desk: lock(&shell.process).lease_desk(),
@@ -517,7 +520,8 @@ fn route(
 }
 
 async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
-    match split_held(effects, shell.wal.is_some()) {
+    let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
+    match split_held(effects, shell.wal.is_some(), lock_free) {
         (free, Some((seq, held))) => {
             send_effects(shell, free).await;
             if let Some(wal) = &shell.wal {
@@ -526,33 +530,6 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
             send_effects(shell, held).await;
         }
         (all, None) => send_effects(shell, all).await,
-    }
-}
-
-/// Disk durability: split a drain's effects into those that go at once and
-/// those that wait until the log record `seq` is durable (the drain's
-/// last; `None` if it logged nothing or the node has no log).
-///
-/// Replies that depend on this batch's log records wait for them; lease
-/// and clock traffic never depends on them and goes at once (a slow fsync
-/// must neither expire leases nor age clock samples past
-/// `clock.max_sample_age_us`), as do the replies of [`independent_of_log`].
-#[allow(clippy::type_complexity)]
-fn split_held(
-    effects: Vec<NodeEffect>,
-    logging: bool,
-) -> (Vec<NodeEffect>, Option<(u64, Vec<NodeEffect>)>) {
-    let wait = effects.iter().find_map(|e| match e {
-        NodeEffect::AppendLog { first_seq, .. } => Some(*first_seq),
-        _ => None,
-    });
-    match wait {
-        Some(seq) if logging => {
-            let (free, held): (Vec<NodeEffect>, Vec<NodeEffect>) =
-                effects.into_iter().partition(independent_of_log);
-            (free, Some((seq, held)))
-        }
-        _ => (effects, None),
     }
 }
 
@@ -570,7 +547,8 @@ type HeldQueue = mpsc::Sender<(u64, Vec<NodeEffect>)>;
 /// for on a connection while one was in progress (group commit saw one
 /// batch per client at a time).
 async fn route_queued(shell: &Arc<Shell>, effects: Vec<NodeEffect>, held: &HeldQueue) {
-    match split_held(effects, shell.wal.is_some()) {
+    let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
+    match split_held(effects, shell.wal.is_some(), lock_free) {
         (free, Some(h)) => {
             send_effects(shell, free).await;
             if held.send(h).await.is_err() {
@@ -595,40 +573,6 @@ async fn send_when_durable<F, Fut>(
     while let Some((seq, effects)) = rx.recv().await {
         durable(seq).await;
         send(effects).await;
-    }
-}
-
-/// Effects that do not depend on the participant's logged state.
-///
-/// Besides lease and clock traffic, the replies to READ, SCAN and VALIDATE
-/// go at once: they log nothing and report only state that is already
-/// durable where it must be. A value a read can see was installed by
-/// COMMIT-PRIMARY, which the coordinator sends only after every backup
-/// acknowledged its COMMIT-BACKUP record, each after its fsync (FaRM §4);
-/// a lock a read or validation reports as held makes the reader abort or
-/// retry, whatever becomes of the lock. Holding them behind the fsync of
-/// another transaction's records (in the same drain) had put an fsync
-/// into every read-only transaction's latency in disk mode.
-fn independent_of_log(e: &NodeEffect) -> bool {
-    match e {
-        NodeEffect::Send { frame, .. } => matches!(
-            frame,
-            Frame::OneWay {
-                req: Request::Lease(_),
-                ..
-            } | Frame::Request {
-                req: Request::Clock(_),
-                ..
-            } | Frame::Response {
-                resp: Response::Clock(_)
-                    | Response::Txn(
-                        TxnResponse::Read(_) | TxnResponse::Scan(_) | TxnResponse::Validate(_)
-                    ),
-                ..
-            }
-        ),
-        NodeEffect::Wake { .. } | NodeEffect::Event(_) => true,
-        _ => false,
     }
 }
 
@@ -840,6 +784,9 @@ fn feed(shell: &Shell, from: Peer, frames: &mut Vec<Frame>) -> Vec<NodeEffect> {
 /// (under the process lock, so states land on disk in the order the
 /// process produced them, before any frame that depends on them).
 fn drain(p: &mut NodeProcess, shell: &Shell) -> Vec<NodeEffect> {
+    shell
+        .lock_replies_free
+        .store(p.lock_replies_skip_fsync(), Ordering::Release);
     let mut effects = p.drain_effects();
     effects.retain_mut(|e| match e {
         NodeEffect::AppendLog { first_seq, records } => {
@@ -926,7 +873,7 @@ async fn link(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meridian_wire::{Conflict, Versioned};
+    use meridian_wire::{Conflict, TxnResponse, Versioned};
 
     fn reply(resp: TxnResponse) -> NodeEffect {
         NodeEffect::Send {
@@ -986,9 +933,9 @@ mod tests {
     async fn a_read_is_not_held_behind_another_batchs_fsync() {
         // Batch 1: a LOCK logged as record 5. Batch 2: a READ, and a
         // LOCK logged as record 6.
-        let (free1, held1) = split_held(vec![append(5), lock_reply(1)], true);
+        let (free1, held1) = split_held(vec![append(5), lock_reply(1)], true, false);
         assert!(ids(&free1).is_empty());
-        let (free2, held2) = split_held(vec![read_reply(2), append(6), lock_reply(3)], true);
+        let (free2, held2) = split_held(vec![read_reply(2), append(6), lock_reply(3)], true, false);
         assert_eq!(ids(&free2), vec![2], "the READ goes at once");
         let (tx, rx) = mpsc::channel(4);
         tx.send(held1.expect("held")).await.expect("queue");
@@ -1022,36 +969,47 @@ mod tests {
         task.await.expect("sender");
         assert_eq!(*lock(&sent), vec![1, 3]);
         // Memory mode (no log): nothing is held.
-        let (all, held) = split_held(vec![append(7), lock_reply(4)], false);
+        let (all, held) = split_held(vec![append(7), lock_reply(4)], false, false);
         assert!(held.is_none());
         assert_eq!(ids(&all), vec![4]);
     }
 
     /// Disk durability: replies that report only already-durable state go
-    /// at once; every acknowledgement of a log record (LOCK-REPLY, the
-    /// ACK of COMMIT-BACKUP, COMMIT-PRIMARY, ABORT, TRUNCATE) waits for
-    /// the fsync. Freeing a LOCK-REPLY or an ACK early would let a commit
-    /// be reported that a crash of every replica could lose.
+    /// at once; every acknowledgement of a log record (the ACK of
+    /// COMMIT-BACKUP, COMMIT-PRIMARY, ABORT, TRUNCATE) waits for the fsync,
+    /// and so does a LOCK-REPLY unless every region has a complete backup.
+    /// Freeing an ACK early would let a commit be reported that a crash of
+    /// every replica could lose.
     #[test]
     fn only_replies_that_log_nothing_skip_the_fsync_wait() {
+        use meridian_process::node::independent_of_log;
         let v = Versioned {
             version: meridian_wire::Timestamp(3),
             value: vec![1],
         };
-        for free in [
-            TxnResponse::Read(Ok(Some(v))),
-            TxnResponse::Read(Err(Conflict::Locked)),
-            TxnResponse::Scan(Ok((Vec::new(), false))),
-            TxnResponse::Validate(Ok(())),
-        ] {
-            assert!(independent_of_log(&reply(free.clone())), "{free:?}");
-        }
-        for held in [
-            TxnResponse::Lock(Ok(())),
-            TxnResponse::Lock(Err(Conflict::Changed)),
-            TxnResponse::Ack,
-        ] {
-            assert!(!independent_of_log(&reply(held.clone())), "{held:?}");
+        for lock_free in [false, true] {
+            for free in [
+                TxnResponse::Read(Ok(Some(v.clone()))),
+                TxnResponse::Read(Err(Conflict::Locked)),
+                TxnResponse::Scan(Ok((Vec::new(), false))),
+                TxnResponse::Validate(Ok(())),
+            ] {
+                assert!(
+                    independent_of_log(&reply(free.clone()), lock_free),
+                    "{free:?}"
+                );
+            }
+            for lock in [
+                TxnResponse::Lock(Ok(())),
+                TxnResponse::Lock(Err(Conflict::Changed)),
+            ] {
+                assert_eq!(
+                    independent_of_log(&reply(lock.clone()), lock_free),
+                    lock_free,
+                    "{lock:?}"
+                );
+            }
+            assert!(!independent_of_log(&reply(TxnResponse::Ack), lock_free));
         }
     }
 }

@@ -119,8 +119,9 @@ pub enum NodeEffect {
     PersistCoordination(Vec<u8>),
     /// Disk durability: append `records` (sequence numbers `first_seq`,
     /// `first_seq + 1`, …) to the write-ahead log and make them durable
-    /// before carrying out any later effect (group commit: one fsync may
-    /// cover many). Always first in a drain that has it.
+    /// before carrying out any later effect of the drain that depends on
+    /// them ([`split_held`]; group commit: one fsync may cover many).
+    /// Always first in a drain that has it.
     AppendLog {
         /// Sequence number of the first record.
         first_seq: u64,
@@ -139,6 +140,80 @@ pub enum NodeEffect {
     /// Something an operator or a timeline wants to see (FaRM Figure 9's
     /// markers).
     Event(NodeEvent),
+}
+
+/// Disk durability: whether effect `e`, from a drain that appended log
+/// records, may be carried out before those records are durable.
+///
+/// Lease and clock traffic never depends on the log (a slow fsync must
+/// neither expire leases nor age clock samples). The replies to READ,
+/// SCAN and VALIDATE log nothing and report only state that is already
+/// durable where it must be: a value a read can see was installed by
+/// COMMIT-PRIMARY, which the coordinator sends only after every backup
+/// acknowledged its COMMIT-BACKUP record, each after its fsync (FaRM §4);
+/// a lock a read or validation reports as held makes the reader abort or
+/// retry, whatever becomes of the lock. LOCK-REPLYs go at once when
+/// `lock_replies_free` ([`NodeProcess::lock_replies_skip_fsync`]).
+/// Everything else waits: the ACKs of COMMIT-BACKUP, COMMIT-PRIMARY,
+/// ABORT and TRUNCATE, and any frame the embedded coordinator sends.
+pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
+    match e {
+        NodeEffect::Send { frame, .. } => match frame {
+            Frame::OneWay {
+                req: Request::Lease(_),
+                ..
+            }
+            | Frame::Request {
+                req: Request::Clock(_),
+                ..
+            }
+            | Frame::Response {
+                resp:
+                    Response::Clock(_)
+                    | Response::Txn(
+                        TxnResponse::Read(_) | TxnResponse::Scan(_) | TxnResponse::Validate(_),
+                    ),
+                ..
+            } => true,
+            Frame::Response {
+                resp: Response::Txn(TxnResponse::Lock(_)),
+                ..
+            } => lock_replies_free,
+            _ => false,
+        },
+        NodeEffect::Wake { .. } | NodeEffect::Event(_) => true,
+        _ => false,
+    }
+}
+
+/// Disk durability: split a drain's effects into those carried out at
+/// once and those that wait until its last log record is durable: `(free,
+/// Some((last_seq, held)))`, or `(all, None)` if the drain logged nothing
+/// or `logging` is false (memory mode). The log effects themselves
+/// (`AppendLog`, `Checkpoint`, `PersistCoordination`) are the shell's to
+/// carry out before this split; any left in `effects` land in `held`.
+/// Both the tokio shell and the simulator use this one rule.
+#[allow(clippy::type_complexity)]
+pub fn split_held(
+    effects: Vec<NodeEffect>,
+    logging: bool,
+    lock_replies_free: bool,
+) -> (Vec<NodeEffect>, Option<(u64, Vec<NodeEffect>)>) {
+    let last = effects.iter().find_map(|e| match e {
+        NodeEffect::AppendLog { first_seq, records } => {
+            Some(*first_seq + records.len().saturating_sub(1) as u64)
+        }
+        _ => None,
+    });
+    match last {
+        Some(seq) if logging => {
+            let (free, held): (Vec<NodeEffect>, Vec<NodeEffect>) = effects
+                .into_iter()
+                .partition(|e| independent_of_log(e, lock_replies_free));
+            (free, Some((seq, held)))
+        }
+        _ => (effects, None),
+    }
 }
 
 /// One record of a node's write-ahead log (disk durability).
@@ -386,6 +461,9 @@ pub struct NodeProcess {
     /// proposes a fresh configuration at once (so every transaction of the
     /// one it crashed in recovers).
     restored: bool,
+    /// [`NodeProcess::lock_replies_skip_fsync`] for the configuration it
+    /// was computed in.
+    lock_replies_free: Option<(ConfigId, bool)>,
     effects: Vec<NodeEffect>,
 }
 
@@ -496,6 +574,7 @@ impl NodeProcess {
             node_records: Vec::new(),
             master_offset_ns: 0,
             restored: false,
+            lock_replies_free: None,
             effects: Vec::new(),
             config,
         })
@@ -2093,6 +2172,43 @@ impl NodeProcess {
     /// The configuration this node runs.
     pub fn config(&self) -> &Configuration {
         &self.config
+    }
+
+    /// Disk durability: whether this node's LOCK-REPLYs may leave before
+    /// the LOCK record is durable ([`independent_of_log`]). True when
+    /// every region of the current configuration has a complete backup
+    /// (one not still being filled by data recovery).
+    ///
+    /// Why that is enough (FaRM §4, §5.3): a transaction is reported
+    /// committed only after every backup of every region it writes has
+    /// made its COMMIT-BACKUP record durable (those ACKs wait for their
+    /// fsync) and one primary has made its COMMIT-PRIMARY durable. If
+    /// every node then loses what it had not fsynced, each written region
+    /// still votes commit-backup from its backups, whose records carry
+    /// the writes, so recovery commits the transaction; the LOCK record
+    /// adds nothing. Before that point nothing was reported, and no other
+    /// transaction could see the writes (COMMIT-PRIMARY exposes them, and
+    /// it is sent only after the COMMIT-BACKUP ACKs). The log is written
+    /// in order, so COMMIT-PRIMARY's fsync at a primary covers its LOCK.
+    /// A region with no complete backup keeps the LOCK record as the only
+    /// durable copy of the writes until COMMIT-PRIMARY: then every
+    /// LOCK-REPLY waits for its fsync, as before. The simulator loses
+    /// un-fsynced records at every crash, so this argument is tested, not
+    /// only argued.
+    pub fn lock_replies_skip_fsync(&mut self) -> bool {
+        let id = self.config.id();
+        match self.lock_replies_free {
+            Some((c, free)) if c == id => free,
+            _ => {
+                let free = self
+                    .config
+                    .regions()
+                    .iter()
+                    .all(|r| r.backups.iter().any(|b| !r.filling.contains(b)));
+                self.lock_replies_free = Some((id, free));
+                free
+            }
+        }
     }
 
     /// True once a configuration removed this node, or after a restart

@@ -57,7 +57,7 @@ use meridian_client::{ClientOp, ExecuteError, ThinError};
 use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::ClientProcess;
 use meridian_process::coordination::CoordinationService;
-use meridian_process::node::{NodeEffect, NodeEvent, NodeProcess, Peer};
+use meridian_process::node::{split_held, NodeEffect, NodeEvent, NodeProcess, Peer};
 use meridian_wire::{
     ClockRequest, ClockResponse, ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId,
     TxnRequest,
@@ -70,7 +70,7 @@ use meridian_workload::ycsb::{self, YcsbConfig, YcsbWorkload};
 use rand::rngs::{SmallRng, StdRng};
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -275,6 +275,10 @@ pub struct SimConfig {
     /// The last this many nodes start outside the configuration (spares
     /// in the address book): they join, and the CM rebalances onto them.
     pub spare_nodes: u32,
+    /// A deliberately broken durability rule, for the test that shows the
+    /// simulator catches one: the ACKs of log records (COMMIT-BACKUP,
+    /// COMMIT-PRIMARY, ABORT, TRUNCATE) go before their fsync.
+    pub broken_ack_before_fsync: bool,
 }
 
 impl SimConfig {
@@ -304,6 +308,7 @@ impl SimConfig {
             max_rate_ppm: 0,
             drifting_node: None,
             spare_nodes: 0,
+            broken_ack_before_fsync: false,
         }
     }
 
@@ -952,6 +957,8 @@ enum Event {
     /// The coordination service's answer to node `.0`'s (incarnation `.1`)
     /// time-bound raise: the stored bound and the CM stored with it.
     TimeBoundReply(u32, u32, (u64, NodeId)),
+    /// Node `.0`'s (incarnation `.1`) log is durable through record `.2`.
+    Fsync(u32, u32, u64),
 }
 
 struct NodeSlot {
@@ -963,6 +970,13 @@ struct NodeSlot {
     /// covers) and the write-ahead log after it; they survive crashes.
     checkpoint: Option<(u64, Vec<u8>)>,
     wal: Vec<(u64, meridian_process::node::DurableRecord)>,
+    /// Records appended but not yet fsynced: a crash loses them.
+    volatile: Vec<(u64, meridian_process::node::DurableRecord)>,
+    /// Effects waiting for the log to be durable through their sequence
+    /// number ([`split_held`]), in drain order: a crash loses them.
+    held: VecDeque<(u64, Vec<NodeEffect>)>,
+    /// When the last fsync asked for completes (fsyncs complete in order).
+    fsync_at: u64,
     inc: u32,
     clock: SimClock,
     paused_until: u64,
@@ -1089,6 +1103,9 @@ impl Sim {
                     disk: None,
                     checkpoint: None,
                     wal: Vec::new(),
+                    volatile: Vec::new(),
+                    held: VecDeque::new(),
+                    fsync_at: 0,
                     inc: 1,
                     clock,
                     paused_until: 0,
@@ -1543,6 +1560,31 @@ impl Sim {
                 if slot.process.take().is_some() {
                     self.crashes += 1;
                 }
+                // What was not fsynced is gone, and so is what waited for it.
+                slot.volatile.clear();
+                slot.held.clear();
+            }
+            Event::Fsync(n, inc, seq) => {
+                let now = self.now();
+                let slot = &mut self.nodes[n as usize];
+                if slot.inc != inc || slot.process.is_none() {
+                    return;
+                }
+                // A paused process sends nothing: the disk finishes, the
+                // process notices when it runs again.
+                if slot.paused_until > now {
+                    let until = slot.paused_until;
+                    return self.schedule(until, Event::Fsync(n, inc, seq));
+                }
+                let cut = slot.volatile.partition_point(|(s, _)| *s <= seq);
+                slot.wal.extend(slot.volatile.drain(..cut));
+                let mut release = Vec::new();
+                while slot.held.front().is_some_and(|(s, _)| *s <= seq) {
+                    if let Some((_, mut e)) = slot.held.pop_front() {
+                        release.append(&mut e);
+                    }
+                }
+                self.node_effects(n, release);
             }
             Event::RestartNode(n) => {
                 let slot = &mut self.nodes[n as usize];
@@ -1621,12 +1663,86 @@ impl Sim {
         }
     }
 
+    /// Carry out node `n`'s effects as the tokio shell does: the log
+    /// effects first (records go to the un-fsynced tail of the log, and a
+    /// simulated fsync makes them durable after a delay), then what
+    /// [`split_held`] frees at once; the rest waits for that fsync. A crash
+    /// before it loses both the records and the held effects.
     fn route_node(&mut self, n: u32) {
-        let now = self.now();
-        let effects = match self.nodes[n as usize].process.as_mut() {
-            Some(p) => p.drain_effects(),
+        let (effects, lock_free) = match self.nodes[n as usize].process.as_mut() {
+            Some(p) => (p.drain_effects(), p.lock_replies_skip_fsync()),
             None => return,
         };
+        let mut rest = Vec::with_capacity(effects.len());
+        for e in effects {
+            match e {
+                NodeEffect::AppendLog { first_seq, records } => {
+                    let last = first_seq + records.len().saturating_sub(1) as u64;
+                    let slot = &mut self.nodes[n as usize];
+                    for (i, r) in records.into_iter().enumerate() {
+                        slot.volatile.push((first_seq + i as u64, r));
+                    }
+                    self.schedule_fsync(n, last);
+                    // Kept without its records, so `split_held` holds
+                    // what depends on them.
+                    rest.push(NodeEffect::AppendLog {
+                        first_seq: last,
+                        records: Vec::new(),
+                    });
+                }
+                NodeEffect::Checkpoint { through_seq, state } => {
+                    // The shell fsyncs the log before it rotates it.
+                    let slot = &mut self.nodes[n as usize];
+                    slot.wal.append(&mut slot.volatile);
+                    slot.wal.retain(|(s, _)| *s > through_seq);
+                    slot.checkpoint = Some((through_seq, state));
+                }
+                NodeEffect::PersistCoordination(state) => {
+                    self.nodes[n as usize].disk = Some(state);
+                }
+                other => rest.push(other),
+            }
+        }
+        let (mut free, held) = split_held(rest, self.cfg.faults.disk, lock_free);
+        if let Some((seq, mut held)) = held {
+            if self.cfg.broken_ack_before_fsync {
+                let (acks, rest): (Vec<_>, Vec<_>) = held.into_iter().partition(|e| {
+                    matches!(
+                        e,
+                        NodeEffect::Send {
+                            frame: Frame::Response {
+                                resp: Response::Txn(meridian_wire::TxnResponse::Ack),
+                                ..
+                            },
+                            ..
+                        }
+                    )
+                });
+                free.extend(acks);
+                held = rest;
+            }
+            self.nodes[n as usize].held.push_back((seq, held));
+        }
+        self.node_effects(n, free);
+    }
+
+    /// Ask for node `n`'s log to be fsynced through `seq`: done after a
+    /// random delay, in order (one writer, group commit).
+    fn schedule_fsync(&mut self, n: u32, seq: u64) {
+        let now = self.now();
+        let delay = self
+            .rng
+            .gen_range(self.cfg.min_delay_ns..=self.cfg.max_delay_ns)
+            * 2;
+        let slot = &mut self.nodes[n as usize];
+        let at = (now + delay).max(slot.fsync_at);
+        slot.fsync_at = at;
+        let inc = slot.inc;
+        self.schedule(at, Event::Fsync(n, inc, seq));
+    }
+
+    fn node_effects(&mut self, n: u32, effects: Vec<NodeEffect>) {
+        let now = self.now();
         for e in effects {
             match e {
                 NodeEffect::Send { to, frame } => {
@@ -1676,20 +1792,11 @@ impl Sim {
                     let inc = self.nodes[n as usize].inc;
                     self.schedule(now + delay, Event::TimeBoundReply(n, inc, bound));
                 }
-                NodeEffect::PersistCoordination(state) => {
-                    self.nodes[n as usize].disk = Some(state);
-                }
-                NodeEffect::AppendLog { first_seq, records } => {
-                    let wal = &mut self.nodes[n as usize].wal;
-                    for (i, r) in records.into_iter().enumerate() {
-                        wal.push((first_seq + i as u64, r));
-                    }
-                }
-                NodeEffect::Checkpoint { through_seq, state } => {
-                    let slot = &mut self.nodes[n as usize];
-                    slot.wal.retain(|(s, _)| *s > through_seq);
-                    slot.checkpoint = Some((through_seq, state));
-                }
+                // Carried out by `route_node` before the split (an
+                // `AppendLog` here is its record-less marker).
+                NodeEffect::PersistCoordination(_)
+                | NodeEffect::AppendLog { .. }
+                | NodeEffect::Checkpoint { .. } => {}
                 NodeEffect::Event(ev) => {
                     if self.trace {
                         eprintln!("t={now} node {n}: {ev:?}");

@@ -460,6 +460,34 @@ fn a_whole_cluster_crash_loses_no_acknowledged_commit() {
     assert!(crashes > 0 && committed_after > 0);
 }
 
+/// The simulator loses what a node had not fsynced when it crashes, so
+/// it can see a durability rule broken: with the ACKs of log records sent
+/// before their fsync, a whole-cluster crash loses acknowledged commits
+/// and the checker (bank audits, version order) says so. The same seeds
+/// with the real rule pass (`a_whole_cluster_crash_loses_no_acknowledged_commit`).
+#[test]
+fn acks_sent_before_their_fsync_lose_commits_the_checker_sees() {
+    let mut caught = Vec::new();
+    for seed in seeds(15) {
+        let cfg = SimConfig {
+            faults: Faults {
+                disk: true,
+                cluster_crash: true,
+                ..Faults::none()
+            },
+            broken_ack_before_fsync: true,
+            ..SimConfig::bank(seed)
+        };
+        if run_and_check(cfg).is_err() {
+            caught.push(seed);
+        }
+    }
+    assert!(
+        !caught.is_empty(),
+        "no seed caught ACKs that leave before their fsync"
+    );
+}
+
 /// FaRMv2 §4.3 as the bench sees it: when a CM crash moves the clock
 /// master, members report `ClockDisabled` and then `ClockEnabled` (the
 /// markers the failover timeline measures the disabled time from).
