@@ -279,6 +279,10 @@ pub struct SimConfig {
     /// simulator catches one: the ACKs of log records (COMMIT-BACKUP,
     /// COMMIT-PRIMARY, ABORT, TRUNCATE) go before their fsync.
     pub broken_ack_before_fsync: bool,
+    /// A deliberately broken rule: LOCK-REPLYs go before their fsync even
+    /// when a region has no complete backup
+    /// ([`NodeProcess::lock_replies_skip_fsync`] ignored).
+    pub broken_lock_before_fsync: bool,
 }
 
 impl SimConfig {
@@ -309,6 +313,7 @@ impl SimConfig {
             drifting_node: None,
             spare_nodes: 0,
             broken_ack_before_fsync: false,
+            broken_lock_before_fsync: false,
         }
     }
 
@@ -1670,7 +1675,10 @@ impl Sim {
     /// before it loses both the records and the held effects.
     fn route_node(&mut self, n: u32) {
         let (effects, lock_free) = match self.nodes[n as usize].process.as_mut() {
-            Some(p) => (p.drain_effects(), p.lock_replies_skip_fsync()),
+            Some(p) => (
+                p.drain_effects(),
+                self.cfg.broken_lock_before_fsync || p.lock_replies_skip_fsync(),
+            ),
             None => return,
         };
         let mut rest = Vec::with_capacity(effects.len());

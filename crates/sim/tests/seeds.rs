@@ -488,6 +488,42 @@ fn acks_sent_before_their_fsync_lose_commits_the_checker_sees() {
     );
 }
 
+/// A LOCK-REPLY may leave before its fsync only when every region has a
+/// complete backup (`NodeProcess::lock_replies_skip_fsync`). With one
+/// copy per region there is none: the LOCK record is the only durable
+/// copy of a region's writes until COMMIT-PRIMARY, and a whole-cluster
+/// crash after the report loses them unless the LOCK-REPLY waited. The
+/// real rule passes these runs; a rule that always frees LOCK-REPLYs is
+/// caught by the checker.
+#[test]
+fn lock_replies_wait_for_their_fsync_without_backups() {
+    let run = |seed: u64, broken: bool| {
+        run_and_check(SimConfig {
+            replication: 1,
+            faults: Faults {
+                disk: true,
+                cluster_crash: true,
+                ..Faults::none()
+            },
+            broken_lock_before_fsync: broken,
+            ..SimConfig::bank(seed)
+        })
+    };
+    let mut caught = Vec::new();
+    for seed in 0..40u64 {
+        if run(seed, true).is_err() {
+            caught.push(seed);
+            if let Err(e) = run(seed, false) {
+                panic!("seed {seed} fails with the real rule too: {e}");
+            }
+        }
+    }
+    assert!(
+        !caught.is_empty(),
+        "no run caught LOCK-REPLYs freed without backups"
+    );
+}
+
 /// FaRMv2 §4.3 as the bench sees it: when a CM crash moves the clock
 /// master, members report `ClockDisabled` and then `ClockEnabled` (the
 /// markers the failover timeline measures the disabled time from).
