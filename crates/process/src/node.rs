@@ -2272,6 +2272,18 @@ mod tests {
         Configuration::local(3, 7000, 3, 6, std::path::Path::new("/nonexistent"))
     }
 
+    /// LOCK-REPLYs skip the fsync wait only while every region has a
+    /// complete backup: yes with 3 copies, no with 1, and no once a
+    /// region's only backup is still being filled.
+    #[test]
+    fn lock_replies_skip_the_fsync_only_with_a_complete_backup_everywhere() {
+        let mut p = NodeProcess::new(config(), NodeId(0), 1).unwrap();
+        assert!(p.lock_replies_skip_fsync(), "3 copies of every region");
+        let one = Configuration::local(3, 7000, 1, 6, std::path::Path::new("/nonexistent"));
+        let mut q = NodeProcess::new(one, NodeId(0), 1).unwrap();
+        assert!(!q.lock_replies_skip_fsync(), "1 copy: no backup");
+    }
+
     fn register(p: &mut NodeProcess) -> u64 {
         p.on_message(
             0,
