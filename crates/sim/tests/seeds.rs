@@ -426,6 +426,19 @@ fn a_seed_reproduces_exactly() {
     assert_ne!(a.end_ns, c.end_ns, "different seeds should differ");
 }
 
+/// A bank run with disk durability in which every node crashes at the
+/// same instant and restarts from its log.
+fn cluster_crash_bank(seed: u64) -> SimConfig {
+    SimConfig {
+        faults: Faults {
+            disk: true,
+            cluster_crash: true,
+            ..Faults::none()
+        },
+        ..SimConfig::bank(seed)
+    }
+}
+
 /// Disk durability (issue 6): every node crashes at the same instant and
 /// restarts from its write-ahead log and checkpoint. The restarted CM
 /// renews the configuration, every in-flight transaction recovers, and the
@@ -435,14 +448,7 @@ fn a_seed_reproduces_exactly() {
 fn a_whole_cluster_crash_loses_no_acknowledged_commit() {
     let (mut crashes, mut committed_after) = (0u64, 0u64);
     for seed in seeds(15) {
-        let cfg = SimConfig {
-            faults: Faults {
-                disk: true,
-                cluster_crash: true,
-                ..Faults::none()
-            },
-            ..SimConfig::bank(seed)
-        };
+        let cfg = cluster_crash_bank(seed);
         let nodes = cfg.nodes as u64;
         let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
         assert!(
@@ -470,13 +476,8 @@ fn acks_sent_before_their_fsync_lose_commits_the_checker_sees() {
     let mut caught = Vec::new();
     for seed in seeds(15) {
         let cfg = SimConfig {
-            faults: Faults {
-                disk: true,
-                cluster_crash: true,
-                ..Faults::none()
-            },
             broken_ack_before_fsync: true,
-            ..SimConfig::bank(seed)
+            ..cluster_crash_bank(seed)
         };
         if run_and_check(cfg).is_err() {
             caught.push(seed);
@@ -500,13 +501,8 @@ fn lock_replies_wait_for_their_fsync_without_backups() {
     let run = |seed: u64, broken: bool| {
         run_and_check(SimConfig {
             replication: 1,
-            faults: Faults {
-                disk: true,
-                cluster_crash: true,
-                ..Faults::none()
-            },
             broken_lock_before_fsync: broken,
-            ..SimConfig::bank(seed)
+            ..cluster_crash_bank(seed)
         })
     };
     let mut caught = Vec::new();
