@@ -89,10 +89,13 @@ struct Shell {
     conns: Mutex<BTreeMap<u64, Outbox>>,
     /// Links to the other nodes (the embedded coordinator's requests).
     links: BTreeMap<NodeId, mpsc::Sender<Vec<u8>>>,
-    /// A link of its own to the first clock master for clock syncs (none
-    /// on the master); syncs to a later master (after a CM failover) go on
-    /// the ordinary link.
-    clock_link: Option<(NodeId, mpsc::Sender<Vec<u8>>)>,
+    /// A link of its own to the clock master for clock syncs (none while
+    /// this node is the master). It follows the master: a sync to another
+    /// node (after a CM change) starts a link to it and drops the old one
+    /// (`clock_link_to`).
+    clock_link: Mutex<Option<(NodeId, mpsc::Sender<Vec<u8>>)>>,
+    /// Every node's address, for a clock link to a new master.
+    node_addrs: BTreeMap<NodeId, String>,
     /// Where the coordination replica's state is kept (none: no data
     /// directory, so it lives in memory only).
     coordination_file: Option<std::path::PathBuf>,
@@ -448,7 +451,12 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         process: Mutex::new(process),
         conns: Mutex::new(BTreeMap::new()),
         links,
-        clock_link,
+        clock_link: Mutex::new(clock_link),
+        node_addrs: config
+            .nodes
+            .iter()
+            .map(|n| (NodeId(n.id), n.addr.clone()))
+            .collect(),
         coordination_file,
         events: Mutex::new(me.data_dir.as_ref().and_then(|d| {
             std::fs::OpenOptions::new()
@@ -579,6 +587,7 @@ async fn send_when_durable<F, Fut>(
 async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
     let mut out: BTreeMap<Peer, Vec<u8>> = BTreeMap::new();
     let mut clock: Vec<u8> = Vec::new();
+    let mut clock_to: Option<NodeId> = None;
     for e in effects {
         match e {
             NodeEffect::Send { to, frame } => {
@@ -604,14 +613,12 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                         ..
                     }
                 );
-                let to_first_master = shell
-                    .clock_link
-                    .as_ref()
-                    .is_some_and(|(m, _)| to == Peer::Node(*m));
-                let buf = if sync && to_first_master {
-                    &mut clock
-                } else {
-                    out.entry(to).or_default()
+                let buf = match to {
+                    Peer::Node(m) if sync && shell.node_addrs.contains_key(&m) => {
+                        clock_to = Some(m);
+                        &mut clock
+                    }
+                    _ => out.entry(to).or_default(),
                 };
                 if let Err(e) = encode_frame(&frame, buf) {
                     // A reply the codec refuses must not vanish: the peer
@@ -705,11 +712,35 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
             },
         }
     }
-    if let (false, Some((_, l))) = (clock.is_empty(), &shell.clock_link) {
-        if let Err(e) = l.try_send(clock) {
+    if let (false, Some(m)) = (clock.is_empty(), clock_to) {
+        if let Err(e) = clock_link_to(shell, m).try_send(clock) {
             tracing::warn!("clock link cannot take a sync ({e}); it will time out");
         }
     }
+}
+
+/// The dedicated clock link to `master`, started (and the link to the
+/// previous master dropped, which ends it) if the master changed.
+fn clock_link_to(shell: &Arc<Shell>, master: NodeId) -> mpsc::Sender<Vec<u8>> {
+    let mut cl = lock(&shell.clock_link);
+    if let Some((m, tx)) = cl.as_ref() {
+        if *m == master {
+            return tx.clone();
+        }
+    }
+    let (tx, rx) = mpsc::channel(64);
+    if let Some(addr) = shell.node_addrs.get(&master) {
+        tracing::info!("clock link moves to {master}");
+        tokio::spawn(link(
+            Arc::downgrade(shell),
+            master,
+            addr.clone(),
+            rx,
+            shell.config.limits.max_batch_bytes,
+        ));
+    }
+    *cl = Some((master, tx.clone()));
+    tx
 }
 
 async fn serve(
