@@ -945,6 +945,30 @@ impl Warehouse {
     }
 }
 
+/// The codec of a row holding one integer (the rows split off WAREHOUSE
+/// and DISTRICT): `LEN`, `encode` and `decode`, big-endian.
+macro_rules! one_int_row {
+    ($name:ident, $field:ident, $ty:ident) => {
+        impl $name {
+            /// Encoded size in bytes.
+            pub const LEN: usize = std::mem::size_of::<$ty>();
+
+            /// Encodes to the big-endian layout.
+            pub fn encode(&self) -> Value {
+                self.$field.to_be_bytes().to_vec()
+            }
+
+            /// Decodes; `None` unless exactly [`Self::LEN`] bytes.
+            pub fn decode(v: &[u8]) -> Option<Self> {
+                let mut r = Reader::new(v);
+                let row = $name { $field: r.$ty()? };
+                r.end()?;
+                Some(row)
+            }
+        }
+    };
+}
+
 /// A WAREHOUSE_YTD row (its key holds W_ID): the warehouse's W_YTD, split
 /// from [`Warehouse`] so that PAYMENT's updates do not conflict with
 /// NEW_ORDER's reads of W_TAX. Layout (8 bytes): ytd i64 (big-endian).
@@ -954,23 +978,7 @@ pub struct WarehouseYtd {
     pub ytd: i64,
 }
 
-impl WarehouseYtd {
-    /// Encoded size in bytes.
-    pub const LEN: usize = 8;
-
-    /// Encodes to the 8-byte layout.
-    pub fn encode(&self) -> Value {
-        self.ytd.to_be_bytes().to_vec()
-    }
-
-    /// Decodes; `None` unless exactly [`WarehouseYtd::LEN`] bytes.
-    pub fn decode(v: &[u8]) -> Option<Self> {
-        let mut r = Reader::new(v);
-        let row = WarehouseYtd { ytd: r.i64()? };
-        r.end()?;
-        Some(row)
-    }
-}
+one_int_row!(WarehouseYtd, ytd, i64);
 
 /// A DISTRICT row (its key holds D_W_ID, D_ID) without D_YTD, which is in
 /// [`DistrictYtd`], and D_NEXT_O_ID, which is in [`DistrictNextOId`]; no
@@ -1018,23 +1026,7 @@ pub struct DistrictYtd {
     pub ytd: i64,
 }
 
-impl DistrictYtd {
-    /// Encoded size in bytes.
-    pub const LEN: usize = 8;
-
-    /// Encodes to the 8-byte layout.
-    pub fn encode(&self) -> Value {
-        self.ytd.to_be_bytes().to_vec()
-    }
-
-    /// Decodes; `None` unless exactly [`DistrictYtd::LEN`] bytes.
-    pub fn decode(v: &[u8]) -> Option<Self> {
-        let mut r = Reader::new(v);
-        let row = DistrictYtd { ytd: r.i64()? };
-        r.end()?;
-        Some(row)
-    }
-}
+one_int_row!(DistrictYtd, ytd, i64);
 
 /// A DISTRICT_NEXT_O_ID row (its key holds D_W_ID, D_ID): the district's
 /// D_NEXT_O_ID, split from [`District`] so that NEW_ORDER's increments do
@@ -1047,25 +1039,7 @@ pub struct DistrictNextOId {
     pub next_o_id: u32,
 }
 
-impl DistrictNextOId {
-    /// Encoded size in bytes.
-    pub const LEN: usize = 4;
-
-    /// Encodes to the 4-byte layout.
-    pub fn encode(&self) -> Value {
-        self.next_o_id.to_be_bytes().to_vec()
-    }
-
-    /// Decodes; `None` unless exactly [`DistrictNextOId::LEN`] bytes.
-    pub fn decode(v: &[u8]) -> Option<Self> {
-        let mut r = Reader::new(v);
-        let row = DistrictNextOId {
-            next_o_id: r.u32()?,
-        };
-        r.end()?;
-        Some(row)
-    }
-}
+one_int_row!(DistrictNextOId, next_o_id, u32);
 
 /// A CUSTOMER row (its key holds C_W_ID, C_D_ID, C_ID). Layout: first
 /// (1-byte length) · middle (2) · last (1-byte length) · [`Address`] ·
