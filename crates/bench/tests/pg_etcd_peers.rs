@@ -6,11 +6,13 @@
 //! Skips when a server is not installed (`scripts/setup.sh` installs both
 //! as root).
 
+mod common;
+
+use common::contended_rmw;
 use meridian_bench::drive::Mix;
 use meridian_bench::etcd::EtcdPeer;
 use meridian_bench::peers::Peer;
 use meridian_bench::pg::PgPeer;
-use meridian_workload::rmw::{self, RmwConfig};
 use meridian_workload::tatp;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -168,27 +170,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
-}
-
-/// 8 hot counters, 4 sessions, 1 s: returns (committed, aborts, audit sum).
-async fn contended_rmw(peer: &Peer) -> (u64, u64, u64) {
-    let cfg = RmwConfig {
-        records: 8,
-        keys: 4,
-        value_bytes: 16,
-    };
-    assert_eq!(
-        peer.load(rmw::population(&cfg), |_| {})
-            .await
-            .expect("load"),
-        8
-    );
-    let ran = peer
-        .run(Arc::new(Mix::Rmw(cfg)), 4, 1, 3)
-        .await
-        .expect("run");
-    let sum = peer.audit_rmw(&cfg).await.expect("audit");
-    (ran.result.committed, ran.result.aborts, sum)
 }
 
 #[test]

@@ -4,10 +4,12 @@
 //! shared YCSB closed loop runs on it. Skips when redis-server is not
 //! installed (`scripts/setup.sh` installs it as root).
 
+mod common;
+
+use common::contended_rmw;
 use meridian_bench::drive::Mix;
 use meridian_bench::peers::{Peer, PeerError, RedisPeer};
 use meridian_workload::ops::TxnOps;
-use meridian_workload::rmw::{self, RmwConfig};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -168,28 +170,12 @@ fn contended_rmw_against_redis_loses_no_update() {
     let Some(server) = start() else { return };
     rt().block_on(async {
         let peer = Peer::Redis(RedisPeer::new(&server.url).expect("url"));
-        let cfg = RmwConfig {
-            records: 8,
-            keys: 4,
-            value_bytes: 16,
-        };
-        assert_eq!(
-            peer.load(rmw::population(&cfg), |_| {})
-                .await
-                .expect("load"),
-            8
-        );
-        let ran = peer
-            .run(Arc::new(Mix::Rmw(cfg)), 4, 1, 2)
-            .await
-            .expect("run");
-        let r = &ran.result;
-        assert!(r.committed > 100, "{}", r.committed);
+        let (committed, aborts, sum) = contended_rmw(&peer).await;
+        assert!(committed > 100, "{committed}");
         assert!(
-            r.aborts > 0,
+            aborts > 0,
             "8 hot counters, 4 sessions: some EXEC must fail"
         );
-        let sum = peer.audit_rmw(&cfg).await.expect("audit");
-        assert_eq!(sum, 4 * r.committed, "lost or doubled updates");
+        assert_eq!(sum, 4 * committed, "lost or doubled updates");
     });
 }
