@@ -56,6 +56,12 @@ pub enum Failure {
 pub trait Classify: Display {
     /// How the closed loop treats it.
     fn failure(&self) -> Failure;
+    /// For an abort, a short name of its cause, for the bench's abort
+    /// breakdown (`read-locked`, `lock-locked`, `validate-changed`, … for
+    /// Meridian; one cause per peer).
+    fn abort_cause(&self) -> &'static str {
+        "conflict"
+    }
 }
 
 impl Classify for TxnError {
@@ -64,6 +70,33 @@ impl Classify for TxnError {
             e if e.is_abort() => Failure::Abort,
             TxnError::ClockUnavailable => Failure::Retry,
             _ => Failure::Fatal,
+        }
+    }
+    fn abort_cause(&self) -> &'static str {
+        use meridian_client::AbortReason as R;
+        use meridian_wire::Conflict as C;
+        let TxnError::Aborted(r) = self else {
+            return "other";
+        };
+        let (phase, c) = match r {
+            R::Read(c) => ("read", c),
+            R::Lock(c) => ("lock", c),
+            R::Validate(c) => ("validate", c),
+            R::User => return "user",
+            R::Abandoned => return "abandoned",
+            R::Reconfigured => return "reconfigured",
+            R::ClockUnavailable => return "clock-unavailable",
+        };
+        match (phase, c) {
+            ("read", C::Locked) => "read-locked",
+            ("read", C::TooOld) => "read-too-old",
+            ("read", _) => "read-other",
+            ("lock", C::Locked) => "lock-locked",
+            ("lock", C::Changed) => "lock-changed",
+            ("lock", _) => "lock-other",
+            ("validate", C::Locked) => "validate-locked",
+            ("validate", C::Changed) => "validate-changed",
+            _ => "validate-other",
         }
     }
 }
@@ -339,7 +372,7 @@ pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> Acc
                 }
                 Err(e) => match e.failure() {
                     Failure::Abort => {
-                        acc.aborts += 1;
+                        acc.abort(op.name(), e.abort_cause());
                         if Instant::now() >= ctx.deadline {
                             break;
                         }
@@ -516,4 +549,34 @@ pub async fn check_tpcc<S: BenchSession>(
     }
     let rows = checker.rows();
     checker.finish(cfg).map(|()| rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_client::AbortReason as R;
+    use meridian_wire::Conflict as C;
+
+    /// Each abort names its phase and the conflict that caused it, and the
+    /// accumulator counts it under its transaction type.
+    #[test]
+    fn aborts_are_counted_by_type_and_cause() {
+        let cause = |r| Classify::abort_cause(&TxnError::Aborted(r));
+        assert_eq!(cause(R::Read(C::Locked)), "read-locked");
+        assert_eq!(cause(R::Read(C::TooOld)), "read-too-old");
+        assert_eq!(cause(R::Lock(C::Locked)), "lock-locked");
+        assert_eq!(cause(R::Lock(C::Changed)), "lock-changed");
+        assert_eq!(cause(R::Validate(C::Changed)), "validate-changed");
+        assert_eq!(cause(R::Validate(C::Locked)), "validate-locked");
+        assert_eq!(cause(R::Reconfigured), "reconfigured");
+        assert_eq!(Classify::abort_cause(&TxnError::ReadOnly), "other");
+        let mut acc = crate::run::Acc::default();
+        acc.abort("PAYMENT", "read-locked");
+        acc.abort("PAYMENT", "read-locked");
+        acc.abort("NEW_ORDER", "lock-locked");
+        let r = crate::run::summarize_core("t", 1.0, 1, acc);
+        assert_eq!(r.aborts, 3);
+        assert_eq!(r.aborts_by_cause["PAYMENT"]["read-locked"], 2);
+        assert_eq!(r.aborts_by_cause["NEW_ORDER"]["lock-locked"], 1);
+    }
 }

@@ -48,6 +48,10 @@ pub struct BenchResult {
     pub aborts: u64,
     /// Aborts / (commits + aborts).
     pub abort_rate: f64,
+    /// Aborts by transaction type, then by cause (`read-locked`: a read
+    /// met a lock, FaRMv2 §4.7; `lock-locked`, `validate-changed`, …; a
+    /// peer's conflicts are `conflict`).
+    pub aborts_by_cause: BTreeMap<String, BTreeMap<String, u64>>,
     /// TATP: successful transactions per second (MQTh).
     pub successful_per_s: Option<f64>,
     /// Per-type latencies (and "all").
@@ -75,6 +79,8 @@ fn hist() -> Histogram<u64> {
 pub(crate) struct Acc {
     pub(crate) committed: u64,
     pub(crate) aborts: u64,
+    /// Aborts by (transaction type, cause).
+    pub(crate) aborts_by: BTreeMap<(&'static str, &'static str), u64>,
     /// Committed and successful in the workload's sense (TATP's MQTh).
     pub(crate) successful: u64,
     /// Deliberate rollbacks (not conflicts).
@@ -95,9 +101,17 @@ impl Acc {
         let h = self.lat.entry(kind).or_insert_with(hist);
         let _ = h.record(us.max(1));
     }
+    /// Count an abort of a `kind` transaction for `cause`.
+    pub(crate) fn abort(&mut self, kind: &'static str, cause: &'static str) {
+        self.aborts += 1;
+        *self.aborts_by.entry((kind, cause)).or_default() += 1;
+    }
     pub(crate) fn merge(&mut self, o: Acc) {
         self.committed += o.committed;
         self.aborts += o.aborts;
+        for (k, n) in o.aborts_by {
+            *self.aborts_by.entry(k).or_default() += n;
+        }
         self.successful += o.successful;
         self.rollbacks += o.rollbacks;
         self.inconsistent += o.inconsistent;
@@ -338,6 +352,15 @@ pub(crate) fn summarize_core(bench: &str, secs: f64, clients: usize, acc: Acc) -
         committed_per_s: acc.committed as f64 / secs,
         aborts: acc.aborts,
         abort_rate: acc.aborts as f64 / (acc.committed + acc.aborts).max(1) as f64,
+        aborts_by_cause: acc
+            .aborts_by
+            .iter()
+            .fold(BTreeMap::new(), |mut m, ((k, c), n)| {
+                m.entry(k.to_string())
+                    .or_insert_with(BTreeMap::new)
+                    .insert(c.to_string(), *n);
+                m
+            }),
         successful_per_s: None,
         latency,
         mean_uncertainty_us: 0.0,
@@ -547,7 +570,12 @@ pub async fn bank(
                         }
                         Err(e) if e.is_abort() => {
                             rec.outcome = Outcome::Aborted;
-                            acc.aborts += 1;
+                            let kind = if fresh.is_audit() {
+                                "audit"
+                            } else {
+                                "transfer"
+                            };
+                            acc.abort(kind, crate::drive::Classify::abort_cause(&e));
                             if fresh.is_audit() {
                                 retry = Some(fresh);
                             }

@@ -1281,6 +1281,17 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
         r.aborts,
         r.abort_rate * 100.0
     );
+    if r.aborts > 0 {
+        let by: Vec<String> = r
+            .aborts_by_cause
+            .iter()
+            .map(|(kind, causes)| {
+                let c: Vec<String> = causes.iter().map(|(c, n)| format!("{c} {n}")).collect();
+                format!("{kind}: {}", c.join(", "))
+            })
+            .collect();
+        println!("aborts by cause: {}", by.join("; "));
+    }
     if let Some(s) = r.successful_per_s {
         println!("successful (MQTh): {s:.0} tx/s");
     }

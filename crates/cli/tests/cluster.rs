@@ -445,6 +445,21 @@ fn bench_rmw_on_hot_counters_loses_no_update() {
         Some(4.0 * committed as f64),
         "{text}"
     );
+    // The abort breakdown accounts for every abort, by Meridian's causes
+    // (a read that met a lock, a failed LOCK, a failed VALIDATE).
+    let by = v["aborts_by_cause"]["rmw"]
+        .as_object()
+        .expect("aborts by cause of the rmw transaction");
+    let total: u64 = by.values().filter_map(|n| n.as_u64()).sum();
+    assert_eq!(Some(total), v["aborts"].as_u64(), "{text}");
+    for cause in by.keys() {
+        assert!(
+            cause.starts_with("read-")
+                || cause.starts_with("lock-")
+                || cause.starts_with("validate-"),
+            "unexpected abort cause {cause}: {text}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -121,6 +121,8 @@ impl Outbox {
         tokio::spawn(async move {
             let mut batch: Vec<u8> = Vec::with_capacity(64 << 10);
             while let Some(first) = rx.recv().await {
+                // As in `run_link`: one write for every frame ready now.
+                tokio::task::yield_now().await;
                 fill_batch(&mut batch, &first, &mut rx, max_batch_bytes);
                 if let Err(e) = w.write_all(&batch).await {
                     tracing::debug!("write failed: {e}");
@@ -437,6 +439,9 @@ pub async fn run_link(
                         reader.abort();
                         return;
                     };
+                    // Let the tasks that are ready queue their frames
+                    // first, so that one write carries them all.
+                    tokio::task::yield_now().await;
                     fill_batch(&mut batch, &first, &mut rx, max_batch_bytes);
                     if let Err(e) = w.write_all(&batch).await {
                         break Err(e.into());
