@@ -310,6 +310,8 @@ fn add_client_figures(r: &mut BenchResult, client: &Client) {
     // through, and commits whose outcome it could not learn.
     let extra = &mut r.extra;
     extra.insert("client_rpc_failures".into(), stats.rpc_failures as f64);
+    extra.insert("client_clock_refused".into(), stats.clock_refused as f64);
+    extra.insert("client_clock_rejected".into(), stats.clock_rejected as f64);
     extra.insert("client_rpc_retries".into(), stats.rpc_retries as f64);
     extra.insert("client_config_changes".into(), stats.config_changes as f64);
     extra.insert("client_indeterminate".into(), stats.indeterminate as f64);

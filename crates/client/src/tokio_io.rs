@@ -185,13 +185,17 @@ impl Io for TokioIo {
                 return;
             }
         }
+        // Syncs carry no truncations (the process keeps them for other
+        // frames); one that did would go on the TCP link, where the node's
+        // process applies them.
         let clock = self.clock_link.knows(to)
             && matches!(
-                frame,
+                &frame,
                 Frame::Request {
                     req: Request::Clock(ClockRequest::Sync),
+                    truncate,
                     ..
-                }
+                } if truncate.txs.is_empty() && truncate.low.is_none()
             );
         if clock {
             let mut buf = Vec::with_capacity(64);
@@ -237,20 +241,10 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
         links.insert(NodeId(n.id), tx);
         receivers.push((NodeId(n.id), n.addr.clone(), rx));
     }
-    let clock_link = Arc::new(ClockLink {
-        addrs: config
-            .nodes
-            .iter()
-            .map(|n| (NodeId(n.id), n.addr.clone()))
-            .collect(),
-        state: std::sync::Mutex::new(ClockState {
-            master,
-            conn: ClockConn::Down,
-        }),
-        core: std::sync::OnceLock::new(),
-    });
     let addrs =
         lease_udp::resolve_nodes(config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str())));
+    let clock_link = ClockLink::start(addrs.clone())
+        .map_err(|e| ClientError::Os(format!("cannot start the clock link: {e}")))?;
     let desk = process.lease_desk();
     let lease_thread = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ticker = Arc::new(Ticker {
@@ -304,61 +298,48 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
     Ok(core)
 }
 
-/// The dedicated link to the clock master, on threads of its own.
+/// The dedicated link to the clock master: CLOCK-SYNCs as UDP datagrams
+/// to the master's lease thread, which answers them at once without its
+/// process lock (`meridian_process::node::answer_clock_sync`), and a
+/// reader thread of our own that hands each reply to the process the
+/// moment it arrives.
 ///
 /// A clock synchronisation's sample is `[send, receive]` in local time,
 /// and the uncertainty of every timestamp this client takes is the width
-/// of its best sample (FaRMv2 §4.1). On the runtime, a sync waited in the
-/// link task's queue before it was written and its reply waited for a
-/// busy worker before it was timestamped: under load the sample was 115–
-/// 235 µs wide for a 30 µs exchange. Here the request is written in line
-/// by the process's own send (a short write on a `TCP_NODELAY` socket),
-/// and a reader thread blocked on the socket hands the reply to the
-/// process the moment it arrives. Either way the sample only widens, so
-/// the bounds stay valid; only their width changes. The link follows the
-/// master: a sync the process addresses to another node (its CM changed,
-/// FaRMv2 §4.3) moves the link there. It used to stay bound to the first
-/// master, so after a CM failover every sync went over the runtime links
-/// and the uncertainty grew (313 against 191 µs in a TATP run at 1M
-/// subscribers after a failover).
+/// of its best sample (FaRMv2 §4.1). Over the runtime's TCP links a sync
+/// waited in the link task's queue, then behind the master's other work
+/// for its process lock, then for a busy worker here: under load the
+/// sample was 115–235 µs wide for a 30 µs exchange. Here the request is
+/// sent in line by the process's own send, answered by the master's
+/// real-time lease thread, and received by a thread blocked on the
+/// socket. Either way the sample only widens, so the bounds stay valid;
+/// only their width changes. The link follows the master by itself: each
+/// sync goes to the node the process addresses (after a CM change, the new
+/// master, FaRMv2 §4.3). A lost datagram is a lost message: the sync's RPC
+/// times out and the next one is sent.
 struct ClockLink {
-    /// Every node's address: the link follows the clock master wherever
-    /// the process sends its syncs (after a CM change, the new master).
-    addrs: BTreeMap<NodeId, String>,
-    state: std::sync::Mutex<ClockState>,
+    /// Every node's lease (UDP) address.
+    addrs: BTreeMap<NodeId, SocketAddr>,
+    socket: std::net::UdpSocket,
     core: std::sync::OnceLock<Weak<Core>>,
 }
 
-/// The master the link is for, and its connection.
-struct ClockState {
-    master: NodeId,
-    conn: ClockConn,
-}
-
-enum ClockConn {
-    /// Not connected; the next send starts a connector thread.
-    Down,
-    /// A connector thread is at work; what is sent meanwhile waits here
-    /// (at most `CLOCK_PENDING_BYTES`; beyond that it is dropped, like a
-    /// lost message).
-    Connecting { pending: Vec<u8> },
-    /// Connected: `gen` tells a stale reader's exit from the current one.
-    Up {
-        stream: std::net::TcpStream,
-        gen: u64,
-    },
-}
-
-/// Bytes of clock syncs held while the clock link connects.
-const CLOCK_PENDING_BYTES: usize = 4096;
-
-/// Connection generations: a reader or connector of an older one finds
-/// the link moved on and leaves it alone.
-static CLOCK_GEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
 impl ClockLink {
-    fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// A link on a fresh UDP socket, and its reader thread (which ends with
+    /// the core).
+    fn start(addrs: BTreeMap<NodeId, SocketAddr>) -> std::io::Result<Arc<ClockLink>> {
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        let reader = socket.try_clone()?;
+        let link = Arc::new(ClockLink {
+            addrs,
+            socket,
+            core: std::sync::OnceLock::new(),
+        });
+        let me = Arc::downgrade(&link);
+        std::thread::Builder::new()
+            .name("meridian-clock-link".into())
+            .spawn(move || read_clock_replies(me, reader))?;
+        Ok(link)
     }
 
     /// Whether syncs to `node` can go on this link (its address is known).
@@ -366,158 +347,67 @@ impl ClockLink {
         self.addrs.contains_key(&node)
     }
 
-    /// Write `bytes` (one encoded sync to `to`), or hold it while
-    /// connecting. A sync to another node than the link's master (the
-    /// CM changed) moves the link there: the old connection is shut (its
-    /// outstanding syncs time out, as lost messages do) and a new one is
-    /// made. Called under the process lock: it never calls into the
-    /// process.
-    fn send(self: &Arc<Self>, to: NodeId, bytes: &[u8]) {
-        use std::io::Write;
-        let mut st = self.lock();
-        if st.master != to {
-            if let ClockConn::Up { stream, .. } = &st.conn {
-                let _ = stream.shutdown(std::net::Shutdown::Both);
-            }
-            tracing::info!("clock link moves from {} to {to}", st.master);
-            st.master = to;
-            st.conn = ClockConn::Down;
-        }
-        let master = st.master;
-        match &mut st.conn {
-            ClockConn::Up { stream, .. } => {
-                if let Err(e) = stream.write_all(bytes) {
-                    tracing::debug!("clock link to {master} failed: {e}");
-                    // The reader sees the shutdown, marks the link down
-                    // and fails the outstanding syncs.
-                    let _ = stream.shutdown(std::net::Shutdown::Both);
-                }
-            }
-            ClockConn::Connecting { pending } => {
-                if pending.len() + bytes.len() <= CLOCK_PENDING_BYTES {
-                    pending.extend_from_slice(bytes);
-                }
-            }
-            ClockConn::Down => {
-                let Some(addr) = self.addrs.get(&master).cloned() else {
-                    return;
-                };
-                st.conn = ClockConn::Connecting {
-                    pending: bytes.to_vec(),
-                };
-                let me = self.clone();
-                let gen = CLOCK_GEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let spawned = std::thread::Builder::new()
-                    .name("meridian-clock-link".into())
-                    .spawn(move || me.connect(master, addr, gen));
-                if let Err(e) = spawned {
-                    tracing::warn!("cannot start the clock link's thread: {e}");
-                    st.conn = ClockConn::Down;
-                }
-            }
-        }
-    }
-
-    /// The link to `master` is down: fail what is outstanding there (as
-    /// the runtime links do), outside the link's lock.
-    fn down(&self, master: NodeId) {
-        if let Some(c) = self.core.get().and_then(|c| c.upgrade()) {
-            c.on_disconnect(master);
-        }
-    }
-
-    /// Whether the link still waits for this connector (same master, still
-    /// connecting): a connector for a master the link left gives up.
-    fn still_connecting(st: &ClockState, master: NodeId) -> bool {
-        st.master == master && matches!(st.conn, ClockConn::Connecting { .. })
-    }
-
-    fn connect(self: Arc<Self>, master: NodeId, addr: String, gen: u64) {
-        use std::io::Write;
-        use std::net::ToSocketAddrs;
-        let stream = addr
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .and_then(|a| {
-                std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_millis(500)).ok()
-            });
-        let reader = stream.as_ref().and_then(|s| {
-            let _ = s.set_nodelay(true);
-            // Writes happen under the process lock: a master that stops
-            // reading must cost a dropped sync, never a stalled client.
-            let _ = s.set_write_timeout(Some(std::time::Duration::from_millis(1)));
-            s.try_clone().ok()
-        });
-        let (Some(mut stream), Some(reader)) = (stream, reader) else {
-            // Back off a little, so that a dead master is not dialled in a
-            // tight loop, then fail the syncs that waited.
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            let mut st = self.lock();
-            if Self::still_connecting(&st, master) {
-                st.conn = ClockConn::Down;
-                drop(st);
-                self.down(master);
-            }
+    /// Send `bytes` (one encoded sync) to `to`. Called under the process
+    /// lock: it never calls into the process, and a full socket buffer
+    /// drops the datagram (a lost message) rather than blocking.
+    fn send(&self, to: NodeId, bytes: &[u8]) {
+        let Some(addr) = self.addrs.get(&to) else {
             return;
         };
-        {
-            let mut st = self.lock();
-            if !Self::still_connecting(&st, master) {
-                return;
-            }
-            if let ClockConn::Connecting { pending } = &mut st.conn {
-                if stream.write_all(pending).is_err() {
-                    st.conn = ClockConn::Down;
-                    drop(st);
-                    self.down(master);
-                    return;
-                }
-            }
-            st.conn = ClockConn::Up { stream, gen };
+        if let Err(e) = self.socket.send_to(bytes, addr) {
+            tracing::debug!("clock sync to {to} not sent: {e}");
         }
-        self.read_loop(master, reader, gen);
     }
+}
 
-    /// Deliver every reply to the process as it arrives; on EOF or an
-    /// error, mark the link down (if it is still this connection).
-    fn read_loop(&self, master: NodeId, mut r: std::net::TcpStream, gen: u64) {
-        use std::io::Read;
-        let mut buf: Vec<u8> = Vec::with_capacity(4096);
-        let mut chunk = [0u8; 4096];
-        'conn: loop {
-            let n = match r.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            buf.extend_from_slice(&chunk[..n]);
-            loop {
-                match meridian_wire::decode_frame(&buf) {
-                    Ok(Some((frame, used))) => {
-                        buf.drain(..used);
-                        match self.core.get().and_then(|c| c.upgrade()) {
-                            Some(c) => c.on_message(master, frame),
-                            None => return,
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::warn!("bad frame on the clock link to {master}: {e}");
-                        break 'conn;
-                    }
+/// The clock link's reader: deliver each reply to the process as it
+/// arrives, from the node whose address sent it. Ends when the link (with
+/// the core that owns it) is gone.
+fn read_clock_replies(link: Weak<ClockLink>, socket: std::net::UdpSocket) {
+    let mut buf = vec![0u8; lease_udp::MAX_LEASE_DATAGRAM_BYTES * 2];
+    // Wake now and then to notice a closed client.
+    let _ = socket.set_read_timeout(Some(std::time::Duration::from_millis(200)));
+    loop {
+        let got = socket.recv_from(&mut buf);
+        let Some(me) = link.upgrade() else {
+            return;
+        };
+        let (n, src) = match got {
+            Ok(x) => x,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                        | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                continue
+            }
+            Err(e) => {
+                tracing::warn!("clock link receive failed: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
+        };
+        let Some(node) = me
+            .addrs
+            .iter()
+            .find_map(|(id, a)| (*a == src).then_some(*id))
+        else {
+            tracing::debug!(%src, "a clock reply from an unknown address: dropped");
+            continue;
+        };
+        match meridian_wire::decode_frame(&buf[..n]) {
+            Ok(Some((frame @ Frame::Response { .. }, used))) if used == n => {
+                match me.core.get().and_then(|c| c.upgrade()) {
+                    Some(c) => c.on_message(node, frame),
+                    None => return,
                 }
             }
-        }
-        let current = {
-            let mut st = self.lock();
-            let current = matches!(&st.conn, ClockConn::Up { gen: g, .. } if *g == gen);
-            if current {
-                st.conn = ClockConn::Down;
-            }
-            current
-        };
-        if current {
-            self.down(master);
+            Ok(_) => tracing::debug!(%src, bytes = n, "malformed clock reply dropped"),
+            Err(e) => tracing::debug!(%src, "malformed clock reply dropped: {e}"),
         }
     }
 }
@@ -564,53 +454,37 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
-    /// The clock link follows the master: syncs addressed to another node
-    /// (a CM change) close the old connection and go to the new master.
+    /// The clock link follows the master: each sync goes to the node the
+    /// process addresses (after a CM change, the new master), and only
+    /// nodes of the address book are known.
     #[test]
     fn the_clock_link_follows_the_master() {
-        use std::io::Read;
-        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let link = Arc::new(ClockLink {
-            addrs: [
-                (NodeId(0), a.local_addr().unwrap().to_string()),
-                (NodeId(1), b.local_addr().unwrap().to_string()),
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for s in [&a, &b] {
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+        }
+        let link = ClockLink::start(
+            [
+                (NodeId(0), a.local_addr().unwrap()),
+                (NodeId(1), b.local_addr().unwrap()),
             ]
             .into_iter()
             .collect(),
-            state: std::sync::Mutex::new(ClockState {
-                master: NodeId(0),
-                conn: ClockConn::Down,
-            }),
-            core: std::sync::OnceLock::new(),
-        });
+        )
+        .unwrap();
         assert!(link.knows(NodeId(1)) && !link.knows(NodeId(7)));
-        let read_exact = |s: &mut std::net::TcpStream, n: usize| {
-            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-                .unwrap();
-            let mut buf = vec![0u8; n];
-            s.read_exact(&mut buf).unwrap();
-            buf
-        };
+        let mut buf = [0u8; 64];
         link.send(NodeId(0), b"sync-a");
-        let (mut at_a, _) = a.accept().unwrap();
-        assert_eq!(read_exact(&mut at_a, 6), b"sync-a");
-        // Wait until the link is up, so the next send finds a connection
-        // to close.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !matches!(link.lock().conn, ClockConn::Up { .. }) {
-            assert!(std::time::Instant::now() < deadline, "never connected");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        let (n, _) = a.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"sync-a");
         link.send(NodeId(1), b"sync-b");
-        let (mut at_b, _) = b.accept().unwrap();
-        assert_eq!(read_exact(&mut at_b, 6), b"sync-b");
-        // The old master's connection was closed.
-        let mut rest = Vec::new();
-        at_a.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-            .unwrap();
-        assert_eq!(at_a.read_to_end(&mut rest).unwrap(), 0);
-        assert_eq!(link.lock().master, NodeId(1));
+        let (n, _) = b.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"sync-b");
+        link.send(NodeId(7), b"nowhere");
+        a.set_nonblocking(true).unwrap();
+        assert!(a.recv_from(&mut buf).is_err(), "nothing else arrived at a");
     }
 
     /// An earlier request wakes a ticker asleep until a later one, and each

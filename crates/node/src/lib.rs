@@ -127,6 +127,12 @@ struct NodeLeases {
 
 impl LeaseEndpoint for NodeLeases {
     fn on_frame(&mut self, now: u64, src: std::net::SocketAddr, frame: Frame, out: &mut Outgoing) {
+        // A client's CLOCK-SYNC: the master answers here, at once, without
+        // the process lock (FaRMv2 §4.1; `answer_clock_sync`).
+        if let Some(reply) = meridian_process::node::answer_clock_sync(&self.desk, now, &frame) {
+            out.push((src, reply));
+            return;
+        }
         let Frame::OneWay {
             req: Request::Lease(m),
             ..

@@ -126,6 +126,9 @@ pub struct ClientStats {
     pub truncations_dropped: u64,
     /// Clock synchronisations rejected as inconsistent.
     pub clock_rejected: u64,
+    /// Clock synchronisations the master refused (not the master, no
+    /// lease majority, disabled, or past its time bound; FaRMv2 §4.3).
+    pub clock_refused: u64,
     /// Calls failed with a `TooOld` abort (snapshot below the GC safe
     /// point, FaRMv2 §5).
     pub aborts_too_old: u64,
@@ -372,6 +375,11 @@ impl ClientProcess {
 
     /// The clock engine (the embedding node drives FaRMv2 §4.3's
     /// fast-forward through it).
+    pub fn clock(&self) -> &ClockSync {
+        &self.clock
+    }
+
+    /// The clock, mutably.
     pub fn clock_mut(&mut self) -> &mut ClockSync {
         &mut self.clock
     }
@@ -1157,7 +1165,12 @@ impl ClientProcess {
     ) {
         let id = self.next_rpc;
         self.next_rpc += 1;
-        let truncate = self.truncates.remove(&to).unwrap_or_default();
+        // Clock syncs carry no truncations: the master's lease thread
+        // answers them without the process (`node::answer_clock_sync`).
+        let truncate = match req {
+            Request::Clock(_) => Vec::new(),
+            _ => self.truncates.remove(&to).unwrap_or_default(),
+        };
         let deadline_ns = now + timeout_ns;
         // The low bound rides with truncations (FaRM Table 1).
         let low = (self.low > 0 && (!truncate.is_empty() || purpose == Purpose::Truncate))
@@ -1501,6 +1514,7 @@ impl ClientProcess {
                         self.stats.clock_rejected += 1;
                     }
                 } else if let Response::Rejected(Rejection::WrongRole(_)) = resp {
+                    self.stats.clock_refused += 1;
                     // Not (or no longer) the clock master: the CM changed.
                     // A client whose samples expired starts no transaction,
                     // so this is how it learns the new configuration (YCSB

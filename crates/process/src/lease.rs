@@ -721,9 +721,30 @@ pub enum LeaseOutcome {
     Forward,
 }
 
+/// What the clock master publishes for its lease thread, so that the
+/// thread answers clock synchronisations without the process lock
+/// (FaRMv2 §4.1: the master's answer is the sample's only server-side
+/// delay, and a busy process widened every sample, so every uncertainty).
+/// Published by the process after each input while it may hand out time,
+/// and withdrawn, under the desk lock, the moment it may not
+/// ([`LeaseDesk::withdraw_master_clock`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MasterClockView {
+    /// Global time minus local time, ns (`ClockSync::master_offset_ns`).
+    pub offset_ns: i128,
+    /// Hand out no time at or above this, global ns: the stored time bound
+    /// less the followers' reserve (`ClockSync::set_time_bound`).
+    pub limit_ns: u64,
+}
+
 #[derive(Debug)]
 struct Desk {
     role: LeaseRole,
+    /// The master clock, while this process may hand out time from it.
+    clock: Option<MasterClockView>,
+    /// The highest global time handed out from `clock`, ns: the process
+    /// folds it into its FF value (FaRMv2 §4.3).
+    clock_handed_ns: u64,
     /// The owner is a member (or a registered client) and may use leases.
     serving: bool,
     /// The members of the owner's configuration (the CM answers only them).
@@ -759,6 +780,8 @@ impl LeaseDesk {
     pub fn new(role: LeaseRole, serving: bool) -> Self {
         LeaseDesk(std::sync::Arc::new(std::sync::Mutex::new(Desk {
             role,
+            clock: None,
+            clock_handed_ns: 0,
             serving,
             members: BTreeSet::new(),
             last_now: 0,
@@ -799,6 +822,60 @@ impl LeaseDesk {
     /// neither answers nor renews.
     pub fn set_serving(&self, serving: bool) {
         self.lock().serving = serving;
+    }
+
+    /// Publish the master clock (`Some`) or stop handing out time from it
+    /// (`None`). Returns the highest global time handed out so far, ns.
+    pub fn set_master_clock(&self, view: Option<MasterClockView>) -> u64 {
+        let mut d = self.lock();
+        d.clock = view;
+        d.clock_handed_ns
+    }
+
+    /// The highest global time handed out through
+    /// [`LeaseDesk::master_time`], ns (0: none).
+    pub fn master_clock_handed_ns(&self) -> u64 {
+        self.lock().clock_handed_ns
+    }
+
+    /// Stop handing out time at once (the clock is being disabled, FaRMv2
+    /// §4.3). Returns the highest global time handed out, ns, which the
+    /// caller's FF value must cover: nothing is handed out after this
+    /// returns, until a view is published again.
+    pub fn withdraw_master_clock(&self) -> u64 {
+        self.set_master_clock(None)
+    }
+
+    /// The clock master's answer to a synchronisation at local time `now`
+    /// (FaRMv2 §4.1): its global time, if it may hand out time now. It may
+    /// when it serves, is the CM with leases at a majority of the members
+    /// (FaRM §5.1), and has published a view (it is the master, enabled,
+    /// taken over) whose limit the time stays below. The time is read and
+    /// recorded under the desk lock, so a withdrawal either precedes it or
+    /// sees it in [`LeaseDesk::withdraw_master_clock`]'s answer.
+    ///
+    /// Errors: why no time is handed out, as the process would say it.
+    pub fn master_time(&self, now: u64) -> Result<u64, &'static str> {
+        let mut d = self.lock();
+        let now = Self::clamp(&mut d, now);
+        let LeaseRole::Cm(m) = &d.role else {
+            return Err("not the clock master");
+        };
+        if !d.serving || !m.holds_majority(now) {
+            return Err("the clock master holds no lease majority now (FaRM §5.1)");
+        }
+        let Some(v) = d.clock else {
+            return Err(
+                "the clock master hands out no time now (disabled during a CM change, \
+                        or not taken over yet, FaRMv2 §4.3)",
+            );
+        };
+        let t = (now as i128 + v.offset_ns).clamp(0, u64::MAX as i128) as u64;
+        if t >= v.limit_ns {
+            return Err("the clock master reached its stored time bound (FaRMv2 §4.3)");
+        }
+        d.clock_handed_ns = d.clock_handed_ns.max(t);
+        Ok(t)
     }
 
     /// The members of the owner's current configuration.
@@ -1155,6 +1232,56 @@ mod tests {
         assert!(cm.on_message(t, &newer).is_none());
         assert_eq!(cm.suspects(t + 20 * MS), vec![LeaseHolder::Node(NodeId(1))]);
         cm.check_invariants();
+    }
+
+    /// The master's lease thread hands out time only from a published
+    /// view, below its limit, as the CM holding a lease majority; a
+    /// withdrawal stops it at once and reports the highest time handed
+    /// out, which the process's FF value then covers (FaRMv2 §4.3).
+    #[test]
+    fn the_lease_thread_hands_out_master_time_only_as_published() {
+        let p = params();
+        let members = [NodeId(0), NodeId(1), NodeId(2)];
+        let mut cm = LeaseManager::new(p, ConfigId(1), NodeId(0), &members, 0);
+        cm.granted_by(NodeId(1), 0);
+        let desk = LeaseDesk::new(LeaseRole::Cm(cm), true);
+        assert!(desk.master_time(MS).is_err(), "no view published yet");
+        let view = MasterClockView {
+            offset_ns: 1_000,
+            limit_ns: 5 * MS,
+        };
+        assert_eq!(desk.set_master_clock(Some(view)), 0);
+        assert_eq!(desk.master_time(MS), Ok(MS + 1_000));
+        assert_eq!(desk.master_time(2 * MS), Ok(2 * MS + 1_000));
+        assert!(desk.master_time(5 * MS).is_err(), "at its time bound");
+        assert_eq!(desk.master_clock_handed_ns(), 2 * MS + 1_000);
+        assert_eq!(desk.withdraw_master_clock(), 2 * MS + 1_000);
+        assert!(desk.master_time(5 * MS).is_err(), "withdrawn");
+        // The majority lapses a lease after the last grant.
+        desk.set_master_clock(Some(MasterClockView {
+            limit_ns: u64::MAX,
+            ..view
+        }));
+        assert!(desk.master_time(5 * MS).is_ok());
+        assert!(desk.master_time(1_000 * MS).is_err(), "no lease majority");
+        // Only a CM's desk answers, and only while it serves.
+        let member = LeaseDesk::new(
+            LeaseRole::Member(LeaseClient::new(
+                p,
+                LeaseHolder::Node(NodeId(1)),
+                ConfigId(1),
+                NodeId(0),
+                0,
+            )),
+            true,
+        );
+        member.set_master_clock(Some(view));
+        assert!(member.master_time(MS).is_err());
+        let mut cm = LeaseManager::new(p, ConfigId(1), NodeId(0), &members, 0);
+        cm.granted_by(NodeId(1), 0);
+        let idle = LeaseDesk::new(LeaseRole::Cm(cm), false);
+        idle.set_master_clock(Some(view));
+        assert!(idle.master_time(MS).is_err(), "not serving");
     }
 
     #[test]

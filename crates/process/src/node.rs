@@ -51,6 +51,7 @@
 use crate::client::{CallResult, ClientProcess, TxnHandle};
 use crate::lease::{
     LeaseClient, LeaseDesk, LeaseFrom, LeaseManager, LeaseOutcome, LeaseParams, LeaseRole,
+    MasterClockView,
 };
 use crate::raft_service::{CasClient, CasOutput, ServiceError, ServiceOutput, ServiceReplica};
 use crate::reconfig::{Reconfig, ReconfigOutput, ReconfigParams};
@@ -140,6 +141,33 @@ pub enum NodeEffect {
     /// Something an operator or a timeline wants to see (FaRM Figure 9's
     /// markers).
     Event(NodeEvent),
+}
+
+/// The clock master's lease thread answers a CLOCK-SYNC datagram
+/// without the process lock (FaRMv2 §4.1: the master's delay in
+/// answering widens every sample, so every uncertainty): `Some(reply)`
+/// for a sync request carrying no piggybacked truncations (those only the
+/// process may apply), from [`LeaseDesk::master_time`]; `None` for
+/// anything else. The node shell's lease thread and the simulator both
+/// answer through this, with the desk the process publishes its view to.
+pub fn answer_clock_sync(desk: &LeaseDesk, now: u64, frame: &Frame) -> Option<Frame> {
+    let Frame::Request {
+        id,
+        truncate,
+        req: Request::Clock(ClockRequest::Sync),
+        ..
+    } = frame
+    else {
+        return None;
+    };
+    if !truncate.txs.is_empty() || truncate.low.is_some() {
+        return None;
+    }
+    let resp = match desk.master_time(now) {
+        Ok(master_ns) => ClockResponse::MasterTime { master_ns }.into(),
+        Err(why) => Response::Rejected(Rejection::WrongRole(why.into())),
+    };
+    Some(Frame::Response { id: *id, resp })
 }
 
 /// Disk durability: whether effect `e`, from a drain that appended log
@@ -777,6 +805,40 @@ impl NodeProcess {
         self.config.cm() == self.id
     }
 
+    /// FaRMv2 §4.3's FF value at `now`: every time this process handed
+    /// out, by itself or through its lease thread
+    /// ([`LeaseDesk::master_time`]), is at most this.
+    fn ff_value(&mut self, now: u64) -> u64 {
+        let handed = self.lease.master_clock_handed_ns();
+        self.gateway.clock_mut().fast_forward_value(now).max(handed)
+    }
+
+    /// What the lease thread may hand out time from now: `Some` while the
+    /// process itself would answer a CLOCK-SYNC with its time (the Sync
+    /// arm of `on_message`): a member, the CM, its clock the master's,
+    /// enabled, below the stored time bound less the reserve. The lease
+    /// majority is checked by the thread at each answer.
+    pub fn master_clock_view(&self) -> Option<MasterClockView> {
+        let clock = self.gateway.clock();
+        let eligible = self.standing == Standing::Member
+            && self.is_clock_master()
+            && clock.is_master()
+            && !clock.is_disabled();
+        eligible.then(|| MasterClockView {
+            offset_ns: clock.master_offset_ns(),
+            limit_ns: clock.time_bound_ns().map_or(u64::MAX, |b| {
+                b.saturating_sub(time_bound_reserve_ns(&self.config))
+            }),
+        })
+    }
+
+    /// Publish [`NodeProcess::master_clock_view`] for the lease thread
+    /// (after every input; withdrawn earlier where the clock may stop).
+    fn publish_master_clock(&mut self) {
+        let view = self.master_clock_view();
+        self.lease.set_master_clock(view);
+    }
+
     /// The clock's interval at `now`, if synchronised.
     pub fn clock_time(&mut self, now: u64) -> Option<meridian_time::Interval> {
         self.gateway.clock_time(now)
@@ -794,6 +856,7 @@ impl NodeProcess {
 
     /// Take the effects produced so far, in order.
     pub fn drain_effects(&mut self) -> Vec<NodeEffect> {
+        self.publish_master_clock();
         let disabled = self.gateway.clock_is_disabled();
         if disabled != self.clock_was_disabled {
             self.clock_was_disabled = disabled;
@@ -1194,6 +1257,17 @@ impl NodeProcess {
         let Some(from) = sender(from, Some(claimed)) else {
             return;
         };
+        if !matches!(
+            m,
+            ReconfigMessage::ClockRate { .. } | ReconfigMessage::Join { .. }
+        ) {
+            // The lease thread hands out no time while a reconfiguration
+            // message is handled: it may disable the clock, and the FF
+            // value this input reports must cover every time handed out
+            // (FaRMv2 §4.3). The view is published again at the end of the
+            // input (`drain_effects`) if the clock still serves.
+            self.lease.withdraw_master_clock();
+        }
         if self.standing != Standing::Member {
             // Outside the configuration: a probe is answered as empty (if
             // memory was lost), and only a NEW-CONFIG that adds this node
@@ -1251,7 +1325,7 @@ impl NodeProcess {
                     });
                 if renews_mine {
                     self.reconfig.rejoin();
-                    let upper = self.gateway.clock_mut().fast_forward_value(now);
+                    let upper = self.ff_value(now);
                     self.reconfig.on_message(now, m, upper, 0);
                     self.after_engines(now);
                     return;
@@ -1268,7 +1342,7 @@ impl NodeProcess {
                 if adds_me {
                     self.reset_participant();
                     self.reconfig.rejoin();
-                    let upper = self.gateway.clock_mut().fast_forward_value(now);
+                    let upper = self.ff_value(now);
                     self.reconfig.on_message(now, m, upper, 0);
                     self.after_engines(now);
                 }
@@ -1298,7 +1372,7 @@ impl NodeProcess {
                 }
             });
         }
-        let upper = self.gateway.clock_mut().fast_forward_value(now);
+        let upper = self.ff_value(now);
         // Grants to CMs other than the one proposing (NEW-CONFIG's sender).
         let asking = match &m {
             ReconfigMessage::NewConfig { from, .. } => *from,
@@ -1587,6 +1661,7 @@ impl NodeProcess {
             });
         }
         if cm_changed {
+            self.lease.withdraw_master_clock();
             self.gateway.clock_mut().disable();
         }
         self.clock_failover |= cm_changed;
@@ -1915,7 +1990,7 @@ impl NodeProcess {
             self.clock_rate_tick(now);
             self.rebalance_tick(now);
             self.keep_time_bound_ahead(now);
-            let upper = self.gateway.clock_mut().fast_forward_value(now);
+            let upper = self.ff_value(now);
             self.reconfig.tick(now, upper);
             self.recovery.tick(now);
             self.after_engines(now);

@@ -57,7 +57,9 @@ use meridian_client::{ClientOp, ExecuteError, ThinError};
 use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::ClientProcess;
 use meridian_process::coordination::CoordinationService;
-use meridian_process::node::{split_held, NodeEffect, NodeEvent, NodeProcess, Peer};
+use meridian_process::node::{
+    answer_clock_sync, split_held, NodeEffect, NodeEvent, NodeProcess, Peer,
+};
 use meridian_wire::{
     ClockRequest, ClockResponse, ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId,
     TxnRequest,
@@ -1516,6 +1518,16 @@ impl Sim {
                             Addr::Client(c) => Peer::Conn(((c as u64) << 32) | from_inc as u64),
                         };
                         self.messages += 1;
+                        // A client's CLOCK-SYNC goes to the node's lease
+                        // thread, as in the tokio shell: answered from the
+                        // view the process published, without the process.
+                        if let Addr::Client(_) = from {
+                            let desk = p.lease_desk();
+                            if let Some(reply) = answer_clock_sync(&desk, local, &frame) {
+                                self.send(to, from, reply);
+                                return;
+                            }
+                        }
                         p.on_message(local, peer, frame);
                         self.route_node(n);
                     }
