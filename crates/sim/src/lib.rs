@@ -2190,7 +2190,7 @@ fn heads(s: &meridian_storage::RegionStore) -> Vec<(Vec<u8>, u64, Option<Vec<u8>
         .filter_map(|(k, o)| {
             o.versions
                 .last()
-                .map(|v| (k.clone(), v.ts.0, v.value.clone()))
+                .map(|v| (k.to_vec(), v.ts.0, v.value.clone()))
         })
         .filter(|(_, _, v)| v.is_some())
         .collect()

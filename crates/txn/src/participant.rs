@@ -1285,7 +1285,7 @@ impl Participant {
                 .iter()
                 .flat_map(|(r, s)| s.iter().filter_map(move |(k, o)| o.lock.map(|t| (
                     *r,
-                    k.clone(),
+                    k.to_vec(),
                     t
                 ))))
                 .collect::<Vec<_>>()
