@@ -130,6 +130,13 @@ impl LeaseEndpoint for NodeLeases {
         // A client's CLOCK-SYNC: the master answers here, at once, without
         // the process lock (FaRMv2 §4.1; `answer_clock_sync`).
         if let Some(reply) = meridian_process::node::answer_clock_sync(&self.desk, now, &frame) {
+            if let Frame::Response {
+                resp: meridian_wire::Response::Rejected(why),
+                ..
+            } = &reply
+            {
+                tracing::debug!(%src, "clock sync refused: {why:?}");
+            }
             out.push((src, reply));
             return;
         }
