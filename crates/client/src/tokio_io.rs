@@ -374,17 +374,7 @@ fn read_clock_replies(link: Weak<ClockLink>, socket: std::net::UdpSocket) {
         };
         let (n, src) = match got {
             Ok(x) => x,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                        | std::io::ErrorKind::ConnectionRefused
-                ) =>
-            {
-                continue
-            }
+            Err(e) if lease_udp::receive_goes_on(&e) => continue,
             Err(e) => {
                 tracing::warn!("clock link receive failed: {e}");
                 std::thread::sleep(std::time::Duration::from_millis(1));

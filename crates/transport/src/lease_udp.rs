@@ -128,6 +128,19 @@ pub fn raise_priority() -> &'static str {
     }
 }
 
+/// True for a datagram socket's receive error its reader simply goes on
+/// after: a read timeout, an interrupt, or ICMP port unreachable from an
+/// earlier send (a peer that is down: not this socket's failure).
+pub fn receive_goes_on(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock
+            | std::io::ErrorKind::TimedOut
+            | std::io::ErrorKind::Interrupted
+            | std::io::ErrorKind::ConnectionRefused
+    )
+}
+
 /// Start the lease thread `name` on `socket`, serving `endpoint` until its
 /// [`LeaseEndpoint::on_timer`] returns `None`. `now` reads the local
 /// monotonic clock, ns.
@@ -174,16 +187,7 @@ pub fn spawn(
                         }
                         Err(e) => tracing::debug!(%src, "malformed lease datagram dropped: {e}"),
                     },
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock
-                                | std::io::ErrorKind::TimedOut
-                                | std::io::ErrorKind::Interrupted
-                        ) => {}
-                    // ICMP port unreachable from an earlier send (a peer
-                    // that is down): not this socket's failure.
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                    Err(e) if receive_goes_on(&e) => {}
                     Err(e) => {
                         tracing::warn!("lease socket receive failed: {e}");
                         std::thread::sleep(Duration::from_millis(1));
