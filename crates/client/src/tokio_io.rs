@@ -31,7 +31,9 @@ use tokio::sync::mpsc;
 /// The tokio implementation of [`Io`].
 pub struct TokioIo {
     links: BTreeMap<NodeId, mpsc::Sender<Vec<u8>>>,
-    clock_link: Arc<ClockLink>,
+    /// `None` if its socket could not be made: syncs then go on the TCP
+    /// links to the master's process (wider samples, still correct).
+    clock_link: Option<Arc<ClockLink>>,
     /// The lease thread's socket (a clone) and the nodes' addresses.
     lease: Option<(std::net::UdpSocket, BTreeMap<NodeId, SocketAddr>)>,
     /// Set once the lease thread runs: only then do lease frames leave on
@@ -188,7 +190,8 @@ impl Io for TokioIo {
         // Syncs carry no truncations (the process keeps them for other
         // frames); one that did would go on the TCP link, where the node's
         // process applies them.
-        let clock = self.clock_link.knows(to)
+        let clock_link = self.clock_link.as_ref().filter(|l| l.knows(to));
+        let clock = clock_link.is_some()
             && matches!(
                 &frame,
                 Frame::Request {
@@ -197,10 +200,10 @@ impl Io for TokioIo {
                     ..
                 } if truncate.txs.is_empty() && truncate.low.is_none()
             );
-        if clock {
+        if let (true, Some(clock_link)) = (clock, clock_link) {
             let mut buf = Vec::with_capacity(64);
             match encode_frame(&frame, &mut buf) {
-                Ok(()) => self.clock_link.send(to, &buf),
+                Ok(()) => clock_link.send(to, &buf),
                 Err(e) => tracing::error!("cannot encode a clock sync to {to}: {e}"),
             }
             return;
@@ -244,7 +247,8 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
     let addrs =
         lease_udp::resolve_nodes(config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str())));
     let clock_link = ClockLink::start(addrs.clone())
-        .map_err(|e| ClientError::Os(format!("cannot start the clock link: {e}")))?;
+        .map_err(|e| tracing::warn!("no clock link ({e}); clock syncs over the TCP links"))
+        .ok();
     let desk = process.lease_desk();
     let lease_thread = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ticker = Arc::new(Ticker {
@@ -268,7 +272,9 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
         ticker: ticker.clone(),
     };
     let core = Core::new(config, process, Box::new(io));
-    let _ = clock_link.core.set(Arc::downgrade(&core));
+    if let Some(l) = &clock_link {
+        let _ = l.core.set(Arc::downgrade(&core));
+    }
     {
         let core = Arc::downgrade(&core);
         std::thread::Builder::new()
