@@ -825,24 +825,23 @@ impl LeaseDesk {
     }
 
     /// Publish the master clock (`Some`) or stop handing out time from it
-    /// (`None`). Returns the highest global time handed out so far, ns.
-    pub fn set_master_clock(&self, view: Option<MasterClockView>) -> u64 {
-        let mut d = self.lock();
-        d.clock = view;
-        d.clock_handed_ns
+    /// (`None`).
+    pub fn set_master_clock(&self, view: Option<MasterClockView>) {
+        self.lock().clock = view;
     }
 
     /// The highest global time handed out through
-    /// [`LeaseDesk::master_time`], ns (0: none).
+    /// [`LeaseDesk::master_time`], ns (0: none), which the process's FF
+    /// value covers (`NodeProcess::ff_value`).
     pub fn master_clock_handed_ns(&self) -> u64 {
         self.lock().clock_handed_ns
     }
 
-    /// Stop handing out time at once (the clock is being disabled, FaRMv2
-    /// §4.3). Returns the highest global time handed out, ns, which the
-    /// caller's FF value must cover: nothing is handed out after this
-    /// returns, until a view is published again.
-    pub fn withdraw_master_clock(&self) -> u64 {
+    /// Stop handing out time at once (the clock may be disabled, FaRMv2
+    /// §4.3): nothing is handed out after this returns until a view is
+    /// published again, so an FF value computed afterwards covers every
+    /// time handed out.
+    pub fn withdraw_master_clock(&self) {
         self.set_master_clock(None)
     }
 
@@ -852,7 +851,7 @@ impl LeaseDesk {
     /// (FaRM §5.1), and has published a view (it is the master, enabled,
     /// taken over) whose limit the time stays below. The time is read and
     /// recorded under the desk lock, so a withdrawal either precedes it or
-    /// sees it in [`LeaseDesk::withdraw_master_clock`]'s answer.
+    /// finds it in [`LeaseDesk::master_clock_handed_ns`].
     ///
     /// Errors: why no time is handed out, as the process would say it.
     pub fn master_time(&self, now: u64) -> Result<u64, &'static str> {
@@ -1250,12 +1249,13 @@ mod tests {
             offset_ns: 1_000,
             limit_ns: 5 * MS,
         };
-        assert_eq!(desk.set_master_clock(Some(view)), 0);
+        desk.set_master_clock(Some(view));
+        assert_eq!(desk.master_clock_handed_ns(), 0);
         assert_eq!(desk.master_time(MS), Ok(MS + 1_000));
         assert_eq!(desk.master_time(2 * MS), Ok(2 * MS + 1_000));
         assert!(desk.master_time(5 * MS).is_err(), "at its time bound");
         assert_eq!(desk.master_clock_handed_ns(), 2 * MS + 1_000);
-        assert_eq!(desk.withdraw_master_clock(), 2 * MS + 1_000);
+        desk.withdraw_master_clock();
         assert!(desk.master_time(5 * MS).is_err(), "withdrawn");
         // The majority lapses a lease after the last grant.
         desk.set_master_clock(Some(MasterClockView {

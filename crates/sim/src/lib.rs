@@ -285,6 +285,11 @@ pub struct SimConfig {
     /// when a region has no complete backup
     /// ([`NodeProcess::lock_replies_skip_fsync`] ignored).
     pub broken_lock_before_fsync: bool,
+    /// A deliberately broken clock rule: a master's lease thread keeps
+    /// answering clients' syncs from the last view its process published,
+    /// after the process withdrew it (a CM change, a disabled clock) and
+    /// without its lease majority or time bound (FaRMv2 §4.3 ignored).
+    pub broken_master_clock_kept: bool,
 }
 
 impl SimConfig {
@@ -316,6 +321,7 @@ impl SimConfig {
             spare_nodes: 0,
             broken_ack_before_fsync: false,
             broken_lock_before_fsync: false,
+            broken_master_clock_kept: false,
         }
     }
 
@@ -984,6 +990,9 @@ struct NodeSlot {
     held: VecDeque<(u64, Vec<NodeEffect>)>,
     /// When the last fsync asked for completes (fsyncs complete in order).
     fsync_at: u64,
+    /// The last master clock view the process published (only for
+    /// `SimConfig::broken_master_clock_kept`).
+    kept_clock: Option<meridian_process::lease::MasterClockView>,
     inc: u32,
     clock: SimClock,
     paused_until: u64,
@@ -1112,6 +1121,7 @@ impl Sim {
                     wal: Vec::new(),
                     volatile: Vec::new(),
                     held: VecDeque::new(),
+                    kept_clock: None,
                     fsync_at: 0,
                     inc: 1,
                     clock,
@@ -1522,6 +1532,24 @@ impl Sim {
                         // thread, as in the tokio shell: answered from the
                         // view the process published, without the process.
                         if let Addr::Client(_) = from {
+                            if let (
+                                true,
+                                Some(v),
+                                Frame::Request {
+                                    id,
+                                    req: Request::Clock(ClockRequest::Sync),
+                                    ..
+                                },
+                            ) = (self.cfg.broken_master_clock_kept, slot.kept_clock, &frame)
+                            {
+                                let master_ns = (local as i128 + v.offset_ns).max(0) as u64;
+                                let reply = Frame::Response {
+                                    id: *id,
+                                    resp: ClockResponse::MasterTime { master_ns }.into(),
+                                };
+                                self.send(to, from, reply);
+                                return;
+                            }
                             let desk = p.lease_desk();
                             if let Some(reply) = answer_clock_sync(&desk, local, &frame) {
                                 self.send(to, from, reply);
@@ -1693,6 +1721,12 @@ impl Sim {
             ),
             None => return,
         };
+        if self.cfg.broken_master_clock_kept {
+            let slot = &mut self.nodes[n as usize];
+            if let Some(v) = slot.process.as_ref().and_then(|p| p.master_clock_view()) {
+                slot.kept_clock = Some(v);
+            }
+        }
         let mut rest = Vec::with_capacity(effects.len());
         for e in effects {
             match e {

@@ -567,3 +567,29 @@ fn a_cm_change_disables_clocks_and_enables_them_again() {
     assert!(disabled > 0, "no CM change disabled a clock");
     assert!(enabled > 0, "no clock was enabled again");
 }
+/// Clients' clock syncs are answered by the master's lease thread from a
+/// view its process publishes and withdraws (`node::answer_clock_sync`,
+/// FaRMv2 §4.3). The real rule passes these swarm seeds (they are in
+/// `swarm_seeds_pass_the_checker` too); a lease thread that keeps
+/// answering from the last view after the process withdrew it (a CM
+/// change, a disabled clock), without its lease majority or time bound,
+/// hands out times the new master's do not follow, and the checker sees
+/// the anomalies (missing rows, strict-serializability and opacity cycles).
+#[test]
+fn a_master_clock_kept_past_its_withdrawal_is_caught() {
+    let mut caught = Vec::new();
+    for seed in [14u64, 99, 107] {
+        run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
+        let broken = SimConfig {
+            broken_master_clock_kept: true,
+            ..SimConfig::swarm(seed)
+        };
+        if run_and_check(broken).is_err() {
+            caught.push(seed);
+        }
+    }
+    assert!(
+        !caught.is_empty(),
+        "no seed caught a master clock answering past its withdrawal"
+    );
+}
