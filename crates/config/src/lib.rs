@@ -256,7 +256,10 @@ pub struct DurabilityConfig {
     /// `"disk"` (default) or `"memory"`.
     pub mode: DurabilityMode,
     /// A checkpoint is written after this many logged mutations (default
-    /// 100,000); the log before it is then dropped.
+    /// 100,000), or after as many as the last checkpoint held objects if
+    /// that is more (so the work of writing checkpoints stays in
+    /// proportion to the work logged, and a restart replays at most about
+    /// one state's worth of log); the log before it is then dropped.
     pub checkpoint_records: u64,
 }
 

@@ -854,7 +854,7 @@ fn drain(p: &mut NodeProcess, shell: &Shell) -> Vec<NodeEffect> {
         }
         NodeEffect::Checkpoint { through_seq, state } => {
             if let Some(wal) = &shell.wal {
-                wal.checkpoint(*through_seq, std::mem::take(state));
+                wal.checkpoint(*through_seq, state.clone());
             }
             false
         }

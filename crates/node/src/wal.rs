@@ -48,7 +48,7 @@
 //! deleted only after a durable checkpoint covers it; an I/O error stops
 //! the node (a replica that cannot persist must not acknowledge).
 
-use meridian_process::node::DurableRecord;
+use meridian_process::node::{DurableRecord, NodeSnapshot};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -60,8 +60,14 @@ pub const PREALLOC_BYTES: u64 = 4 << 20;
 
 /// What the writer thread is asked to do, in order.
 enum Cmd {
-    Append { bytes: Vec<u8>, last_seq: u64 },
-    Checkpoint { through_seq: u64, state: Vec<u8> },
+    Append {
+        bytes: Vec<u8>,
+        last_seq: u64,
+    },
+    Checkpoint {
+        through_seq: u64,
+        state: NodeSnapshot,
+    },
 }
 
 /// The log of one node: a queue to its writer thread and the durable
@@ -263,7 +269,7 @@ impl Wal {
     }
 
     /// Queue a checkpoint covering records up to `through_seq`.
-    pub fn checkpoint(&self, through_seq: u64, state: Vec<u8>) {
+    pub fn checkpoint(&self, through_seq: u64, state: NodeSnapshot) {
         if self
             .tx
             .send(Cmd::Checkpoint { through_seq, state })
@@ -342,13 +348,14 @@ fn writer(
     rx: std::sync::mpsc::Receiver<Cmd>,
     durable: watch::Sender<u64>,
 ) {
-    // Checkpoints are written by a thread of their own so that appends
-    // behind them go on; at most two wait (each holds a whole state).
-    let (ckpt_tx, ckpt_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>)>(2);
+    // Checkpoints are encoded and written by a thread of their own so
+    // that appends behind them go on.
+    let pending = std::sync::Arc::new(PendingCheckpoint::default());
     let ckpt_dir = dir.clone();
+    let ckpt_pending = pending.clone();
     if let Err(e) = std::thread::Builder::new()
         .name("meridian-checkpoint".into())
-        .spawn(move || checkpointer(ckpt_dir, ckpt_rx))
+        .spawn(move || checkpointer(ckpt_dir, &ckpt_pending))
     {
         fatal(&format!("cannot start the checkpoint thread: {e}"));
     }
@@ -393,9 +400,7 @@ fn writer(
                         Ok(f) => f,
                         Err(e) => fatal(&format!("cannot start a new log segment: {e}")),
                     };
-                    if ckpt_tx.send((through_seq, state)).is_err() {
-                        fatal("the checkpoint thread is gone");
-                    }
+                    pending.offer(through_seq, state);
                 }
             }
         }
@@ -408,19 +413,84 @@ fn writer(
             durable.send_modify(|d| *d = (*d).max(seq));
         }
     }
+    pending.close();
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Write each checkpoint durably, then delete the segments it covers.
-fn checkpointer(dir: PathBuf, rx: std::sync::mpsc::Receiver<(u64, Vec<u8>)>) {
-    while let Ok((through_seq, state)) = rx.recv() {
+/// The checkpoint waiting for the checkpoint thread: at most one, the
+/// newest. A newer one replaces a waiting one (it covers every record the
+/// older one covers, and the segments the older one would have removed
+/// go with the newer's), so the log writer never waits for a slow
+/// checkpoint and at most two snapshots (one being written, one waiting)
+/// hold on to old objects.
+#[derive(Default)]
+struct PendingCheckpoint {
+    /// The waiting checkpoint, and whether the log writer has stopped.
+    slot: std::sync::Mutex<(Option<(u64, NodeSnapshot)>, bool)>,
+    ready: std::sync::Condvar,
+}
+
+impl PendingCheckpoint {
+    fn offer(&self, through_seq: u64, state: NodeSnapshot) {
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((older, _)) = slot.0.replace((through_seq, state)) {
+            tracing::debug!(
+                older,
+                through_seq,
+                "a checkpoint was still waiting: the newer one replaces it"
+            );
+        }
+        self.ready.notify_one();
+    }
+
+    /// The log writer stopped: the checkpoint thread ends once the slot
+    /// is empty.
+    fn close(&self) {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.ready.notify_one();
+    }
+
+    /// The next checkpoint to write; `None` once closed and empty.
+    fn take(&self) -> Option<(u64, NodeSnapshot)> {
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(c) = slot.0.take() {
+                return Some(c);
+            }
+            if slot.1 {
+                return None;
+            }
+            slot = self.ready.wait(slot).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Encode each checkpoint, write it durably, then delete the segments it
+/// covers. A checkpoint that does not encode is logged and skipped: the
+/// segments stay, the next checkpoint covers them.
+fn checkpointer(dir: PathBuf, pending: &PendingCheckpoint) {
+    if !meridian_transport::lease_udp::lower_priority() {
+        tracing::debug!("the checkpoint thread runs at normal priority (nice 19 refused)");
+    }
+    while let Some((through_seq, snapshot)) = pending.take() {
+        let started = std::time::Instant::now();
+        let state = match snapshot.encode() {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::error!(through_seq, "cannot encode a checkpoint: {e}; the log keeps its segments until the next one");
+                continue;
+            }
+        };
+        let objects = snapshot.objects();
+        drop(snapshot);
         let header = through_seq.to_le_bytes();
         if let Err(e) = crate::write_durably_parts(&checkpoint_path(&dir), &[&header, &state]) {
             fatal(&format!("cannot write the checkpoint: {e}"));
         }
+        let bytes = state.len();
         drop(state);
         let covered = match segments(&dir) {
             Ok(s) => s,
@@ -434,6 +504,13 @@ fn checkpointer(dir: PathBuf, rx: std::sync::mpsc::Receiver<(u64, Vec<u8>)>) {
         if let Err(e) = sync_dir(&dir) {
             fatal(&format!("cannot fsync the data directory: {e}"));
         }
+        tracing::debug!(
+            through_seq,
+            objects,
+            bytes,
+            ms = started.elapsed().as_millis() as u64,
+            "checkpoint written"
+        );
     }
 }
 
@@ -505,10 +582,16 @@ mod tests {
         // A checkpoint empties the log.
         // A checkpoint closes the log as a segment; appends behind it do
         // not wait for it.
+        let config = meridian_config::Configuration::local(3, 7000, 2, 2, &d);
+        let state = meridian_process::node::NodeProcess::new(config, meridian_wire::NodeId(0), 1)
+            .expect("process")
+            .snapshot()
+            .expect("snapshot");
+        let bytes = state.encode().expect("encode");
         {
             let end = read(&d).expect("read").log_end;
             let wal = Wal::open(&d, 6, end).expect("open");
-            wal.checkpoint(6, b"state".to_vec());
+            wal.checkpoint(6, state);
             wal.append(encode(7, &recs[..1]).expect("encode"), 7);
             wal.durable(7).await;
         }
@@ -523,7 +606,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let got = read(&d).expect("read");
-        assert_eq!(got.checkpoint, Some((6, b"state".to_vec())));
+        assert_eq!(got.checkpoint, Some((6, bytes.clone())));
         assert_eq!(
             got.records.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
             vec![7]
@@ -533,7 +616,7 @@ mod tests {
         std::fs::write(segment_path(&d, 9), encode(8, &recs[..2]).expect("encode"))
             .expect("segment");
         let got = read(&d).expect("read");
-        assert_eq!(got.checkpoint, Some((6, b"state".to_vec())));
+        assert_eq!(got.checkpoint, Some((6, bytes.clone())));
         assert_eq!(
             got.records.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
             vec![8, 9, 7],
@@ -542,6 +625,23 @@ mod tests {
         // A corrupt segment is an error, not a silently shorter log.
         std::fs::write(segment_path(&d, 10), b"\x05\x00\x00\x00garbage!!").expect("write");
         assert!(read(&d).is_err());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_newer_checkpoint_replaces_a_waiting_one_and_close_ends_the_thread() {
+        let d = dir("pending");
+        let config = meridian_config::Configuration::local(3, 7000, 2, 2, &d);
+        let state = meridian_process::node::NodeProcess::new(config, meridian_wire::NodeId(0), 1)
+            .expect("process")
+            .snapshot()
+            .expect("snapshot");
+        let pending = PendingCheckpoint::default();
+        pending.offer(10, state.clone());
+        pending.offer(20, state);
+        assert_eq!(pending.take().map(|(seq, _)| seq), Some(20));
+        pending.close();
+        assert!(pending.take().is_none(), "closed and empty ends the thread");
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -135,8 +135,11 @@ pub enum NodeEffect {
     Checkpoint {
         /// The last record covered.
         through_seq: u64,
-        /// The checkpoint ([`NodeProcess::restore`] reads it).
-        state: Vec<u8>,
+        /// The state, frozen when the effect was made; its
+        /// [`NodeSnapshot::encode`] is the checkpoint
+        /// ([`NodeProcess::restore`] reads it). Encode it off the process
+        /// lock: that is why it is a snapshot and not bytes.
+        state: NodeSnapshot,
     },
     /// Something an operator or a timeline wants to see (FaRM Figure 9's
     /// markers).
@@ -262,6 +265,35 @@ pub enum DurableRecord {
 struct NodeCheckpoint {
     participant: Vec<u8>,
     master_offset_ns: i64,
+}
+
+/// A node's state frozen for a checkpoint ([`NodeEffect::Checkpoint`]):
+/// cheap to take under the process lock (the objects are shared with the
+/// live state, see [`meridian_txn::ParticipantSnapshot`]), encoded by the
+/// shell on another thread. Clones share it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeSnapshot {
+    participant: std::sync::Arc<meridian_txn::ParticipantSnapshot>,
+    master_offset_ns: i64,
+}
+
+impl NodeSnapshot {
+    /// The checkpoint bytes (bincode) that [`NodeProcess::restore`] reads.
+    ///
+    /// Errors: [`meridian_txn::DurabilityError::Corrupt`] if the state
+    /// does not encode.
+    pub fn encode(&self) -> Result<Vec<u8>, meridian_txn::DurabilityError> {
+        let c = NodeCheckpoint {
+            participant: self.participant.encode()?,
+            master_offset_ns: self.master_offset_ns,
+        };
+        bincode::serialize(&c).map_err(|e| meridian_txn::DurabilityError::Corrupt(e.to_string()))
+    }
+
+    /// Objects held, over every region.
+    pub fn objects(&self) -> usize {
+        self.participant.objects()
+    }
 }
 
 /// Why a node could not be restored from disk.
@@ -479,6 +511,9 @@ pub struct NodeProcess {
     /// the clock master offset last logged.
     log_seq: u64,
     since_checkpoint: u64,
+    /// Objects the last checkpoint held: the next one waits for at least
+    /// as many logged records ([`meridian_config::DurabilityConfig::checkpoint_records`]).
+    checkpoint_objects: u64,
     /// The participant was replaced by an empty one: the next drain
     /// writes a checkpoint of it, so a restore does not replay the new
     /// records onto the old state.
@@ -598,6 +633,7 @@ impl NodeProcess {
             requests: 0,
             log_seq: 0,
             since_checkpoint: 0,
+            checkpoint_objects: 0,
             force_checkpoint: false,
             node_records: Vec::new(),
             master_offset_ns: 0,
@@ -881,12 +917,19 @@ impl NodeProcess {
             out.push(NodeEffect::AppendLog { first_seq, records });
         }
         if self.force_checkpoint
-            || self.since_checkpoint >= self.config.durability.checkpoint_records.max(1)
+            || self.since_checkpoint
+                >= self
+                    .config
+                    .durability
+                    .checkpoint_records
+                    .max(self.checkpoint_objects)
+                    .max(1)
         {
             // A checkpoint that cannot be written leaves the log growing;
             // it is retried after the next batch.
-            if let Ok(state) = self.checkpoint_bytes() {
+            if let Ok(state) = self.snapshot() {
                 self.since_checkpoint = 0;
+                self.checkpoint_objects = state.objects() as u64;
                 self.force_checkpoint = false;
                 out.push(NodeEffect::Checkpoint {
                     through_seq: self.log_seq,
@@ -916,12 +959,16 @@ impl NodeProcess {
         }
     }
 
-    fn checkpoint_bytes(&self) -> Result<Vec<u8>, meridian_txn::DurabilityError> {
-        let c = NodeCheckpoint {
-            participant: self.participant.checkpoint()?,
+    /// The node's state frozen now, for a checkpoint (cheap: objects are
+    /// shared with the live state until either side changes them).
+    ///
+    /// Errors: [`meridian_txn::DurabilityError::Config`] if the
+    /// configuration does not serialise.
+    pub fn snapshot(&self) -> Result<NodeSnapshot, meridian_txn::DurabilityError> {
+        Ok(NodeSnapshot {
+            participant: std::sync::Arc::new(self.participant.snapshot()?),
             master_offset_ns: self.master_offset_ns,
-        };
-        bincode::serialize(&c).map_err(|e| meridian_txn::DurabilityError::Corrupt(e.to_string()))
+        })
     }
 
     fn send(&mut self, to: Peer, frame: Frame) {

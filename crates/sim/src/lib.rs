@@ -981,7 +981,11 @@ struct NodeSlot {
     disk: Option<Vec<u8>>,
     /// Disk durability: the last checkpoint (with the last record it
     /// covers) and the write-ahead log after it; they survive crashes.
-    checkpoint: Option<(u64, Vec<u8>)>,
+    /// The checkpoint is kept as the process's snapshot and encoded only
+    /// at a restart, as the real shell encodes it on another thread while
+    /// the node goes on: a snapshot that changed with the live state
+    /// restores a different node.
+    checkpoint: Option<(u64, meridian_process::node::NodeSnapshot)>,
     wal: Vec<(u64, meridian_process::node::DurableRecord)>,
     /// Records appended but not yet fsynced: a crash loses them.
     volatile: Vec<(u64, meridian_process::node::DurableRecord)>,
@@ -1636,7 +1640,14 @@ impl Sim {
                 if slot.process.is_none() {
                     slot.inc += 1;
                     slot.process = if self.cfg.faults.disk {
-                        let cp = slot.checkpoint.as_ref().map(|(s, b)| (*s, b.as_slice()));
+                        let bytes =
+                            slot.checkpoint
+                                .as_ref()
+                                .map(|(s, snapshot)| match snapshot.encode() {
+                                    Ok(b) => (*s, b),
+                                    Err(e) => panic!("node {n}'s checkpoint does not encode: {e}"),
+                                });
+                        let cp = bytes.as_ref().map(|(s, b)| (*s, b.as_slice()));
                         match NodeProcess::restore(
                             self.config.clone(),
                             NodeId(n),

@@ -117,7 +117,7 @@ pub const INLINE_KEY_BYTES: usize = 24;
 /// durability).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RegionStore {
-    objects: BTreeMap<StoreKey, Object>,
+    objects: imbl::OrdMap<StoreKey, Object>,
     /// FaRM §5.3 step 4 lock recovery: keys written by recovering
     /// transactions, held until COMMIT- or ABORT-RECOVERY. Several
     /// recovering transactions may hold one key (one committed at the old
@@ -156,7 +156,7 @@ impl RegionStore {
     /// An empty replica keeping at most `max_versions` versions per object.
     pub fn new(max_versions: usize) -> Self {
         RegionStore {
-            objects: BTreeMap::new(),
+            objects: imbl::OrdMap::new(),
             recovery_locks: BTreeMap::new(),
             safe_point: Timestamp::ZERO,
             gc_queue: VecDeque::new(),
@@ -235,7 +235,7 @@ impl RegionStore {
         self.check_recovery_range(range)?;
         let mut bytes = 0usize;
         let mut rows = Vec::new();
-        for (k, obj) in self.objects.range::<[u8], _>(check_range(range)) {
+        for (k, obj) in self.objects.range::<_, [u8]>(check_range(range)) {
             if obj.lock.is_some() && !obj.lock_cannot_precede(read_ts) {
                 return Err(Conflict::Locked);
             }
@@ -419,7 +419,7 @@ impl RegionStore {
         self.check_recovery_range(range)?;
         for obj in self
             .objects
-            .range::<[u8], _>(check_range(range))
+            .range::<_, [u8]>(check_range(range))
             .map(|(_, o)| o)
         {
             Self::validate_obj(tx, obj, read_ts)?;
@@ -482,14 +482,20 @@ impl RegionStore {
     /// keeps only each head and raises the floor to it; older reads abort
     /// with [`Conflict::TooOld`] instead of returning a wrong value.
     pub fn reset_floors_to_head(&mut self) {
-        for obj in self.objects.values_mut() {
-            if obj.versions.len() > 1 {
-                let drop = obj.versions.len() - 1;
-                obj.versions.drain(..drop);
-                self.stats.versions_freed += drop as u64;
-            }
-            obj.floor_ts = obj.head_ts();
-        }
+        let mut freed = 0;
+        self.objects = std::mem::take(&mut self.objects)
+            .into_iter()
+            .map(|(k, mut obj)| {
+                if obj.versions.len() > 1 {
+                    let drop = obj.versions.len() - 1;
+                    obj.versions.drain(..drop);
+                    freed += drop as u64;
+                }
+                obj.floor_ts = obj.head_ts();
+                (k, obj)
+            })
+            .collect();
+        self.stats.versions_freed += freed;
     }
 
     /// FaRM §5.4 data recovery, source side: up to `max` objects after
@@ -505,7 +511,7 @@ impl RegionStore {
             None => Bound::Unbounded,
         };
         let mut out = Vec::new();
-        for (k, obj) in self.objects.range::<[u8], _>((lower, Bound::Unbounded)) {
+        for (k, obj) in self.objects.range::<_, [u8]>((lower, Bound::Unbounded)) {
             if out.len() == max.max(1) {
                 return (out, false);
             }

@@ -128,6 +128,20 @@ pub fn raise_priority() -> &'static str {
     }
 }
 
+/// Lower the calling thread's priority to `nice` 19, for background work
+/// (a checkpoint's encoding) that must not take the CPU from the threads
+/// that serve requests on a busy machine, yet must finish (a `SCHED_IDLE`
+/// thread could starve for as long as the load lasts). Returns whether
+/// it did, for the log.
+pub fn lower_priority() -> bool {
+    // SAFETY: setpriority on this thread's tid (PRIO_PROCESS with a tid
+    // names one thread on Linux); no memory is passed.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19) == 0
+    }
+}
+
 /// True for a datagram socket's receive error its reader simply goes on
 /// after: a read timeout, an interrupt, or ICMP port unreachable from an
 /// earlier send (a peer that is down: not this socket's failure).

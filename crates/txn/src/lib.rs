@@ -21,4 +21,4 @@ pub mod recovery;
 pub use coordinator::{
     AbortReason, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions,
 };
-pub use participant::{DurabilityError, Mutation, Participant};
+pub use participant::{DurabilityError, Mutation, Participant, ParticipantSnapshot};
