@@ -312,6 +312,16 @@ fn add_client_figures(r: &mut BenchResult, client: &Client) {
     extra.insert("client_rpc_failures".into(), stats.rpc_failures as f64);
     extra.insert("client_clock_refused".into(), stats.clock_refused as f64);
     extra.insert("client_clock_rejected".into(), stats.clock_rejected as f64);
+    extra.insert("client_clock_parked".into(), stats.clock_parked as f64);
+    extra.insert("client_clock_expired".into(), stats.clock_expired as f64);
+    extra.insert(
+        "client_clock_past_bound".into(),
+        stats.clock_past_bound as f64,
+    );
+    extra.insert(
+        "client_clock_not_ready".into(),
+        stats.clock_not_ready as f64,
+    );
     extra.insert("client_rpc_retries".into(), stats.rpc_retries as f64);
     extra.insert("client_config_changes".into(), stats.config_changes as f64);
     extra.insert("client_indeterminate".into(), stats.indeterminate as f64);

@@ -129,6 +129,18 @@ pub struct ClientStats {
     /// Clock synchronisations the master refused (not the master, no
     /// lease majority, disabled, or past its time bound; FaRMv2 §4.3).
     pub clock_refused: u64,
+    /// GET_TS calls that found no usable clock sample and waited for the
+    /// next sync instead of aborting at once.
+    pub clock_parked: u64,
+    /// GET_TS refused because every clock sample was too old (no sync
+    /// answered within `clock.max_sample_age_us`; FaRMv2 §4.1).
+    pub clock_expired: u64,
+    /// GET_TS refused because this process is the clock master and its
+    /// time reached the stored time bound (FaRMv2 §4.3).
+    pub clock_past_bound: u64,
+    /// GET_TS refused for any other clock reason: never synchronised,
+    /// local time before the samples, an inconsistent sample, disabled.
+    pub clock_not_ready: u64,
     /// Calls failed with a `TooOld` abort (snapshot below the GC safe
     /// point, FaRMv2 §5).
     pub aborts_too_old: u64,
@@ -210,6 +222,16 @@ enum Wait {
         start_local_ns: u64,
     },
     Sleep(CallId),
+    /// GET_TS found no usable clock sample (the last sync is older than
+    /// `clock.max_sample_age_us`, or none yet): the transaction waits for
+    /// the next accepted sync, until this wait's time at the latest, and
+    /// then asks once more. A sync answered a few ms late (a busy
+    /// machine, a lost datagram) then delays transactions instead of
+    /// aborting them.
+    Clock {
+        txn: TxnHandle,
+        write: bool,
+    },
 }
 
 /// The coordinator process of one client (see the module essay).
@@ -244,6 +266,11 @@ pub struct ClientProcess {
     truncates: BTreeMap<NodeId, Vec<TxId>>,
     next_sync_ns: Option<u64>,
     sync_inflight: bool,
+    /// How long a GET_TS without a usable clock sample waits for one
+    /// ([`Wait::Clock`]), ns: `clock.max_sample_age_us`.
+    clock_park_ns: u64,
+    /// [`Wait::Clock`] entries in `waits`.
+    clock_parked: usize,
     next_flush_ns: u64,
     armed_ns: Option<u64>,
     closing: Option<CallId>,
@@ -298,6 +325,8 @@ impl ClientProcess {
             truncates: BTreeMap::new(),
             next_sync_ns: None,
             sync_inflight: false,
+            clock_park_ns: config.clock.max_sample_age_us * 1000,
+            clock_parked: 0,
             next_flush_ns: 0,
             armed_ns: None,
             closing: None,
@@ -523,6 +552,7 @@ impl ClientProcess {
                 let what = match kind {
                     Wait::Ts { .. } => "GET_TS",
                     Wait::Sleep(_) => "sleep",
+                    Wait::Clock { .. } => "clock",
                 };
                 (what, w.0)
             }),
@@ -599,9 +629,8 @@ impl ClientProcess {
                 call: Some(call),
             },
         );
-        if let Err(e) = self.start_ts_wait(now, handle, false) {
-            self.txns.remove(&handle);
-            self.reply(call, CallResult::Failed(e));
+        if let Err(e) = self.start_ts_wait(now, handle, false, true) {
+            self.ts_failed(now, handle, false, e);
         }
         self.arm(now);
     }
@@ -884,11 +913,16 @@ impl ClientProcess {
         if sync_due && !self.sync_inflight && !self.clock.is_master() {
             self.next_sync_ns = Some(now + self.sync_interval_ns);
             self.sync_inflight = true;
-            self.send_rpc(
+            // A reply later than half the sample age is hardly usable
+            // (its round trip is its uncertainty), and a lost datagram
+            // must not hold the next sync back for `rpc_timeout_ms`.
+            let timeout_ns = (self.clock_park_ns / 2).max(2 * self.sync_interval_ns);
+            self.send_rpc_within(
                 now,
                 self.cm,
                 Request::Clock(ClockRequest::Sync),
                 Purpose::ClockSync { send_local_ns: now },
+                timeout_ns,
             );
         }
         if now >= self.next_flush_ns {
@@ -1081,15 +1115,50 @@ impl ClientProcess {
         }
     }
 
-    fn start_ts_wait(&mut self, now: u64, txn: TxnHandle, write: bool) -> Result<(), TxnError> {
-        let ticket = self.clock.get_ts(now).map_err(|e| match e {
-            ClockError::NotSynchronised
-            | ClockError::StaleLocalTime { .. }
-            | ClockError::Inconsistent { .. }
-            | ClockError::Expired { .. }
-            | ClockError::PastTimeBound { .. }
-            | ClockError::Disabled => TxnError::ClockUnavailable,
-        })?;
+    /// GET_TS for `txn` (FaRMv2 Algorithm 1): a [`Wait::Ts`] until the
+    /// uncertainty has passed. Without a usable clock sample the
+    /// transaction first waits for one ([`Wait::Clock`], once: `park`).
+    ///
+    /// Errors: [`TxnError::ClockUnavailable`] (counted by cause in
+    /// [`ClientStats`]).
+    fn start_ts_wait(
+        &mut self,
+        now: u64,
+        txn: TxnHandle,
+        write: bool,
+        park: bool,
+    ) -> Result<(), TxnError> {
+        let ticket = match self.clock.get_ts(now) {
+            Ok(t) => t,
+            Err(
+                ClockError::Expired { .. }
+                | ClockError::NotSynchronised
+                | ClockError::StaleLocalTime { .. },
+            ) if park && !self.clock.is_master() && self.clock_park_ns > 0 => {
+                self.stats.clock_parked += 1;
+                self.clock_parked += 1;
+                self.add_wait(
+                    now.saturating_add(self.clock_park_ns),
+                    Wait::Clock { txn, write },
+                );
+                // Ask now if no sync is on its way.
+                if !self.sync_inflight {
+                    self.next_sync_ns = Some(now);
+                }
+                return Ok(());
+            }
+            Err(e) => {
+                match e {
+                    ClockError::Expired { .. } => self.stats.clock_expired += 1,
+                    ClockError::PastTimeBound { .. } => self.stats.clock_past_bound += 1,
+                    ClockError::NotSynchronised
+                    | ClockError::StaleLocalTime { .. }
+                    | ClockError::Inconsistent { .. }
+                    | ClockError::Disabled => self.stats.clock_not_ready += 1,
+                }
+                return Err(TxnError::ClockUnavailable);
+            }
+        };
         self.stats.ts_count += 1;
         self.stats.uncertainty_ns_sum += ticket.uncertainty_ns;
         self.add_wait(
@@ -1104,6 +1173,39 @@ impl ClientProcess {
         Ok(())
     }
 
+    /// GET_TS failed for `txn`: a Begin fails (nothing was read), a
+    /// commit is abandoned before its commit point (its locks released;
+    /// retryable, as FaRM does for any failure before it).
+    fn ts_failed(&mut self, now: u64, txn: TxnHandle, write: bool, e: TxnError) {
+        if write {
+            self.abandon(now, txn, TxnError::Aborted(AbortReason::ClockUnavailable));
+        } else if let Some(t) = self.txns.remove(&txn) {
+            if let Some(call) = t.call {
+                self.reply(call, CallResult::Failed(e));
+            }
+        }
+    }
+
+    /// A clock sample was accepted: every transaction waiting for one
+    /// asks for its timestamp now.
+    fn unpark_clock_waits(&mut self, now: u64) {
+        if self.clock_parked == 0 {
+            return;
+        }
+        let parked: Vec<(u64, u64)> = self
+            .waits
+            .iter()
+            .filter(|(_, w)| matches!(w, Wait::Clock { .. }))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in parked {
+            if let Some(w) = self.waits.remove(&key) {
+                self.waits.insert((now, key.1), w);
+            }
+        }
+        self.end_due_waits(now);
+    }
+
     fn add_wait(&mut self, at: u64, w: Wait) {
         self.next_wait += 1;
         self.waits.insert((at, self.next_wait), w);
@@ -1112,6 +1214,15 @@ impl ClientProcess {
     fn wait_done(&mut self, now: u64, w: Wait) {
         match w {
             Wait::Sleep(call) => self.reply(call, CallResult::Slept),
+            Wait::Clock { txn, write } => {
+                self.clock_parked = self.clock_parked.saturating_sub(1);
+                if !self.txns.contains_key(&txn) {
+                    return;
+                }
+                if let Err(e) = self.start_ts_wait(now, txn, write, false) {
+                    self.ts_failed(now, txn, write, e);
+                }
+            }
             Wait::Ts {
                 txn,
                 ts,
@@ -1431,11 +1542,8 @@ impl ClientProcess {
                 }
             }
             CommitStep::GetWriteTs => {
-                if self.start_ts_wait(now, txn, true).is_err() {
-                    // Nothing is decided yet: release the locks and abort
-                    // (retryable), as FaRM does for any failure before the
-                    // commit point.
-                    self.abandon(now, txn, TxnError::Aborted(AbortReason::ClockUnavailable));
+                if let Err(e) = self.start_ts_wait(now, txn, true, true) {
+                    self.ts_failed(now, txn, true, e);
                 }
             }
             CommitStep::Done(Ok(write_ts)) => {
@@ -1512,6 +1620,8 @@ impl ClientProcess {
                     };
                     if self.clock.on_sync(sample).is_err() {
                         self.stats.clock_rejected += 1;
+                    } else {
+                        self.unpark_clock_waits(now);
                     }
                 } else if let Response::Rejected(Rejection::WrongRole(_)) = resp {
                     self.stats.clock_refused += 1;
