@@ -108,8 +108,13 @@ pub enum CallResult {
 /// Counters of a client process, for reporting.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClientStats {
-    /// Timestamps taken (GET_TS).
+    /// Timestamps taken (GET_TS) whose uncertainty the coordinator waited
+    /// out (every one, or only `write_ts` with
+    /// `clock.reads_wait_at_server`).
     pub ts_count: u64,
+    /// `read_ts` timestamps handed out without a wait, the nodes holding
+    /// the reads instead (`clock.reads_wait_at_server`).
+    pub read_ts_unwaited: u64,
     /// Sum of uncertainties at GET_TS, ns.
     pub uncertainty_ns_sum: u64,
     /// Sum of the local time from GET_TS to the end of its wait, ns.
@@ -271,6 +276,9 @@ pub struct ClientProcess {
     clock_park_ns: u64,
     /// [`Wait::Clock`] entries in `waits`.
     clock_parked: usize,
+    /// `clock.reads_wait_at_server`, read once at creation (both sides of
+    /// a cluster must agree, so it is fixed for the cluster's life).
+    reads_wait_at_server: bool,
     next_flush_ns: u64,
     armed_ns: Option<u64>,
     closing: Option<CallId>,
@@ -327,6 +335,7 @@ impl ClientProcess {
             sync_inflight: false,
             clock_park_ns: config.clock.max_sample_age_us * 1000,
             clock_parked: 0,
+            reads_wait_at_server: config.clock.reads_wait_at_server,
             next_flush_ns: 0,
             armed_ns: None,
             closing: None,
@@ -1159,10 +1168,43 @@ impl ClientProcess {
                 return Err(TxnError::ClockUnavailable);
             }
         };
-        self.stats.ts_count += 1;
-        self.stats.uncertainty_ns_sum += ticket.uncertainty_ns;
+        // `clock.reads_wait_at_server`: the nodes hold each read until
+        // `read_ts` has passed, so the coordinator hands `read_ts` out now.
+        // Its clock may not yet show `read_ts` as past, and a tighter
+        // sample may have lowered its upper bound since, so a `write_ts`
+        // is raised above `read_ts` if need be (FaRMv2 needs
+        // `write_ts > read_ts`; a larger `write_ts` is as safe, its wait
+        // below covers it).
+        let mut ticket = ticket;
+        if write && self.reads_wait_at_server {
+            let floor = self
+                .txns
+                .get(&txn)
+                .and_then(|t| t.engine.as_ref())
+                .map(|e| Timestamp(e.read_ts().0 + 1));
+            if let Some(floor) = floor.filter(|f| *f > ticket.ts) {
+                match self.clock.passed_at(now, floor) {
+                    Ok(ready) => {
+                        ticket.ts = floor;
+                        ticket.ready_local_ns = ready;
+                    }
+                    Err(_) => {
+                        self.stats.clock_not_ready += 1;
+                        return Err(TxnError::ClockUnavailable);
+                    }
+                }
+            }
+        }
+        let at = if !write && self.reads_wait_at_server {
+            self.stats.read_ts_unwaited += 1;
+            now
+        } else {
+            self.stats.ts_count += 1;
+            self.stats.uncertainty_ns_sum += ticket.uncertainty_ns;
+            ticket.ready_local_ns
+        };
         self.add_wait(
-            ticket.ready_local_ns,
+            at,
             Wait::Ts {
                 txn,
                 ts: ticket.ts,
@@ -1229,7 +1271,9 @@ impl ClientProcess {
                 write,
                 start_local_ns,
             } => {
-                self.stats.ts_wait_ns_sum += now.saturating_sub(start_local_ns);
+                if write || !self.reads_wait_at_server {
+                    self.stats.ts_wait_ns_sum += now.saturating_sub(start_local_ns);
+                }
                 if write {
                     let step = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
                         Some(e) => e.on_write_ts(ts),
@@ -2028,6 +2072,44 @@ mod tests {
         p.check_invariants();
     }
 
+    /// With `clock.reads_wait_at_server` (the default) a Begin takes
+    /// `read_ts` as the clock's upper bound and answers at once (the nodes
+    /// hold the reads), and is counted as unwaited; without it, it waits.
+    #[test]
+    fn read_ts_is_waited_out_where_the_configuration_says() {
+        for at_server in [true, false] {
+            let mut c = config();
+            c.clock.reads_wait_at_server = at_server;
+            let mut p = ClientProcess::new(&c, 7, 1);
+            p.tick(1000);
+            let sync = sent(&p.drain_effects());
+            answer(
+                &mut p,
+                1100,
+                &sync,
+                Response::Clock(ClockResponse::MasterTime { master_ns: 500_000 }),
+            );
+            let upper = p.clock_time(2000).expect("synchronised").upper;
+            p.begin(2000, 1, 0, TxnOptions::default());
+            let began: Vec<_> = replies(&p.drain_effects())
+                .into_iter()
+                .filter_map(|(c, r)| match r {
+                    CallResult::Began { read_ts, .. } if c == 1 => Some(read_ts),
+                    _ => None,
+                })
+                .collect();
+            if at_server {
+                assert_eq!(began, vec![Timestamp(upper)], "answered at once");
+                assert_eq!(p.stats().read_ts_unwaited, 1);
+                assert_eq!(p.stats().ts_count, 0);
+            } else {
+                assert!(began.is_empty(), "the coordinator waits: {began:?}");
+                assert_eq!(p.stats().read_ts_unwaited, 0);
+                assert_eq!(p.stats().ts_count, 1);
+            }
+        }
+    }
+
     /// An uncertainty wait ends at the first input at or after its
     /// deadline, whatever the input (here a stray reply, then an
     /// application call), not only at a tick: on a busy client the
@@ -2046,8 +2128,10 @@ mod tests {
             );
             p.drain_effects()
         };
+        let mut c = config();
+        c.clock.reads_wait_at_server = false;
         for by_call in [false, true] {
-            let mut p = ClientProcess::new(&config(), 7, 1);
+            let mut p = ClientProcess::new(&c, 7, 1);
             p.tick(1000);
             let sync = sent(&p.drain_effects());
             answer(

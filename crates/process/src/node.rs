@@ -260,6 +260,30 @@ pub enum DurableRecord {
     },
 }
 
+/// A READ or SCAN waiting for its `read_ts` to pass
+/// ([`NodeProcess`] with `clock.reads_wait_at_server`).
+#[derive(Debug)]
+struct DeferredRead {
+    from: Peer,
+    id: Option<u64>,
+    config: ConfigId,
+    req: TxnRequest,
+}
+
+/// The answer to a READ or SCAN (or a LOCK, VALIDATE) that cannot be
+/// served now: [`Conflict::Unavailable`], a retryable abort. `None` for
+/// other requests.
+fn unavailable(r: &TxnRequest) -> Option<Response> {
+    let e = Err(Conflict::Unavailable);
+    Some(match r {
+        TxnRequest::Read { .. } => TxnResponse::Read(Err(Conflict::Unavailable)).into(),
+        TxnRequest::Scan { .. } => TxnResponse::Scan(Err(Conflict::Unavailable)).into(),
+        TxnRequest::Lock(_) => TxnResponse::Lock(e).into(),
+        TxnRequest::Validate { .. } => TxnResponse::Validate(e).into(),
+        _ => return None,
+    })
+}
+
 /// A node checkpoint: the participant's and the clock master's state.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct NodeCheckpoint {
@@ -478,6 +502,14 @@ pub struct NodeProcess {
     next_coordinator_seq: u32,
     next_gc_ns: u64,
     armed_ns: Option<u64>,
+    /// READs and SCANs held until their `read_ts` has passed on this
+    /// node's clock (`clock.reads_wait_at_server`), by the local time they
+    /// may be served, then arrival order.
+    deferred_reads: BTreeMap<(u64, u64), DeferredRead>,
+    deferred_seq: u64,
+    /// Reads held so far, and the total time held, ns.
+    reads_deferred: u64,
+    reads_deferred_ns: u64,
     /// Thin-client transactions, by the call id of their current call.
     executes: BTreeMap<CallId, Exec>,
     next_call: CallId,
@@ -627,6 +659,10 @@ impl NodeProcess {
             next_coordinator_seq: 1,
             next_gc_ns: 0,
             armed_ns: None,
+            deferred_reads: BTreeMap::new(),
+            deferred_seq: 0,
+            reads_deferred: 0,
+            reads_deferred_ns: 0,
             executes: BTreeMap::new(),
             next_call: 1,
             loopback: VecDeque::new(),
@@ -1088,7 +1124,10 @@ impl NodeProcess {
             self.participant.truncate_piggybacked(&truncate);
         }
         let resp = match req {
-            Request::Txn(r) => self.txn_request(now, config, r),
+            Request::Txn(r) => match self.hold_until_read_ts_passed(now, from, id, config, r) {
+                Some(r) => self.txn_request(now, config, r),
+                None => return,
+            },
             Request::Clock(ClockRequest::Sync) => {
                 // A master that lost its lease majority stops handing out
                 // time (its successor's FF only covers it until then).
@@ -1194,20 +1233,97 @@ impl NodeProcess {
         // Reads, locks and validations need a lease (FaRM §5.1): a node cut
         // off from the CM stops serving them before it can be replaced.
         if !self.may_serve(now) {
-            let unavailable = Err(Conflict::Unavailable);
-            match r {
-                TxnRequest::Read { .. } => {
-                    return TxnResponse::Read(Err(Conflict::Unavailable)).into()
-                }
-                TxnRequest::Scan { .. } => {
-                    return TxnResponse::Scan(Err(Conflict::Unavailable)).into()
-                }
-                TxnRequest::Lock(_) => return TxnResponse::Lock(unavailable).into(),
-                TxnRequest::Validate { .. } => return TxnResponse::Validate(unavailable).into(),
-                _ => {}
+            if let Some(resp) = unavailable(&r) {
+                return resp;
             }
         }
         self.participant.handle(&[], &r)
+    }
+
+    /// FaRMv2 §4.1's `read_ts` wait, at the server
+    /// (`clock.reads_wait_at_server`): a READ or SCAN whose `read_ts` this
+    /// node's clock cannot yet show to be past (its lower bound is not
+    /// above it) is held until it can, then served (by
+    /// [`NodeProcess::tick`]); `Some(r)` to serve now.
+    ///
+    /// Why this is the guarantee the coordinator's wait gave: a writer
+    /// that locks after the read is served takes its `write_ts` from
+    /// GET_TS after locking, so above global time then, which is above
+    /// `read_ts`; a writer that locked before finds its lock seen by the
+    /// read. A node without a usable clock, holding too many reads, or
+    /// asked for a `read_ts` further ahead than a clock sample lives
+    /// (`clock.max_sample_age_us`: no coordinator's upper bound is)
+    /// answers `Unavailable`, a retryable abort.
+    fn hold_until_read_ts_passed(
+        &mut self,
+        now: u64,
+        from: Peer,
+        id: Option<u64>,
+        config: ConfigId,
+        r: TxnRequest,
+    ) -> Option<TxnRequest> {
+        let read_ts = match &r {
+            TxnRequest::Read { read_ts, .. } | TxnRequest::Scan { read_ts, .. } => *read_ts,
+            _ => return Some(r),
+        };
+        if !self.config.clock.reads_wait_at_server
+            || config != self.config.id()
+            || self.standing != Standing::Member
+        {
+            // Refused (or served) at once by `txn_request`.
+            return Some(r);
+        }
+        let horizon_ns = self.config.clock.max_sample_age_us * 1000;
+        let at = match self.gateway.clock_mut().passed_at(now, read_ts) {
+            Ok(at) if at <= now => return Some(r),
+            Ok(at)
+                if at - now <= horizon_ns
+                    && self.deferred_reads.len() < self.config.limits.max_deferred_reads =>
+            {
+                at
+            }
+            _ => {
+                if let Some(resp) = unavailable(&r) {
+                    self.reply(from, id, resp);
+                }
+                return None;
+            }
+        };
+        self.deferred_seq += 1;
+        self.deferred_reads.insert(
+            (at, self.deferred_seq),
+            DeferredRead {
+                from,
+                id,
+                config,
+                req: r,
+            },
+        );
+        self.reads_deferred += 1;
+        self.reads_deferred_ns += at - now;
+        self.arm(now, at);
+        None
+    }
+
+    /// Serve the held reads whose `read_ts` has passed (in the order they
+    /// became servable).
+    fn serve_deferred_reads(&mut self, now: u64) {
+        while let Some(entry) = self.deferred_reads.first_entry() {
+            let (at, _) = *entry.key();
+            if at > now {
+                self.arm(now, at);
+                break;
+            }
+            let d = entry.remove();
+            let resp = self.txn_request(now, d.config, d.req);
+            self.reply(d.from, d.id, resp);
+        }
+    }
+
+    /// READs and SCANs held for their `read_ts` so far, and the total
+    /// time they were held for, ns (`clock.reads_wait_at_server`).
+    pub fn deferred_read_stats(&self) -> (u64, u64) {
+        (self.reads_deferred, self.reads_deferred_ns)
     }
 
     /// True while this node holds its lease (the CM: leases at a majority).
@@ -2015,6 +2131,7 @@ impl NodeProcess {
         if self.armed_ns.is_some_and(|a| a <= now) {
             self.armed_ns = None;
         }
+        self.serve_deferred_reads(now);
         if now >= self.next_gc_ns {
             self.next_gc_ns = now + self.config.limits.gc_interval_us.max(1) * 1000;
             let window_ns = self.config.limits.gc_window_ms * 1_000_000;

@@ -517,7 +517,10 @@ fn client_effects(p: &mut ClientProcess) -> String {
 
 #[test]
 fn coordinator_transcript() {
-    let config = config();
+    // FaRMv2 Algorithm 1 as written: the coordinator waits out read_ts's
+    // uncertainty (the default moves that wait to the nodes).
+    let mut config = config();
+    config.clock.reads_wait_at_server = false;
     let mut p = ClientProcess::new(&config, 7, 1);
     transcript("coordinator.txt", |cmd, a| {
         let now = a.opt("now").map_or(0, |v| v.parse().expect("now"));

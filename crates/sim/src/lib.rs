@@ -62,7 +62,7 @@ use meridian_process::node::{
 };
 use meridian_wire::{
     ClockRequest, ClockResponse, ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId,
-    TxnRequest,
+    TxnRequest, TxnResponse,
 };
 use meridian_workload::bank::{self, BankConfig, BankTxn, RegisterConfig, RegisterTxn, WriteIds};
 use meridian_workload::ops::{run_program, Ending, Program, Replay, Step};
@@ -290,6 +290,11 @@ pub struct SimConfig {
     /// after the process withdrew it (a CM change, a disabled clock) and
     /// without its lease majority or time bound (FaRMv2 §4.3 ignored).
     pub broken_master_clock_kept: bool,
+    /// A deliberately broken `read_ts` wait: clients hand out `read_ts`
+    /// without waiting (`clock.reads_wait_at_server`) but the nodes serve
+    /// reads at once, so nobody waits out `read_ts`'s uncertainty
+    /// (FaRMv2 §4.1 ignored).
+    pub broken_reads_unwaited: bool,
 }
 
 impl SimConfig {
@@ -322,6 +327,7 @@ impl SimConfig {
             broken_ack_before_fsync: false,
             broken_lock_before_fsync: false,
             broken_master_clock_kept: false,
+            broken_reads_unwaited: false,
         }
     }
 
@@ -499,6 +505,10 @@ struct World {
     /// time bound move it to the new master's clock plus an offset the
     /// simulator does not model): the time oracle checks until then.
     oracle_until_ns: u64,
+    /// `clock.reads_wait_at_server`: a `read_ts` need not be in the past
+    /// when the transaction begins, only when a node serves a read at it
+    /// (checked at the node's reply, [`Sim::check_served_read`]).
+    reads_wait_at_server: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -739,7 +749,7 @@ async fn client_main(cx: TaskCtx) {
                             l.next_invoke_ns
                         };
                         let read_ts = tx.read_ts().0;
-                        oracle(&world, &log, master, invoke, now, read_ts);
+                        oracle(&world, &log, master, invoke, now, read_ts, false);
                         let mut rec = TxnRecord {
                             read_ts: Some(read_ts),
                             ..TxnRecord::invoked(process, invoke)
@@ -810,7 +820,15 @@ async fn thin_txn(cx: &TaskCtx, process: u64, mut program: WorkTxn, ops: Vec<Cli
     match r {
         Ok(done) => {
             drop(l);
-            oracle(&cx.world, &cx.log, cx.master, invoke, now, done.read_ts.0);
+            oracle(
+                &cx.world,
+                &cx.log,
+                cx.master,
+                invoke,
+                now,
+                done.read_ts.0,
+                true,
+            );
             let mut rec = TxnRecord {
                 read_ts: Some(done.read_ts.0),
                 ..TxnRecord::invoked(process, invoke)
@@ -926,7 +944,10 @@ async fn unrecorded_main(cx: &TaskCtx, session: &mut Session, workload: SimWorkl
 
 /// FaRMv2 Lemma 1 as an oracle: `read_ts` is at least global time (the
 /// master's clock) when the transaction was invoked, and in the past by the
-/// time it is used.
+/// time it is used: at `now` if `read` (the transaction's reads are done),
+/// or, when the coordinator hands it out at once
+/// (`clock.reads_wait_at_server`), when each node serves a read at it
+/// ([`Sim::check_served_read`]).
 fn oracle(
     world: &Mutex<World>,
     log: &Mutex<ClientLog>,
@@ -934,12 +955,18 @@ fn oracle(
     invoke: u64,
     now: u64,
     read_ts: u64,
+    read: bool,
 ) {
-    if now >= lock(world).oracle_until_ns {
+    let (until, at_server) = {
+        let w = lock(world);
+        (w.oracle_until_ns, w.reads_wait_at_server)
+    };
+    if now >= until {
         return;
     }
     let (lo, hi) = (master.local(invoke), master.local(now));
-    if read_ts < lo || read_ts >= hi {
+    let past_checked = read || !at_server;
+    if read_ts < lo || (past_checked && read_ts >= hi) {
         lock(log).failures.push(format!(
             "time oracle: read_ts {read_ts} outside [{lo}, {hi}) of global time"
         ));
@@ -972,6 +999,25 @@ enum Event {
     TimeBoundReply(u32, u32, (u64, NodeId)),
     /// Node `.0`'s (incarnation `.1`) log is durable through record `.2`.
     Fsync(u32, u32, u64),
+}
+
+/// The configuration the nodes run: the cluster's, except in the broken
+/// variant that has the nodes serve reads without the `read_ts` wait the
+/// clients left to them (`SimConfig::broken_reads_unwaited`).
+fn node_config(cfg: &SimConfig, config: &Configuration) -> Configuration {
+    let mut c = config.clone();
+    if cfg.broken_reads_unwaited {
+        c.clock.reads_wait_at_server = false;
+    }
+    c
+}
+
+/// A sender as a key (requests in service are matched to their replies).
+fn peer_key(p: Peer) -> u64 {
+    match p {
+        Peer::Node(m) => (1 << 63) | m.0 as u64,
+        Peer::Conn(c) => c & !(1 << 63),
+    }
 }
 
 struct NodeSlot {
@@ -1049,6 +1095,9 @@ pub struct Sim {
     max_master_time: Option<(u64, u32)>,
     /// Violations of that oracle (reported as workload failures).
     time_failures: Vec<String>,
+    /// READs and SCANs delivered to a node and not yet answered, by
+    /// (node, sender, request id): their `read_ts`.
+    reads_in_service: BTreeMap<(u32, u64, u64), u64>,
 }
 
 impl Sim {
@@ -1115,10 +1164,10 @@ impl Sim {
                 }
                 NodeSlot {
                     process: if config.is_member(NodeId(n)) {
-                        NodeProcess::new(config.clone(), NodeId(n), 1).ok()
+                        NodeProcess::new(node_config(&cfg, &config), NodeId(n), 1).ok()
                     } else {
                         // A spare: outside the configuration, it joins.
-                        NodeProcess::restarted(config.clone(), NodeId(n), 1).ok()
+                        NodeProcess::restarted(node_config(&cfg, &config), NodeId(n), 1).ok()
                     },
                     disk: None,
                     checkpoint: None,
@@ -1149,6 +1198,7 @@ impl Sim {
             })
             .collect();
         let coordination_seed = config.clone();
+        let reads_wait_at_server = config.clock.reads_wait_at_server;
         let mut sim = Sim {
             cfg,
             config,
@@ -1157,6 +1207,7 @@ impl Sim {
                 now_ns: 0,
                 outbox: Vec::new(),
                 oracle_until_ns: u64::MAX,
+                reads_wait_at_server,
             })),
             coordination: meridian_process::coordination::MemoryService::new(coordination_seed),
             node_events: Vec::new(),
@@ -1174,6 +1225,7 @@ impl Sim {
             too_old: 0,
             max_master_time: None,
             time_failures: Vec::new(),
+            reads_in_service: BTreeMap::new(),
             harvested: Vec::new(),
             trace: std::env::var_os("MERIDIAN_SIM_TRACE").is_some(),
         };
@@ -1560,6 +1612,19 @@ impl Sim {
                                 return;
                             }
                         }
+                        if let Frame::Request {
+                            id,
+                            req:
+                                Request::Txn(
+                                    TxnRequest::Read { read_ts, .. }
+                                    | TxnRequest::Scan { read_ts, .. },
+                                ),
+                            ..
+                        } = &frame
+                        {
+                            self.reads_in_service
+                                .insert((n, peer_key(peer), *id), read_ts.0);
+                        }
                         p.on_message(local, peer, frame);
                         self.route_node(n);
                     }
@@ -1649,7 +1714,7 @@ impl Sim {
                                 });
                         let cp = bytes.as_ref().map(|(s, b)| (*s, b.as_slice()));
                         match NodeProcess::restore(
-                            self.config.clone(),
+                            node_config(&self.cfg, &self.config),
                             NodeId(n),
                             slot.inc,
                             cp,
@@ -1659,7 +1724,12 @@ impl Sim {
                             Err(e) => panic!("node {n} cannot restore from disk: {e}"),
                         }
                     } else {
-                        NodeProcess::restarted(self.config.clone(), NodeId(n), slot.inc).ok()
+                        NodeProcess::restarted(
+                            node_config(&self.cfg, &self.config),
+                            NodeId(n),
+                            slot.inc,
+                        )
+                        .ok()
                     };
                     if let (Some(p), Some(disk)) = (slot.process.as_mut(), slot.disk.as_ref()) {
                         if let Err(e) = p.restore_coordination(disk) {
@@ -1817,6 +1887,20 @@ impl Sim {
                     } = &frame
                     {
                         self.check_master_time(now, n, *master_ns);
+                    }
+                    if let Frame::Response {
+                        id,
+                        resp: Response::Txn(r @ (TxnResponse::Read(_) | TxnResponse::Scan(_))),
+                    } = &frame
+                    {
+                        let served =
+                            matches!(r, TxnResponse::Read(Ok(_)) | TxnResponse::Scan(Ok(_)));
+                        if let Some(read_ts) = self.reads_in_service.remove(&(n, peer_key(to), *id))
+                        {
+                            if served {
+                                self.check_served_read(now, n, read_ts);
+                            }
+                        }
                     }
                     let to = match to {
                         Peer::Node(m) => Addr::Node(m.0),
@@ -2048,6 +2132,22 @@ impl Sim {
 
     /// The global-time oracle: a master time handed out below one handed
     /// out before (by any node) is a clock-failover bug.
+    /// FaRMv2 Lemma 1 at the server: a node serves a read at `read_ts`
+    /// only once global time has passed it (the oracle's check, made where
+    /// the wait happens with `clock.reads_wait_at_server`).
+    fn check_served_read(&mut self, now: u64, node: u32, read_ts: u64) {
+        if now >= lock(&self.world).oracle_until_ns {
+            return;
+        }
+        let global = self.nodes[self.config.cm().0 as usize].clock.local(now);
+        if read_ts >= global && self.time_failures.len() < 8 {
+            self.time_failures.push(format!(
+                "time oracle: node {node} served a read at read_ts {read_ts} before global \
+                 time {global} passed it"
+            ));
+        }
+    }
+
     fn check_master_time(&mut self, now: u64, node: u32, master_ns: u64) {
         match self.max_master_time {
             Some((max, by)) if master_ns < max => {

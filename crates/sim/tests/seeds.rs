@@ -593,3 +593,34 @@ fn a_master_clock_kept_past_its_withdrawal_is_caught() {
         "no seed caught a master clock answering past its withdrawal"
     );
 }
+
+/// The `read_ts` wait moved to the nodes (`clock.reads_wait_at_server`,
+/// the default) passes; a deliberately broken variant in which the
+/// clients leave the wait to the nodes but the nodes serve at once (nobody
+/// waits out `read_ts`'s uncertainty, FaRMv2 §4.1 ignored) is caught on
+/// every one of these seeds: the time oracle sees nodes serve reads before
+/// global time passed `read_ts`.
+#[test]
+fn reads_served_before_read_ts_passed_are_caught() {
+    let mut caught = Vec::new();
+    for seed in [2u64, 3, 41] {
+        run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
+        let broken = SimConfig {
+            broken_reads_unwaited: true,
+            ..SimConfig::swarm(seed)
+        };
+        if let Err(e) = run_and_check(broken) {
+            caught.push((seed, e.to_string()));
+        }
+    }
+    assert!(
+        caught.len() == 3,
+        "a read served before its read_ts passed went unseen: caught only {caught:?}"
+    );
+    assert!(
+        caught
+            .iter()
+            .any(|(_, e)| e.contains("served a read at read_ts")),
+        "the time oracle did not see it: {caught:?}"
+    );
+}

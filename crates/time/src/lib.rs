@@ -622,27 +622,38 @@ impl ClockSync {
     /// Errors: [`ClockError::NotSynchronised`] before the first sync.
     pub fn get_ts(&mut self, local_ns: u64) -> Result<TsTicket, ClockError> {
         let iv = self.time(local_ns)?;
+        let ts = Timestamp(iv.upper);
+        Ok(TsTicket {
+            ts,
+            ready_local_ns: self.passed_at(local_ns, ts)?,
+            uncertainty_ns: iv.uncertainty_ns(),
+        })
+    }
+
+    /// The earliest local time, not before `local_ns`, at which this
+    /// clock's lower bound is above `ts`: from then on global time has
+    /// surely passed `ts`. GET_TS's wait ends there; a node serving a read
+    /// at `read_ts` for a client that did not wait (FaRMv2 §4.1's wait
+    /// moved to the server, `clock.reads_wait_at_server`) serves it there.
+    ///
+    /// Errors: as [`ClockSync::time`] at `local_ns`.
+    pub fn passed_at(&mut self, local_ns: u64, ts: Timestamp) -> Result<u64, ClockError> {
+        let iv = self.time(local_ns)?;
+        if iv.lower > ts.0 {
+            return Ok(local_ns);
+        }
         if self.is_master {
-            // Exact clock: ts = now is in the past one nanosecond later.
-            return Ok(TsTicket {
-                ts: Timestamp(iv.upper),
-                ready_local_ns: local_ns + 1,
-                uncertainty_ns: 0,
-            });
+            // Exact clock: global time passes `ts` once the local clock
+            // has run the difference.
+            return Ok(local_ns + (ts.0 - iv.lower) + 1);
         }
         let (l, _) = self.usable(local_ns)?;
         // Smallest t with lower_at(l, t) > ts:
         //   m + (t - r)(1-ε) > ts  <=>  t > r + (ts - m)/(1-ε)
-        let ts = iv.upper as i128;
-        let need = ts - l.master_ns as i128 + 1;
+        let need = ts.0 as i128 - l.master_ns as i128 + 1;
         let factor = PPM - self.drift_ppm as i128;
         let dt = (need * PPM + factor - 1).div_euclid(factor);
-        let ready = (l.recv_local_ns as i128 + dt).max(local_ns as i128) as u64;
-        Ok(TsTicket {
-            ts: Timestamp(iv.upper),
-            ready_local_ns: ready,
-            uncertainty_ns: iv.uncertainty_ns(),
-        })
+        Ok((l.recv_local_ns as i128 + dt).max(local_ns as i128) as u64)
     }
 
     /// The master's global time at its local time `local_ns` (its local
@@ -941,6 +952,37 @@ mod tests {
             assert!(iv.lower <= t && t <= iv.upper, "true {t} outside {iv:?}");
             c.check_invariants(local(t, off, d));
         }
+    }
+
+    #[test]
+    fn passed_at_is_the_first_local_time_whose_lower_bound_is_above_ts() {
+        let mut c = ClockSync::new(1000);
+        c.on_sync(SyncSample {
+            send_local_ns: 1_000_000,
+            master_ns: 7_000_000,
+            recv_local_ns: 1_080_000,
+        })
+        .unwrap();
+        let now = 1_100_000;
+        let iv = c.time(now).unwrap();
+        // A timestamp already in the past: serve now.
+        assert_eq!(c.passed_at(now, Timestamp(iv.lower - 1)).unwrap(), now);
+        // The upper bound now (a client's read_ts that did not wait).
+        let ts = Timestamp(iv.upper);
+        let at = c.passed_at(now, ts).unwrap();
+        assert!(at > now, "the uncertainty has not passed yet");
+        assert!(
+            c.time(at).unwrap().lower > ts.0,
+            "lower bound above ts at {at}"
+        );
+        assert!(
+            c.time(at - 1).unwrap().lower <= ts.0,
+            "{at} is not the first such time"
+        );
+        // The master's exact clock: one ns after the difference.
+        let mut m = ClockSync::master();
+        let t = m.time(5_000).unwrap().lower;
+        assert_eq!(m.passed_at(5_000, Timestamp(t + 10)).unwrap(), 5_011);
     }
 
     #[test]
