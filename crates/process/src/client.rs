@@ -2072,23 +2072,30 @@ mod tests {
         p.check_invariants();
     }
 
+    /// A client (coordinator 7) synchronised once with the master at local
+    /// time 1100 ns, with `clock.reads_wait_at_server = at_server`.
+    fn synced_client(at_server: bool) -> ClientProcess {
+        let mut c = config();
+        c.clock.reads_wait_at_server = at_server;
+        let mut p = ClientProcess::new(&c, 7, 1);
+        p.tick(1000);
+        let sync = sent(&p.drain_effects());
+        answer(
+            &mut p,
+            1100,
+            &sync,
+            Response::Clock(ClockResponse::MasterTime { master_ns: 500_000 }),
+        );
+        p
+    }
+
     /// With `clock.reads_wait_at_server` (the default) a Begin takes
     /// `read_ts` as the clock's upper bound and answers at once (the nodes
     /// hold the reads), and is counted as unwaited; without it, it waits.
     #[test]
     fn read_ts_is_waited_out_where_the_configuration_says() {
         for at_server in [true, false] {
-            let mut c = config();
-            c.clock.reads_wait_at_server = at_server;
-            let mut p = ClientProcess::new(&c, 7, 1);
-            p.tick(1000);
-            let sync = sent(&p.drain_effects());
-            answer(
-                &mut p,
-                1100,
-                &sync,
-                Response::Clock(ClockResponse::MasterTime { master_ns: 500_000 }),
-            );
+            let mut p = synced_client(at_server);
             let upper = p.clock_time(2000).expect("synchronised").upper;
             p.begin(2000, 1, 0, TxnOptions::default());
             let began: Vec<_> = replies(&p.drain_effects())
@@ -2128,18 +2135,8 @@ mod tests {
             );
             p.drain_effects()
         };
-        let mut c = config();
-        c.clock.reads_wait_at_server = false;
         for by_call in [false, true] {
-            let mut p = ClientProcess::new(&c, 7, 1);
-            p.tick(1000);
-            let sync = sent(&p.drain_effects());
-            answer(
-                &mut p,
-                1100,
-                &sync,
-                Response::Clock(ClockResponse::MasterTime { master_ns: 500_000 }),
-            );
+            let mut p = synced_client(false);
             p.begin(2000, 1, 0, TxnOptions::default());
             let ready = p
                 .drain_effects()
