@@ -485,18 +485,22 @@ fn a_whole_cluster_crash_loses_no_acknowledged_commit() {
 #[test]
 fn acks_sent_before_their_fsync_lose_commits_the_checker_sees() {
     let mut caught = Vec::new();
-    // Seeds whose crash instant falls where acknowledged commits are not
-    // yet on disk under the broken rule (found by search; the schedule of
-    // each seed moves with any change to the processes). The real rule
-    // passes them.
-    for seed in [59u64, 100] {
-        run_and_check(cluster_crash_bank(seed)).unwrap_or_else(|e| panic!("{e}"));
+    // Only some seeds' crash instant falls where an acknowledged commit is
+    // not yet on disk under the broken rule (about 2 in 100 since reads
+    // wait at the nodes), and which ones moves with any change to the
+    // processes' timing: search until two are caught. The real rule must
+    // pass each of them.
+    for seed in 0..300u64 {
         let cfg = SimConfig {
             broken_ack_before_fsync: true,
             ..cluster_crash_bank(seed)
         };
         if run_and_check(cfg).is_err() {
+            run_and_check(cluster_crash_bank(seed)).unwrap_or_else(|e| panic!("{e}"));
             caught.push(seed);
+            if caught.len() == 2 {
+                break;
+            }
         }
     }
     assert!(
@@ -594,17 +598,20 @@ fn a_cm_change_disables_clocks_and_enables_them_again() {
 #[test]
 fn a_master_clock_kept_past_its_withdrawal_is_caught() {
     let mut caught = Vec::new();
-    // (Seeds 14, 99 and 107 caught it until the nodes took over the
-    // read_ts wait, which masks part of a client's bad clock: a node holds
-    // or refuses a read whose read_ts its own clock has not passed.)
-    for seed in [152u64, 218, 251] {
-        run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
+    // Which swarm seeds catch it moves with any change to the processes'
+    // timing (14, 99 and 107 did until the nodes took over the read_ts
+    // wait, which masks part of a client's bad clock: a node holds or
+    // refuses a read its own clock has not passed): the last known ones
+    // first, then a search. The real rule must pass the seed that does.
+    for seed in [152u64, 218, 251].into_iter().chain(0..400) {
         let broken = SimConfig {
             broken_master_clock_kept: true,
             ..SimConfig::swarm(seed)
         };
         if run_and_check(broken).is_err() {
+            run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
             caught.push(seed);
+            break;
         }
     }
     assert!(

@@ -638,16 +638,36 @@ impl ClockSync {
     ///
     /// Errors: as [`ClockSync::time`] at `local_ns`.
     pub fn passed_at(&mut self, local_ns: u64, ts: Timestamp) -> Result<u64, ClockError> {
-        let iv = self.time(local_ns)?;
-        if iv.lower > ts.0 {
-            return Ok(local_ns);
-        }
         if self.is_master {
             // Exact clock: global time passes `ts` once the local clock
-            // has run the difference.
-            return Ok(local_ns + (ts.0 - iv.lower) + 1);
+            // has run the difference (whatever the time bound says: that
+            // bounds the time handed out, not the time that has passed).
+            let now = self.master_time(local_ns);
+            return Ok(if now > ts.0 {
+                local_ns
+            } else {
+                local_ns + (ts.0 - now) + 1
+            });
         }
-        let (l, _) = self.usable(local_ns)?;
+        match self.time(local_ns) {
+            Ok(iv) if iv.lower > ts.0 => return Ok(local_ns),
+            Ok(_) => {}
+            // An expired sample no longer bounds global time from above
+            // tightly enough to hand out timestamps, and a disabled clock
+            // hands out none, but a lower bound stays one: global time
+            // never goes back (FaRMv2 §4.3's fast-forward).
+            Err(ClockError::Expired { .. } | ClockError::Disabled) => {}
+            Err(e) => return Err(e),
+        }
+        let known = |s: &&SyncSample| s.recv_local_ns <= local_ns;
+        let l = self
+            .best_lower
+            .iter()
+            .filter(known)
+            .chain(self.latest.iter().filter(known))
+            .max_by_key(|s| self.lower_at(s, local_ns))
+            .copied()
+            .ok_or(ClockError::NotSynchronised)?;
         // Smallest t with lower_at(l, t) > ts:
         //   m + (t - r)(1-ε) > ts  <=>  t > r + (ts - m)/(1-ε)
         let need = ts.0 as i128 - l.master_ns as i128 + 1;
@@ -979,6 +999,22 @@ mod tests {
             c.time(at - 1).unwrap().lower <= ts.0,
             "{at} is not the first such time"
         );
+        // Long after the sample expired for handing out timestamps, it
+        // still bounds global time from below.
+        let mut e = ClockSync::new(1000).with_max_sample_age(1_000_000);
+        e.on_sync(SyncSample {
+            send_local_ns: 1_000_000,
+            master_ns: 7_000_000,
+            recv_local_ns: 1_080_000,
+        })
+        .unwrap();
+        let late = 50_000_000;
+        assert!(matches!(e.time(late), Err(ClockError::Expired { .. })));
+        // lower(late) = 7_000_000 + (late - 1_080_000) * 0.999
+        let lower = 7_000_000 + (late - 1_080_000) * 999 / 1000;
+        assert_eq!(e.passed_at(late, Timestamp(lower - 1_000)).unwrap(), late);
+        let at = e.passed_at(late, Timestamp(lower + 1_000)).unwrap();
+        assert!(at > late && at <= late + 1_003, "{at}");
         // The master's exact clock: one ns after the difference.
         let mut m = ClockSync::master();
         let t = m.time(5_000).unwrap().lower;
