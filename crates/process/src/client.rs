@@ -2089,6 +2089,75 @@ mod tests {
         p
     }
 
+    /// With `clock.reads_wait_at_server` the coordinator hands out
+    /// `read_ts` without waiting, so a tighter sample arriving afterwards
+    /// can put its clock's upper bound below `read_ts`; the commit's
+    /// `write_ts` is then raised above `read_ts` (FaRMv2 needs
+    /// `write_ts > read_ts`; without the raise the engine refuses the
+    /// `write_ts` and the transaction is abandoned).
+    #[test]
+    fn write_ts_is_raised_above_a_read_ts_handed_out_unwaited() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        // A wide first sample (a 5 ms round trip): a high upper bound.
+        p.tick(1000);
+        let sync = sent(&p.drain_effects());
+        answer(
+            &mut p,
+            5_001_000,
+            &sync,
+            Response::Clock(ClockResponse::MasterTime {
+                master_ns: 2_600_000,
+            }),
+        );
+        p.begin(5_001_100, 1, 0, TxnOptions::default());
+        let read_ts = match &replies(&p.drain_effects())[..] {
+            [(1, CallResult::Began { read_ts, .. })] => *read_ts,
+            other => panic!("Began expected at once: {other:?}"),
+        };
+        // A tight second sample: the upper bound falls far below read_ts.
+        p.tick(5_001_200);
+        let sync = sent(&p.drain_effects());
+        assert!(!sync.is_empty(), "a second sync is due");
+        answer(
+            &mut p,
+            5_001_300,
+            &sync,
+            Response::Clock(ClockResponse::MasterTime {
+                master_ns: 5_100_250,
+            }),
+        );
+        let upper = p.clock_time(5_001_400).expect("synchronised").upper;
+        assert!(
+            upper < read_ts.0,
+            "the setup needs upper {upper} < read_ts {read_ts:?}"
+        );
+        p.put(TxnHandle(1), vec![0x00, b'a'], b"x".to_vec())
+            .unwrap();
+        p.commit(5_001_400, 2, TxnHandle(1));
+        let locks = sent(&p.drain_effects());
+        assert_eq!(locks.len(), 1);
+        answer(
+            &mut p,
+            5_001_500,
+            &locks,
+            Response::Txn(TxnResponse::Lock(Ok(()))),
+        );
+        p.tick(50_000_000);
+        let e = p.drain_effects();
+        let write_ts: Vec<Timestamp> = sent(&e)
+            .into_iter()
+            .filter_map(|(_, _, r, _)| match r {
+                Request::Txn(TxnRequest::CommitBackup { write_ts, .. }) => Some(write_ts),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            !write_ts.is_empty() && write_ts.iter().all(|w| *w > read_ts),
+            "COMMIT-BACKUP with write_ts above read_ts {read_ts:?}: {write_ts:?} {:?}",
+            replies(&e)
+        );
+    }
+
     /// With `clock.reads_wait_at_server` (the default) a Begin takes
     /// `read_ts` as the clock's upper bound and answers at once (the nodes
     /// hold the reads), and is counted as unwaited; without it, it waits.

@@ -507,9 +507,6 @@ pub struct NodeProcess {
     /// may be served, then arrival order.
     deferred_reads: BTreeMap<(u64, u64), DeferredRead>,
     deferred_seq: u64,
-    /// Reads held so far, and the total time held, ns.
-    reads_deferred: u64,
-    reads_deferred_ns: u64,
     /// Thin-client transactions, by the call id of their current call.
     executes: BTreeMap<CallId, Exec>,
     next_call: CallId,
@@ -661,8 +658,6 @@ impl NodeProcess {
             armed_ns: None,
             deferred_reads: BTreeMap::new(),
             deferred_seq: 0,
-            reads_deferred: 0,
-            reads_deferred_ns: 0,
             executes: BTreeMap::new(),
             next_call: 1,
             loopback: VecDeque::new(),
@@ -1299,8 +1294,6 @@ impl NodeProcess {
                 req: r,
             },
         );
-        self.reads_deferred += 1;
-        self.reads_deferred_ns += at - now;
         self.arm(now, at);
         None
     }
@@ -1318,12 +1311,6 @@ impl NodeProcess {
             let resp = self.txn_request(now, d.config, d.req);
             self.reply(d.from, d.id, resp);
         }
-    }
-
-    /// READs and SCANs held for their `read_ts` so far, and the total
-    /// time they were held for, ns (`clock.reads_wait_at_server`).
-    pub fn deferred_read_stats(&self) -> (u64, u64) {
-        (self.reads_deferred, self.reads_deferred_ns)
     }
 
     /// True while this node holds its lease (the CM: leases at a majority).

@@ -623,9 +623,15 @@ impl ClockSync {
     pub fn get_ts(&mut self, local_ns: u64) -> Result<TsTicket, ClockError> {
         let iv = self.time(local_ns)?;
         let ts = Timestamp(iv.upper);
+        let ready_local_ns = if self.is_master {
+            // Exact clock: ts = now is in the past one nanosecond later.
+            local_ns + 1
+        } else {
+            self.passed_by_best_lower(local_ns, ts)?
+        };
         Ok(TsTicket {
             ts,
-            ready_local_ns: self.passed_at(local_ns, ts)?,
+            ready_local_ns,
             uncertainty_ns: iv.uncertainty_ns(),
         })
     }
@@ -659,6 +665,12 @@ impl ClockSync {
             Err(ClockError::Expired { .. } | ClockError::Disabled) => {}
             Err(e) => return Err(e),
         }
+        self.passed_by_best_lower(local_ns, ts)
+    }
+
+    /// [`ClockSync::passed_at`] from the best lower bound of every sample
+    /// received by `local_ns`, whatever its age (a lower bound stays one).
+    fn passed_by_best_lower(&self, local_ns: u64, ts: Timestamp) -> Result<u64, ClockError> {
         let known = |s: &&SyncSample| s.recv_local_ns <= local_ns;
         let l = self
             .best_lower
@@ -666,14 +678,8 @@ impl ClockSync {
             .filter(known)
             .chain(self.latest.iter().filter(known))
             .max_by_key(|s| self.lower_at(s, local_ns))
-            .copied()
             .ok_or(ClockError::NotSynchronised)?;
-        // Smallest t with lower_at(l, t) > ts:
-        //   m + (t - r)(1-ε) > ts  <=>  t > r + (ts - m)/(1-ε)
-        let need = ts.0 as i128 - l.master_ns as i128 + 1;
-        let factor = PPM - self.drift_ppm as i128;
-        let dt = (need * PPM + factor - 1).div_euclid(factor);
-        Ok((l.recv_local_ns as i128 + dt).max(local_ns as i128) as u64)
+        Ok(first_above(l, self.drift_ppm, local_ns, ts))
     }
 
     /// The master's global time at its local time `local_ns` (its local
@@ -812,6 +818,16 @@ impl ClockSync {
             }
         }
     }
+}
+
+/// The smallest local time, not before `local_ns`, at which sample `l`'s
+/// lower bound is above `ts` (drift bound `drift_ppm`):
+/// `m + (t - r)(1-ε) > ts  <=>  t > r + (ts - m)/(1-ε)`.
+fn first_above(l: &SyncSample, drift_ppm: u64, local_ns: u64, ts: Timestamp) -> u64 {
+    let need = ts.0 as i128 - l.master_ns as i128 + 1;
+    let factor = PPM - drift_ppm as i128;
+    let dt = (need * PPM + factor - 1).div_euclid(factor);
+    (l.recv_local_ns as i128 + dt).max(local_ns as i128) as u64
 }
 
 #[cfg(test)]
