@@ -1587,30 +1587,30 @@ impl Sim {
                         // A client's CLOCK-SYNC goes to the node's lease
                         // thread, as in the tokio shell: answered from the
                         // view the process published, without the process.
-                        if let Addr::Client(_) = from {
-                            if let (
-                                true,
-                                Some(v),
-                                Frame::Request {
-                                    id,
-                                    req: Request::Clock(ClockRequest::Sync),
-                                    ..
-                                },
-                            ) = (self.cfg.broken_master_clock_kept, slot.kept_clock, &frame)
+                        let desk = p.lease_desk();
+                        let answered = match from {
+                            Addr::Client(_) => answer_clock_sync(&desk, local, &frame),
+                            Addr::Node(_) => None,
+                        };
+                        if let Some(mut reply) = answered {
+                            if let (true, Some(v), Frame::Response { id, .. }) =
+                                (self.cfg.broken_master_clock_kept, slot.kept_clock, &reply)
                             {
                                 let master_ns = (local as i128 + v.offset_ns).max(0) as u64;
-                                let reply = Frame::Response {
+                                reply = Frame::Response {
                                     id: *id,
                                     resp: ClockResponse::MasterTime { master_ns }.into(),
                                 };
-                                self.send(to, from, reply);
-                                return;
                             }
-                            let desk = p.lease_desk();
-                            if let Some(reply) = answer_clock_sync(&desk, local, &frame) {
-                                self.send(to, from, reply);
-                                return;
+                            if let Frame::Response {
+                                resp: Response::Clock(ClockResponse::MasterTime { master_ns }),
+                                ..
+                            } = &reply
+                            {
+                                self.check_master_time(now, n, *master_ns);
                             }
+                            self.send(to, from, reply);
+                            return;
                         }
                         if let Frame::Request {
                             id,
