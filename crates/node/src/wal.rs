@@ -8,11 +8,20 @@
 //!
 //! **Algorithm.** The engine hands the shell its state changes as
 //! [`NodeEffect::AppendLog`] (numbered records) at the front of a drain.
-//! The shell encodes them and queues them to one writer thread; the frames
-//! of that drain are sent only once the writer reports the last record
-//! durable ([`Wal::durable`]). The writer takes everything queued, writes
+//! The shell encodes them and queues them to the writer threads; the frames
+//! of that drain are sent only once a writer reports the last record
+//! durable ([`Wal::durable`]). A writer takes everything queued, writes
 //! it, fsyncs once and publishes the highest durable sequence number:
 //! group commit, so one fsync covers every reply that arrived meanwhile.
+//! There are [`WRITERS`] writer threads, and their fsyncs overlap: while
+//! one waits for its fsync, the next takes the records queued since, so a
+//! record written while an fsync is in progress gets one of its own at
+//! once instead of waiting for that one to end and then for its own. The
+//! writes are taken and written in turn under one lock; an fsync covers
+//! every write that completed before it began, so any writer whose fsync
+//! returns may publish what it wrote. Measured on this machine's disk:
+//! one thread doing write + fdatasync back to back, 6.8k per second at
+//! 148 µs p50; two threads, 11.5k at 173 µs; three, 15.3k at 176 µs.
 //! A [`NodeEffect::Checkpoint`] does not hold up the appends behind it
 //! (a 50 MB checkpoint written in line stalled every commit at the node,
 //! and a NEW-CONFIG-ACK, for seconds): the writer fsyncs the log, renames it
@@ -54,11 +63,15 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use tokio::sync::watch;
 
+/// Writer threads of the log, so that up to this many fsyncs are in
+/// flight at once (see the module doc).
+pub const WRITERS: usize = 2;
+
 /// Bytes `wal.log` is zero-filled ahead of the writer at a time (4 MiB:
 /// about 5 ms of writing once per 4 MiB of log).
 pub const PREALLOC_BYTES: u64 = 4 << 20;
 
-/// What the writer thread is asked to do, in order.
+/// What the writer threads are asked to do, in order.
 enum Cmd {
     Append {
         bytes: Vec<u8>,
@@ -70,7 +83,7 @@ enum Cmd {
     },
 }
 
-/// The log of one node: a queue to its writer thread and the durable
+/// The log of one node: a queue to its writer threads and the durable
 /// sequence number it publishes.
 pub struct Wal {
     tx: std::sync::mpsc::Sender<Cmd>,
@@ -255,9 +268,7 @@ impl Wal {
         let (tx, rx) = std::sync::mpsc::channel::<Cmd>();
         let (pub_tx, durable) = watch::channel(last_seq);
         let dir = dir.to_path_buf();
-        std::thread::Builder::new()
-            .name("meridian-wal".into())
-            .spawn(move || writer(dir, log, rx, pub_tx))?;
+        start_writers(dir, log, rx, pub_tx)?;
         Ok(Wal { tx, durable })
     }
 
@@ -296,7 +307,8 @@ fn fatal(why: &str) -> ! {
 /// `wal.log` as the writer sees it: records end at `end`, zeros follow up
 /// to `allocated` (the file's length).
 struct LogFile {
-    file: std::fs::File,
+    /// Shared with the syncer threads, which fsync it.
+    file: std::sync::Arc<std::fs::File>,
     end: u64,
     allocated: u64,
 }
@@ -312,7 +324,7 @@ impl LogFile {
             .open(path)?;
         let allocated = file.metadata()?.len().max(end);
         Ok(LogFile {
-            file,
+            file: std::sync::Arc::new(file),
             end,
             allocated,
         })
@@ -342,70 +354,121 @@ impl LogFile {
     }
 }
 
-fn writer(
+/// The log's state behind the writers' lock: the queue and the file.
+struct WriterState {
+    rx: std::sync::mpsc::Receiver<Cmd>,
+    log: LogFile,
+}
+
+/// Start the [`WRITERS`] writer threads and the checkpoint thread.
+fn start_writers(
     dir: PathBuf,
-    mut log: LogFile,
+    log: LogFile,
     rx: std::sync::mpsc::Receiver<Cmd>,
     durable: watch::Sender<u64>,
-) {
+) -> std::io::Result<()> {
     // Checkpoints are encoded and written by a thread of their own so
     // that appends behind them go on.
     let pending = std::sync::Arc::new(PendingCheckpoint::default());
     let ckpt_dir = dir.clone();
     let ckpt_pending = pending.clone();
-    if let Err(e) = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("meridian-checkpoint".into())
-        .spawn(move || checkpointer(ckpt_dir, &ckpt_pending))
-    {
-        fatal(&format!("cannot start the checkpoint thread: {e}"));
-    }
-    while let Ok(first) = rx.recv() {
-        // Group commit: everything queued meanwhile goes under one fsync.
-        let mut batch = vec![first];
-        while let Ok(more) = rx.try_recv() {
-            batch.push(more);
-        }
-        let mut last = None;
-        let mut dirty = false;
-        for cmd in batch {
-            match cmd {
-                Cmd::Append { bytes, last_seq } => {
-                    if let Err(e) = log.append(&bytes) {
-                        fatal(&format!("cannot append to the write-ahead log: {e}"));
-                    }
-                    dirty = true;
-                    last = Some(last_seq);
+        .spawn(move || checkpointer(ckpt_dir, &ckpt_pending))?;
+    let state = std::sync::Arc::new(std::sync::Mutex::new(WriterState { rx, log }));
+    let durable = std::sync::Arc::new(durable);
+    let live = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(WRITERS));
+    for i in 0..WRITERS {
+        let (state, durable, dir) = (state.clone(), durable.clone(), dir.clone());
+        let (pending, live) = (pending.clone(), live.clone());
+        std::thread::Builder::new()
+            .name(format!("meridian-wal-{i}"))
+            .spawn(move || {
+                writer(&dir, &state, &durable, &pending);
+                // The last writer out stops the checkpoint thread.
+                if live.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+                    pending.close();
                 }
-                Cmd::Checkpoint { through_seq, state } => {
-                    // Close the log as a segment the checkpoint covers and
-                    // go on in a fresh one. The segment is cut to its
-                    // records (a segment holds no zeros: reading one
-                    // treats anything after its last record as corrupt).
-                    if let Err(e) = log
-                        .file
-                        .set_len(log.end)
-                        .and_then(|()| log.file.sync_data())
-                    {
-                        fatal(&format!("cannot fsync the write-ahead log: {e}"));
+            })?;
+    }
+    Ok(())
+}
+
+/// One writer thread: under the lock, take everything queued and write
+/// it; outside it, fsync and publish. While one writer waits for its
+/// fsync, another takes the next records, so a record never waits for an
+/// fsync that began before it was written (module doc). Publishing is
+/// safe because the lock orders the writes: every record written before
+/// this writer's fsync began (its own, and every earlier writer's) is
+/// covered when the fsync returns, and the published number only grows.
+fn writer(
+    dir: &Path,
+    state: &std::sync::Mutex<WriterState>,
+    durable: &watch::Sender<u64>,
+    pending: &PendingCheckpoint,
+) {
+    loop {
+        let (file, last) = {
+            let mut guard = match state.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            let st = &mut *guard;
+            let Ok(first) = st.rx.recv() else {
+                return;
+            };
+            // Group commit: everything queued meanwhile goes under one fsync.
+            let mut batch = vec![first];
+            while let Ok(more) = st.rx.try_recv() {
+                batch.push(more);
+            }
+            let mut last = None;
+            let mut dirty = false;
+            for cmd in batch {
+                match cmd {
+                    Cmd::Append { bytes, last_seq } => {
+                        if let Err(e) = st.log.append(&bytes) {
+                            fatal(&format!("cannot append to the write-ahead log: {e}"));
+                        }
+                        dirty = true;
+                        last = Some(last_seq);
                     }
-                    dirty = false;
-                    if let Some(seq) = last.take() {
-                        durable.send_modify(|d| *d = (*d).max(seq));
+                    Cmd::Checkpoint { through_seq, state } => {
+                        // Close the log as a segment the checkpoint covers
+                        // and go on in a fresh one. The segment is cut to
+                        // its records (a segment holds no zeros: reading
+                        // one treats anything after its last record as
+                        // corrupt). Its fsync covers every record before
+                        // it, so what this writer wrote so far is
+                        // published here.
+                        if let Err(e) = st
+                            .log
+                            .file
+                            .set_len(st.log.end)
+                            .and_then(|()| st.log.file.sync_data())
+                        {
+                            fatal(&format!("cannot fsync the write-ahead log: {e}"));
+                        }
+                        dirty = false;
+                        if let Some(seq) = last.take() {
+                            durable.send_modify(|d| *d = (*d).max(seq));
+                        }
+                        let seg = segment_path(dir, through_seq);
+                        st.log = match std::fs::rename(log_path(dir), &seg)
+                            .and_then(|()| LogFile::open(&log_path(dir), 0))
+                            .and_then(|f| sync_dir(dir).map(|()| f))
+                        {
+                            Ok(f) => f,
+                            Err(e) => fatal(&format!("cannot start a new log segment: {e}")),
+                        };
+                        pending.offer(through_seq, state);
                     }
-                    let seg = segment_path(&dir, through_seq);
-                    log = match std::fs::rename(log_path(&dir), &seg)
-                        .and_then(|()| LogFile::open(&log_path(&dir), 0))
-                        .and_then(|f| sync_dir(&dir).map(|()| f))
-                    {
-                        Ok(f) => f,
-                        Err(e) => fatal(&format!("cannot start a new log segment: {e}")),
-                    };
-                    pending.offer(through_seq, state);
                 }
             }
-        }
-        if dirty {
-            if let Err(e) = log.file.sync_data() {
+            (dirty.then(|| st.log.file.clone()), last)
+        };
+        if let Some(file) = file {
+            if let Err(e) = file.sync_data() {
                 fatal(&format!("cannot fsync the write-ahead log: {e}"));
             }
         }
@@ -413,7 +476,6 @@ fn writer(
             durable.send_modify(|d| *d = (*d).max(seq));
         }
     }
-    pending.close();
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
