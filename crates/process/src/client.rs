@@ -1365,6 +1365,41 @@ impl ClientProcess {
         Some(r)
     }
 
+    /// True if `resp` refuses a COMMIT-BACKUP or COMMIT-PRIMARY of a
+    /// transaction past its commit decision because the participant has
+    /// not yet applied the transaction's configuration (`current < sent`).
+    ///
+    /// Such a node is a member of that configuration that missed its
+    /// NEW-CONFIG so far (a one-way partition): members apply a
+    /// configuration on NEW-CONFIG, before it commits (FaRM §5.2 step 5),
+    /// so the others already locked and logged the transaction in it. The
+    /// configuration cannot commit without this node's NEW-CONFIG-ACK, so
+    /// the node either applies it (the resent request then succeeds) or a
+    /// later configuration removes it, and that one's recovery (FaRM §5.3)
+    /// decides the transaction. Giving up instead (the refusal used to be a
+    /// protocol error, so the transaction ended indeterminate) left its
+    /// LOCK records holding their objects for good once the configuration
+    /// committed with the node: nothing recovers a transaction of the
+    /// current configuration whose coordinator is alive (swarm seed 564:
+    /// every later writer of the key aborted until the time limit). The
+    /// safety of the commit is unchanged: the request is sent again as it
+    /// was, and the commit is reported only on a COMMIT-PRIMARY ack.
+    fn lagging_commit_participant(&self, id: u64, resp: &Response) -> bool {
+        let Response::Rejected(Rejection::ConfigMismatch { sent, current }) = resp else {
+            return false;
+        };
+        if current >= sent {
+            return false;
+        }
+        let Some(Purpose::Commit(txn)) = self.rpcs.get(&id).map(|r| r.purpose) else {
+            return false;
+        };
+        self.txns
+            .get(&txn)
+            .and_then(|t| t.engine.as_ref())
+            .is_some_and(|e| e.is_decided())
+    }
+
     /// Give up on the COMMIT-PRIMARY acks of reported transaction `tx`:
     /// forget it together with every ack RPC still outstanding for it
     /// (found by swarm seed 3515: a rejected ack left its siblings behind).
@@ -1649,6 +1684,15 @@ impl ClientProcess {
             }
             r if unavailable(r) => self.refresh_config(now, None),
             _ => {}
+        }
+        if self.lagging_commit_participant(id, &resp) {
+            // Keep the RPC: its timeout sends it again, and the attempt
+            // this refusal cost is given back (the node answered, so it is
+            // not the unreachable node `rpc_attempts` bounds).
+            if let Some(r) = self.rpcs.get_mut(&id) {
+                r.attempt = r.attempt.saturating_sub(1);
+            }
+            return;
         }
         let Some(rpc) = self.remove_rpc(id) else {
             return;

@@ -412,15 +412,18 @@ fn sender(from: Peer, claimed: Option<NodeId>) -> Option<NodeId> {
 /// may change (a backup promoted to primary, a primary demoted) and new
 /// replicas may be added as filling; the data it restored covers the rest.
 fn restored_replicas_hold(next: &Configuration, restored: &Configuration, me: NodeId) -> bool {
-    let complete = |c: &Configuration| -> BTreeSet<RegionId> {
-        c.regions()
-            .iter()
-            .filter(|r| r.primary == me || (r.backups.contains(&me) && !r.filling.contains(&me)))
-            .map(|r| r.id)
-            .collect()
-    };
-    let had = complete(restored);
-    !had.is_empty() && complete(next).is_subset(&had)
+    let had = complete_replicas(restored, me);
+    !had.is_empty() && complete_replicas(next, me).is_subset(&had)
+}
+
+/// The regions of which `me` holds a complete replica in `c`: primary, or
+/// backup not filling.
+fn complete_replicas(c: &Configuration, me: NodeId) -> BTreeSet<RegionId> {
+    c.regions()
+        .iter()
+        .filter(|r| r.primary == me || (r.backups.contains(&me) && !r.filling.contains(&me)))
+        .map(|r| r.id)
+        .collect()
 }
 
 /// The clock master's reserve below the stored time bound, ns: twice the
@@ -1082,6 +1085,39 @@ impl NodeProcess {
         }
     }
 
+    /// A node restored from disk that the coordination service names as the
+    /// CM of a configuration newer than the one it was restored in renews
+    /// that configuration (whole-cluster restart). It won that CAS just
+    /// before the crash and never applied the configuration (else it would
+    /// have been restored in it), so it never sent its NEW-CONFIG, and
+    /// nobody else will replace it: the other members were restored in
+    /// older configurations whose CM's renewal CAS now fails, and they do
+    /// not suspect a CM they never heard of (swarm seed 854: n1 stored 6,
+    /// cm n1, then the cluster crashed; n0, the CM of 5, retried its CAS
+    /// over 5 forever). It proposes `base` renewed over it, as a restored
+    /// CM does with its own last proposal (`renew_after_restart`), and only
+    /// if every complete replica that gives it was complete when it was
+    /// restored (none at all if it was filling everywhere), the rule every
+    /// restored member applies to the NEW-CONFIG (see `on_reconfig`), so
+    /// its own restored data is current (FaRM §5.2
+    /// precise membership: no configuration after the restored one ran a
+    /// transaction on those replicas without it).
+    fn renew_unapplied_proposal(&mut self, now: u64) {
+        let Some(base) = self.service.as_ref().map(|s| s.current()) else {
+            return;
+        };
+        if base.cm() != self.id || base.id() <= self.config.id() || !self.reconfig.may_start() {
+            return;
+        }
+        let next = base.renewed();
+        if !complete_replicas(&next, self.id).is_subset(&complete_replicas(&self.config, self.id)) {
+            return;
+        }
+        let base = base.clone();
+        self.reconfig.propose_over(now, &base, next);
+        self.after_engines(now);
+    }
+
     /// A frame from `from`.
     pub fn on_message(&mut self, now: u64, from: Peer, frame: Frame) {
         self.start_leases(now);
@@ -1424,7 +1460,22 @@ impl NodeProcess {
             // back matters (it starts from scratch: memory is gone or
             // stale).
             if let ReconfigMessage::Probe { config, seq, .. } = &m {
-                if self.standing == Standing::Restarted && !self.restored {
+                // A removed node too, for a configuration newer than any it
+                // applied: one that added it back (a join) but whose
+                // NEW-CONFIG never reached it before its CM failed. It holds
+                // nothing that configuration can use (a removed node comes
+                // back only with filling replicas, and drops what it had),
+                // and it never granted that configuration's CM a lease, so
+                // its answer counts toward the prober's majority like a
+                // restarted one's (FaRM §5.2 step 2) and it is left out of
+                // the next configuration, then joins again. Without it a
+                // configuration of four whose CM died right after its CAS,
+                // with the joining member never told, could not be replaced
+                // by the two others (swarm seed 748).
+                let removed_unaware = self.standing == Standing::Removed
+                    && *config > self.config.id()
+                    && !self.restored;
+                if (self.standing == Standing::Restarted && !self.restored) || removed_unaware {
                     // Never again accept a NEW-CONFIG of this configuration
                     // (from its old CM): having counted toward a successor's
                     // probe, this node must not grant that CM a lease.
@@ -1464,14 +1515,25 @@ impl NodeProcess {
                 // the CM's own proposal was stored but never applied; seed
                 // 133: that proposal removed a member, so its renewal
                 // promoted this node's backups and refilled elsewhere).
+                // That argument does not depend on who the CM is: every
+                // configuration the service stores is derived from the one
+                // it replaces (the CAS's expected id), so a complete replica
+                // of this node in it was complete in every configuration
+                // since the restored one, and a transaction writing it there
+                // needed this node in that configuration (FaRM §5.2 precise
+                // membership), which it would have journaled. So the later
+                // one may come from another CM (swarm seed 854: the CM of
+                // the stored configuration, which it never applied before
+                // the whole cluster crashed, renews it; see
+                // `renew_unapplied_proposal`).
                 let renews_mine = self.restored
                     && *config > self.config.id()
                     && Configuration::from_toml(config_toml).is_ok_and(|c| {
                         let exact = config.0 == self.config.id().0 + 1
                             && c.members() == self.config.members()
-                            && c.regions() == self.config.regions();
-                        c.cm() == self.config.cm()
-                            && (exact || restored_replicas_hold(&c, &self.config, me))
+                            && c.regions() == self.config.regions()
+                            && c.cm() == self.config.cm();
+                        exact || restored_replicas_hold(&c, &self.config, me)
                     });
                 if renews_mine {
                     self.reconfig.rejoin();
@@ -2135,6 +2197,9 @@ impl NodeProcess {
         self.after_service();
         self.cas.tick(now, &self.config);
         self.after_cas(now);
+        if self.standing == Standing::Restarted && self.restored {
+            self.renew_unapplied_proposal(now);
+        }
         if self.standing == Standing::Member {
             self.renew_after_restart(now);
             self.lease_tick(now);

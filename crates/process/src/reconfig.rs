@@ -160,6 +160,8 @@ enum State {
         /// restarted empty (count toward the majority, hold nothing).
         empty: BTreeSet<NodeId>,
         deadline_ns: u64,
+        /// The suspects were probed too (only their empty answers count).
+        ask_suspects: bool,
     },
     /// Step 3.
     Casing {
@@ -370,6 +372,15 @@ impl Reconfig {
         {
             return;
         }
+        // `base` is the latest configuration known here now (a restored
+        // node may have read it from its own service replica).
+        if self
+            .service_config
+            .as_ref()
+            .is_none_or(|c| c.id() < base.id())
+        {
+            self.service_config = Some(Box::new(base.clone()));
+        }
         let proposed = Box::new(next);
         self.out.push(ReconfigOutput::Cas {
             expected: base.id(),
@@ -516,8 +527,22 @@ impl Reconfig {
         self.next_probe_seq += 1;
         let config = self.config.id();
         let me = self.me;
-        for m in self.config.members() {
-            if !suspects.contains(&m) {
+        let members = self.config.members();
+        // The suspects are probed too when the others cannot make a
+        // majority without them (a two-member configuration whose other
+        // member failed, or half the members suspected): a suspect that
+        // restarted without its memory answers as empty, and that answer
+        // counts toward the majority like any other member's empty answer
+        // (see `maybe_end_probe`: its old incarnation is gone, so it is on
+        // no other side of a partition and grants the old CM nothing —
+        // FaRM §5.2 step 2's majority is about who else may still serve);
+        // any other answer from a suspect is ignored, so a suspect that is
+        // alive after all is still left out. Without this a configuration of two members whose CM
+        // crashed and restarted could never be replaced (swarm seed 608:
+        // the survivor's probes of its one other member failed forever).
+        let ask_suspects = (members.len() - suspects.len().min(members.len())) * 2 <= members.len();
+        for m in members {
+            if ask_suspects || !suspects.contains(&m) {
                 self.send(
                     m,
                     ReconfigMessage::Probe {
@@ -534,6 +559,7 @@ impl Reconfig {
             replied: BTreeSet::new(),
             empty: BTreeSet::new(),
             deadline_ns: now.saturating_add(self.params.probe_timeout_ns),
+            ask_suspects,
         };
         self.maybe_end_probe(now);
     }
@@ -544,6 +570,7 @@ impl Reconfig {
             replied,
             empty,
             deadline_ns,
+            ask_suspects,
             ..
         } = &self.state
         else {
@@ -554,16 +581,24 @@ impl Reconfig {
             .iter()
             .filter(|m| !suspects.contains(m) && **m != self.me)
             .count();
-        if replied.len() + empty.len() < asked && now < *deadline_ns {
-            return;
-        }
+        let answered = replied
+            .iter()
+            .chain(empty.iter())
+            .filter(|m| !suspects.contains(m))
+            .count();
         let mut alive = replied.clone();
         alive.insert(self.me);
+        let majority = (alive.len() + empty.len()) * 2 > members.len();
+        // Probing the suspects too, a minority waits for their empty
+        // answers until the deadline.
+        if (answered < asked || (*ask_suspects && !majority)) && now < *deadline_ns {
+            return;
+        }
         // A member that restarted empty answers too: its old incarnation
         // is gone, so it cannot be on the other side of a partition, and
         // it grants the old CM nothing (FaRM §5.2 step 2's majority is
         // about who else may still serve).
-        if (alive.len() + empty.len()) * 2 <= members.len() {
+        if !majority {
             // A minority cannot reconfigure (FaRM §5.2 step 2).
             self.tell_probe_failed();
             self.probe_failed(now);
@@ -846,12 +881,15 @@ impl Reconfig {
             } => {
                 if let State::Probing {
                     seq: s,
+                    suspects,
                     replied,
                     empty,
                     ..
                 } = &mut self.state
                 {
-                    if *s == seq && config == mine && self.config.is_member(from) {
+                    // A suspect counts only as empty (see `start_probe`).
+                    let counts = was_emptied || !suspects.contains(&from);
+                    if *s == seq && config == mine && self.config.is_member(from) && counts {
                         if was_emptied {
                             if !replied.contains(&from) {
                                 empty.insert(from);
@@ -1800,6 +1838,96 @@ mod tests {
         net.collect(NodeId(3));
         assert!(net.nodes[&NodeId(3)].removed());
         assert_eq!(net.log.last().unwrap(), "n3 removed by 2");
+    }
+
+    /// Half the members failed and came back without their memory (swarm
+    /// seed 608: a configuration of two whose CM crashed and restarted).
+    /// The others alone are no majority, so the prober asks the suspects
+    /// too; their empty answers (the node process answers a probe so once
+    /// it restarted empty) count toward the majority, and the new
+    /// configuration leaves them out. Before, the suspects were never
+    /// probed and every attempt failed for want of a majority.
+    #[test]
+    fn suspects_that_restarted_empty_complete_the_majority() {
+        let mut net = Net::new(4);
+        let (a, b) = (NodeId(1), NodeId(2));
+        net.nodes
+            .get_mut(&NodeId(0))
+            .unwrap()
+            .suspect_members(MS, &[a, b]);
+        net.collect(NodeId(0));
+        let probes: Vec<(NodeId, ConfigId, u64)> = net
+            .queue
+            .iter()
+            .filter_map(|(_, to, m)| match m {
+                ReconfigMessage::Probe { config, seq, .. } if *to == a || *to == b => {
+                    Some((*to, *config, *seq))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            probes.len(),
+            2,
+            "the suspects must be probed: {:?}",
+            net.queue
+        );
+        // Their old incarnations are gone: the restarted ones answer empty.
+        net.dead.extend([a, b]);
+        for (from, config, seq) in probes {
+            net.nodes.get_mut(&NodeId(0)).unwrap().on_message(
+                MS,
+                ReconfigMessage::ProbeReply {
+                    config,
+                    from,
+                    seq,
+                    empty: true,
+                },
+                0,
+                0,
+            );
+        }
+        net.collect(NodeId(0));
+        net.run_ms(20);
+        assert_eq!(
+            net.store.members(),
+            vec![NodeId(0), NodeId(3)],
+            "{:?}",
+            net.log
+        );
+        assert_eq!(net.committed(0), (2, 0, false), "{:?}", net.log);
+        assert_eq!(net.committed(3), (2, 0, false), "{:?}", net.log);
+        // An answer from a suspect that is alive after all does not count:
+        // with only node 3 and itself the CM stays a minority.
+        let mut net = Net::new(4);
+        net.nodes
+            .get_mut(&NodeId(0))
+            .unwrap()
+            .suspect_members(MS, &[a, b]);
+        net.collect(NodeId(0));
+        net.cut.extend([a, b]);
+        for (from, to, m) in std::mem::take(&mut net.queue) {
+            if to != a && to != b {
+                net.queue.push((from, to, m));
+            } else if let ReconfigMessage::Probe { config, seq, .. } = m {
+                {
+                    net.nodes.get_mut(&NodeId(0)).unwrap().on_message(
+                        MS,
+                        ReconfigMessage::ProbeReply {
+                            config,
+                            from: to,
+                            seq,
+                            empty: false,
+                        },
+                        0,
+                        0,
+                    );
+                }
+            }
+        }
+        net.collect(NodeId(0));
+        net.run_ms(3);
+        assert!(net.log.iter().all(|l| !l.contains("cas")), "{:?}", net.log);
     }
 
     #[test]
