@@ -183,6 +183,59 @@ pub fn node_events(dir: &Path) -> Result<Vec<(u32, String, String)>, ClusterErro
     Ok(out)
 }
 
+/// What the nodes' `read_ts` waits did between `start_ns` and `end_ns`
+/// (system-wide monotonic clock, as the bench's run and the nodes'
+/// `stats.jsonl` are stamped): per node, the last counters written at or
+/// before `end_ns` less the last written at or before `start_ns` (zero if
+/// none), summed over the nodes. The nodes write every
+/// `meridian_node::STATS_INTERVAL_MS` (1 s), so the window is that coarse
+/// at each end: read fractions and means, not rates. `None` if no node
+/// wrote any.
+///
+/// Errors: the configuration cannot be read.
+pub fn read_holds(
+    dir: &Path,
+    start_ns: u64,
+    end_ns: u64,
+) -> Result<Option<meridian_process::node::ReadHoldStats>, ClusterError> {
+    use meridian_process::node::ReadHoldStats;
+    let cfg = Configuration::load(&config_path(dir))?;
+    let mut sum = ReadHoldStats::default();
+    let mut any = false;
+    for n in &cfg.nodes {
+        let Ok(text) = std::fs::read_to_string(node_dir(&cfg, dir, n.id).join("stats.jsonl"))
+        else {
+            continue;
+        };
+        let (mut before, mut through) = (ReadHoldStats::default(), None);
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let (Some(t), Ok(h)) = (
+                v["mono_ns"].as_u64(),
+                serde_json::from_value::<ReadHoldStats>(v["read_holds"].clone()),
+            ) else {
+                continue;
+            };
+            if t <= start_ns {
+                before = h;
+            }
+            if t <= end_ns {
+                through = Some(h);
+            }
+        }
+        let Some(h) = through else { continue };
+        any = true;
+        sum.served_at_once += h.served_at_once.saturating_sub(before.served_at_once);
+        sum.held += h.held.saturating_sub(before.held);
+        sum.held_ns += h.held_ns.saturating_sub(before.held_ns);
+        sum.held_long += h.held_long.saturating_sub(before.held_long);
+        sum.refused += h.refused.saturating_sub(before.refused);
+    }
+    Ok(any.then_some(sum))
+}
+
 /// Start `meridian node` for node `id` of the cluster in `dir`, its output
 /// appended to (`fresh`: written over) `node.log` in `nd`, and record its
 /// pid there.

@@ -1269,6 +1269,31 @@ fn status(target: &Target) -> Result<(), String> {
     Ok(())
 }
 
+/// The nodes' `read_ts` waits over the measured window, into `r`'s
+/// extras (`node_reads_*`; see `meridian_bench::cluster::read_holds`).
+fn add_read_holds(
+    r: &mut meridian_bench::run::BenchResult,
+    dir: &std::path::Path,
+    start_ns: u64,
+    end_ns: u64,
+) {
+    match meridian_bench::cluster::read_holds(dir, start_ns, end_ns) {
+        Ok(Some(h)) => {
+            let e = &mut r.extra;
+            e.insert("node_reads_at_once".into(), h.served_at_once as f64);
+            e.insert("node_reads_held".into(), h.held as f64);
+            e.insert(
+                "node_read_hold_mean_us".into(),
+                h.held_ns as f64 / 1000.0 / h.held.max(1) as f64,
+            );
+            e.insert("node_reads_held_long".into(), h.held_long as f64);
+            e.insert("node_reads_refused".into(), h.refused as f64);
+        }
+        Ok(None) => {}
+        Err(e) => eprintln!("the nodes' read counters cannot be read: {e}"),
+    }
+}
+
 fn print_result(r: &meridian_bench::run::BenchResult) {
     println!(
         "== {} — {} sessions, {:.1} s",
@@ -1315,6 +1340,19 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
             r.mean_uncertainty_us,
             r.mean_uncertainty_wait_us,
             r.mean_uncertainty_wait_us / r.mean_uncertainty_us
+        );
+    }
+    if let (Some(held), Some(once)) = (
+        r.extra.get("node_reads_held"),
+        r.extra.get("node_reads_at_once"),
+    ) {
+        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
+        println!(
+            "reads at the nodes: {:.1} % held until read_ts passed (mean {:.1} µs, {} over 0.5 ms), {} refused",
+            100.0 * held / (held + once).max(1.0),
+            get("node_read_hold_mean_us"),
+            get("node_reads_held_long"),
+            get("node_reads_refused"),
         );
     }
     if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
@@ -1618,6 +1656,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         };
         let fault = fault_ns.load(std::sync::atomic::Ordering::SeqCst);
         let mut r = ran.result.clone();
+        add_read_holds(&mut r, &opts.dir, ran.start_ns, ran.end_ns);
         if opts.timeline.is_some() || fault > 0 {
             let tl = fault_timeline(&ran, &opts, fault)?;
             timeline_figures(&tl, &mut r);

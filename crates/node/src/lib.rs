@@ -210,6 +210,51 @@ fn record_event(shell: &Shell, ev: &meridian_process::node::NodeEvent) {
     }
 }
 
+/// How often a node appends its counters to `stats.jsonl`, ms.
+pub const STATS_INTERVAL_MS: u64 = 1000;
+
+/// Append the process's counters to `path` every [`STATS_INTERVAL_MS`]
+/// when they changed, one JSON line each, stamped with the system-wide
+/// monotonic clock: `{"mono_ns", "node", "read_holds": ReadHoldStats}`.
+/// `meridian bench` takes the difference over its measured window
+/// (`meridian_bench::cluster::read_holds`). Stops with the node.
+async fn write_stats(shell: std::sync::Weak<Shell>, path: std::path::PathBuf) {
+    use std::io::Write;
+    let mut file = match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!("cannot open {}: {e}; counters not recorded", path.display());
+            return;
+        }
+    };
+    let mut every = tokio::time::interval(std::time::Duration::from_millis(STATS_INTERVAL_MS));
+    let mut last = None;
+    loop {
+        every.tick().await;
+        let Some(sh) = shell.upgrade() else {
+            return;
+        };
+        let holds = lock_process(&sh, "stats").read_hold_stats();
+        if last == Some(holds) {
+            continue;
+        }
+        last = Some(holds);
+        let line = serde_json::json!({
+            "mono_ns": mono_ns(),
+            "node": sh.node_id.0,
+            "read_holds": holds,
+        });
+        if let Err(e) = writeln!(file, "{line}") {
+            tracing::warn!("cannot append to {}: {e}", path.display());
+            return;
+        }
+    }
+}
+
 /// Write `bytes` to `path` durably: a temporary file, fsync, rename, fsync
 /// of the directory.
 fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -504,6 +549,9 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
     tracing::info!(node = %id, addr = %me.addr, master = is_master, incarnation, "node listening");
     for (node, addr, rx) in receivers {
         tokio::spawn(link(Arc::downgrade(&shell), node, addr, rx, batch));
+    }
+    if let Some(dir) = &me.data_dir {
+        tokio::spawn(write_stats(Arc::downgrade(&shell), dir.join("stats.jsonl")));
     }
     let effects = {
         let mut p = lock_process(&shell, "first tick");

@@ -214,6 +214,11 @@ struct Rpc {
     truncate: Vec<TxId>,
     deadline_ns: u64,
     attempt: u32,
+    /// Refusals from a participant that had not yet applied the request's
+    /// configuration, whose attempts were given back
+    /// ([`ClientProcess::lagging_commit_participant`]): at most
+    /// `rpc_attempts` of them, so the resends stay bounded.
+    lag_refusals: u32,
     purpose: Purpose,
 }
 
@@ -1354,6 +1359,7 @@ impl ClientProcess {
                 truncate,
                 deadline_ns,
                 attempt: 1,
+                lag_refusals: 0,
                 purpose,
             },
         );
@@ -1688,9 +1694,16 @@ impl ClientProcess {
         if self.lagging_commit_participant(id, &resp) {
             // Keep the RPC: its timeout sends it again, and the attempt
             // this refusal cost is given back (the node answered, so it is
-            // not the unreachable node `rpc_attempts` bounds).
+            // not the unreachable node `rpc_attempts` bounds), at most
+            // `rpc_attempts` times: a node that never catches up is
+            // removed by a later configuration, whose recovery decides
+            // the transaction, and the resends must end.
+            let limit = self.limits.rpc_attempts;
             if let Some(r) = self.rpcs.get_mut(&id) {
-                r.attempt = r.attempt.saturating_sub(1);
+                if r.lag_refusals < limit {
+                    r.lag_refusals += 1;
+                    r.attempt = r.attempt.saturating_sub(1);
+                }
             }
             return;
         }

@@ -268,6 +268,32 @@ struct DeferredRead {
     id: Option<u64>,
     config: ConfigId,
     req: TxnRequest,
+    /// When it arrived, local ns.
+    since: u64,
+}
+
+/// Held reads slower than this are counted apart
+/// ([`ReadHoldStats::held_long`]), ns.
+pub const READ_HOLD_LONG_NS: u64 = 500_000;
+
+/// What the `read_ts` wait at this node did (`clock.reads_wait_at_server`,
+/// FaRMv2 §4.1): counters since the node started, for operators and the
+/// bench ([`NodeProcess::read_hold_stats`]). Reads refused for another
+/// reason (a configuration mismatch, a lock) are not counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReadHoldStats {
+    /// READs and SCANs whose `read_ts` had already passed on arrival.
+    pub served_at_once: u64,
+    /// READs and SCANs held until this node's clock showed `read_ts` past.
+    pub held: u64,
+    /// The time they were held, in all, local ns.
+    pub held_ns: u64,
+    /// Of those, held longer than [`READ_HOLD_LONG_NS`].
+    pub held_long: u64,
+    /// Refused (`Conflict::Unavailable`, a `read-other` abort): `read_ts`
+    /// more than the sample age ahead of this node's lower bound, or
+    /// `limits.max_deferred_reads` already held.
+    pub refused: u64,
 }
 
 /// The answer to a READ or SCAN (or a LOCK, VALIDATE) that cannot be
@@ -510,6 +536,8 @@ pub struct NodeProcess {
     /// may be served, then arrival order.
     deferred_reads: BTreeMap<(u64, u64), DeferredRead>,
     deferred_seq: u64,
+    /// What the `read_ts` wait did ([`NodeProcess::read_hold_stats`]).
+    read_holds: ReadHoldStats,
     /// Thin-client transactions, by the call id of their current call.
     executes: BTreeMap<CallId, Exec>,
     next_call: CallId,
@@ -661,6 +689,7 @@ impl NodeProcess {
             armed_ns: None,
             deferred_reads: BTreeMap::new(),
             deferred_seq: 0,
+            read_holds: ReadHoldStats::default(),
             executes: BTreeMap::new(),
             next_call: 1,
             loopback: VecDeque::new(),
@@ -1306,7 +1335,10 @@ impl NodeProcess {
         }
         let horizon_ns = self.config.clock.max_sample_age_us * 1000;
         let at = match self.gateway.clock_mut().passed_at(now, read_ts) {
-            Ok(at) if at <= now => return Some(r),
+            Ok(at) if at <= now => {
+                self.read_holds.served_at_once += 1;
+                return Some(r);
+            }
             Ok(at)
                 if at - now <= horizon_ns
                     && self.deferred_reads.len() < self.config.limits.max_deferred_reads =>
@@ -1314,6 +1346,7 @@ impl NodeProcess {
                 at
             }
             _ => {
+                self.read_holds.refused += 1;
                 if let Some(resp) = unavailable(&r) {
                     self.reply(from, id, resp);
                 }
@@ -1328,6 +1361,7 @@ impl NodeProcess {
                 id,
                 config,
                 req: r,
+                since: now,
             },
         );
         self.arm(now, at);
@@ -1344,6 +1378,10 @@ impl NodeProcess {
                 break;
             }
             let d = entry.remove();
+            let held_ns = now.saturating_sub(d.since);
+            self.read_holds.held += 1;
+            self.read_holds.held_ns += held_ns;
+            self.read_holds.held_long += u64::from(held_ns > READ_HOLD_LONG_NS);
             let resp = self.txn_request(now, d.config, d.req);
             self.reply(d.from, d.id, resp);
         }
@@ -2458,6 +2496,13 @@ impl NodeProcess {
                 .push(NodeEffect::Event(NodeEvent::Suspect(who.clone())));
             self.last_suspect = Some((who, now));
         }
+    }
+
+    /// What the `read_ts` wait at this node did since it started
+    /// (`clock.reads_wait_at_server`, FaRMv2 §4.1). The node shell writes
+    /// it to `stats.jsonl` once a second; `meridian bench` reports it.
+    pub fn read_hold_stats(&self) -> ReadHoldStats {
+        self.read_holds
     }
 
     /// The configuration this node runs.
