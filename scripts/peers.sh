@@ -127,6 +127,12 @@ stop_postgres() {
 }
 
 # -------------------------------------------------------------------- etcd
+# etcd answers /health over plain HTTP; curl is enough (etcdctl ships in
+# another package, etcd-client, which a fresh machine may lack).
+etcd_healthy() {
+  curl -fsS --max-time 1 http://127.0.0.1:2379/health 2>/dev/null | grep -q '"health":"true"'
+}
+
 install_etcd() {
   if ! command -v etcd >/dev/null; then
     need_root etcd-server
@@ -157,7 +163,7 @@ start_etcd() {
     >"$dir/etcd.log" 2>&1 &
   echo $! >"$dir/etcd.pid"
   for _ in $(seq 100); do
-    if ETCDCTL_API=3 etcdctl --endpoints 127.0.0.1:2379 endpoint health >/dev/null 2>&1; then
+    if etcd_healthy; then
       echo "etcd started on 127.0.0.1:2379 (WAL fsync on every commit)"
       return
     fi
@@ -190,7 +196,7 @@ case "$cmd/$peer" in
     if redis-cli -p 6379 ping >/dev/null 2>&1; then echo "redis: up on 127.0.0.1:6379"; else echo "redis: down"; fi
     if [ -d "$ROOT/postgres" ] && as_pg "$PG_BIN/pg_ctl" -D "$ROOT/postgres" status >/dev/null 2>&1; then
       echo "postgres: up on 127.0.0.1:$PG_PORT"; else echo "postgres: down"; fi
-    if ETCDCTL_API=3 etcdctl --endpoints 127.0.0.1:2379 endpoint health >/dev/null 2>&1; then
+    if etcd_healthy; then
       echo "etcd: up on 127.0.0.1:2379"; else echo "etcd: down"; fi
     ;;
   *)

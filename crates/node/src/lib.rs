@@ -127,8 +127,9 @@ struct NodeLeases {
 
 impl LeaseEndpoint for NodeLeases {
     fn on_frame(&mut self, now: u64, src: std::net::SocketAddr, frame: Frame, out: &mut Outgoing) {
-        // A client's CLOCK-SYNC: the master answers here, at once, without
-        // the process lock (FaRMv2 §4.1; `answer_clock_sync`).
+        // A CLOCK-SYNC, a client's or another node's: the master answers
+        // here, at once, without the process lock (FaRMv2 §4.1;
+        // `answer_clock_sync`).
         if let Some(reply) = meridian_process::node::answer_clock_sync(&self.desk, now, &frame) {
             if let Frame::Response {
                 resp: meridian_wire::Response::Rejected(why),
@@ -138,6 +139,26 @@ impl LeaseEndpoint for NodeLeases {
                 tracing::debug!(%src, "clock sync refused: {why:?}");
             }
             out.push((src, reply));
+            return;
+        }
+        // The master's answer to this node's own CLOCK-SYNC (sent on this
+        // socket by `send_effects`): into the process, like any reply.
+        if let (Frame::Response { .. }, Some(node)) = (&frame, self.by_addr.get(&src).copied()) {
+            let Some(sh) = self.shell.upgrade() else {
+                return;
+            };
+            // Stamped here, on arrival: the process may be busy, and the
+            // sample must end when the reply came, not when the process
+            // took it (`NodeProcess::on_clock_reply`).
+            let received = now;
+            self.rt.spawn(async move {
+                let effects = {
+                    let mut p = lock_process(&sh, "clock reply");
+                    p.on_clock_reply(mono_ns(), received, node, frame);
+                    drain(&mut p, &sh)
+                };
+                route(&sh, effects).await;
+            });
             return;
         }
         let Frame::OneWay {
@@ -674,6 +695,28 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                         ..
                     }
                 );
+                // This node's own CLOCK-SYNCs (its embedded coordinator's;
+                // they carry no truncations) go to the master's lease
+                // thread as datagrams, as clients' do: answered at once,
+                // without the master's process lock, so a node's samples
+                // are as tight as a client's. The node holds every read
+                // until its own clock shows `read_ts` past
+                // (`clock.reads_wait_at_server`), so its uncertainty is on
+                // every read's path.
+                if let (true, Peer::Node(m), Frame::Request { truncate, .. }) =
+                    (sync, to, &frame)
+                {
+                    if truncate.is_empty() {
+                        if let Some(a) = shell.lease_addrs.get(&m) {
+                            meridian_transport::lease_udp::send_frame(
+                                &shell.lease_socket,
+                                *a,
+                                &frame,
+                            );
+                            continue;
+                        }
+                    }
+                }
                 let buf = match to {
                     Peer::Node(m) if sync && shell.node_addrs.contains_key(&m) => {
                         clock_to = Some(m);

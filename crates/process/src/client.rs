@@ -276,6 +276,9 @@ pub struct ClientProcess {
     truncates: BTreeMap<NodeId, Vec<TxId>>,
     next_sync_ns: Option<u64>,
     sync_inflight: bool,
+    /// When the frame being handled arrived, local ns, if the shell
+    /// stamped it earlier than `now` ([`ClientProcess::on_message_received`]).
+    received_at: Option<u64>,
     /// How long a GET_TS without a usable clock sample waits for one
     /// ([`Wait::Clock`]), ns: `clock.max_sample_age_us`.
     clock_park_ns: u64,
@@ -338,6 +341,7 @@ impl ClientProcess {
             truncates: BTreeMap::new(),
             next_sync_ns: None,
             sync_inflight: false,
+            received_at: None,
             clock_park_ns: config.clock.max_sample_age_us * 1000,
             clock_parked: 0,
             reads_wait_at_server: config.clock.reads_wait_at_server,
@@ -868,6 +872,25 @@ impl ClientProcess {
     // ----- inputs from the network and time ------------------------------
 
     /// A frame from node `from`.
+    /// [`ClientProcess::on_message`] for a frame the shell stamped on
+    /// arrival at `received_local_ns` (≤ `now`), before it could hand it to
+    /// the process: a clock sync's sample then ends at the arrival, not at
+    /// `now` (FaRMv2 §4.1: the master's time was read before the reply
+    /// arrived, so the bounds hold either way; the earlier stamp only
+    /// makes the lower bound tighter). A stamp after `now` is taken as
+    /// `now`.
+    pub fn on_message_received(
+        &mut self,
+        now: u64,
+        received_local_ns: u64,
+        from: NodeId,
+        frame: Frame,
+    ) {
+        self.received_at = Some(received_local_ns.min(now));
+        self.on_message(now, from, frame);
+        self.received_at = None;
+    }
+
     pub fn on_message(&mut self, now: u64, from: NodeId, frame: Frame) {
         match frame {
             Frame::Response { id, resp } => self.on_response(now, from, id, resp),
@@ -1717,7 +1740,7 @@ impl ClientProcess {
                     let sample = SyncSample {
                         send_local_ns,
                         master_ns,
-                        recv_local_ns: now,
+                        recv_local_ns: self.received_at.unwrap_or(now).max(send_local_ns),
                     };
                     if self.clock.on_sync(sample).is_err() {
                         self.stats.clock_rejected += 1;

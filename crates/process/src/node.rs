@@ -1154,6 +1154,23 @@ impl NodeProcess {
         self.pump(now);
     }
 
+    /// The clock master's answer to this node's own CLOCK-SYNC, stamped by
+    /// the shell when it arrived (`received_local_ns` ≤ `now`; the node's
+    /// lease thread receives it while the process may be busy): the sample
+    /// ends at the arrival ([`ClientProcess::on_message_received`]). Any
+    /// other frame is handled as by [`NodeProcess::on_message`].
+    pub fn on_clock_reply(&mut self, now: u64, received_local_ns: u64, from: NodeId, frame: Frame) {
+        self.start_leases(now);
+        match frame {
+            f @ Frame::Response { .. } => {
+                self.gateway
+                    .on_message_received(now, received_local_ns, from, f)
+            }
+            other => self.handle(now, Peer::Node(from), other),
+        }
+        self.pump(now);
+    }
+
     fn handle(&mut self, now: u64, from: Peer, frame: Frame) {
         let (id, config, truncate, req) = match frame {
             Frame::Request {

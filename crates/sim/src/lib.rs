@@ -286,7 +286,7 @@ pub struct SimConfig {
     /// ([`NodeProcess::lock_replies_skip_fsync`] ignored).
     pub broken_lock_before_fsync: bool,
     /// A deliberately broken clock rule: a master's lease thread keeps
-    /// answering clients' syncs from the last view its process published,
+    /// answering clients' and nodes' syncs from the last view its process published,
     /// after the process withdrew it (a CM change, a disabled clock) and
     /// without its lease majority or time bound (FaRMv2 §4.3 ignored).
     pub broken_master_clock_kept: bool,
@@ -1584,15 +1584,13 @@ impl Sim {
                             Addr::Client(c) => Peer::Conn(((c as u64) << 32) | from_inc as u64),
                         };
                         self.messages += 1;
-                        // A client's CLOCK-SYNC goes to the node's lease
-                        // thread, as in the tokio shell: answered from the
-                        // view the process published, without the process.
+                        // A CLOCK-SYNC, a client's or a node's own (one
+                        // with no piggybacked truncations), goes to the
+                        // node's lease thread, as in the tokio shell:
+                        // answered from the view the process published,
+                        // without the process.
                         let desk = p.lease_desk();
-                        let answered = match from {
-                            Addr::Client(_) => answer_clock_sync(&desk, local, &frame),
-                            Addr::Node(_) => None,
-                        };
-                        if let Some(mut reply) = answered {
+                        if let Some(mut reply) = answer_clock_sync(&desk, local, &frame) {
                             if let (true, Some(v), Frame::Response { id, .. }) =
                                 (self.cfg.broken_master_clock_kept, slot.kept_clock, &reply)
                             {
