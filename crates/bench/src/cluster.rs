@@ -232,6 +232,9 @@ pub fn read_holds(
         sum.held_ns += h.held_ns.saturating_sub(before.held_ns);
         sum.held_long += h.held_long.saturating_sub(before.held_long);
         sum.refused += h.refused.saturating_sub(before.refused);
+        sum.lock_waited += h.lock_waited.saturating_sub(before.lock_waited);
+        sum.lock_wait_ns += h.lock_wait_ns.saturating_sub(before.lock_wait_ns);
+        sum.lock_wait_expired += h.lock_wait_expired.saturating_sub(before.lock_wait_expired);
     }
     Ok(any.then_some(sum))
 }

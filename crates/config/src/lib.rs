@@ -111,8 +111,19 @@ pub struct Limits {
     pub max_client_leases: usize,
     /// READs and SCANs a node holds at once until their `read_ts` has
     /// passed (`clock.reads_wait_at_server`); more are answered
-    /// `Unavailable` (a retryable abort).
+    /// `Unavailable` (a retryable abort). READs and SCANs waiting for a
+    /// lock (`read_lock_wait_us`) count against the same bound.
     pub max_deferred_reads: usize,
+    /// How long a READ or SCAN that meets another transaction's lock waits
+    /// at the primary for that lock to go before it is answered
+    /// `Conflict::Locked` (an early abort, FaRMv2 §4.7), µs; 0 aborts at
+    /// once, as FaRMv2 does. A lock holder never waits for a reader (it
+    /// holds its locks only through its own commit), so the wait cannot
+    /// deadlock; it ends as soon as the holder's COMMIT-PRIMARY or ABORT
+    /// (or recovery) releases the lock, and the read is then served at
+    /// its `read_ts` as if it had come just then (issue 7: the hot keys of
+    /// YCSB and TPC-C aborted readers by the thousand).
+    pub read_lock_wait_us: u64,
 }
 
 impl Default for Limits {
@@ -147,6 +158,7 @@ impl Default for Limits {
             max_recovering_txns: 1 << 20,
             max_client_leases: 1 << 16,
             max_deferred_reads: 1 << 16,
+            read_lock_wait_us: 5_000,
         }
     }
 }

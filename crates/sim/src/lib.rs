@@ -295,6 +295,11 @@ pub struct SimConfig {
     /// reads at once, so nobody waits out `read_ts`'s uncertainty
     /// (FaRMv2 §4.1 ignored).
     pub broken_reads_unwaited: bool,
+    /// A deliberately broken lock wait: a READ waiting at a primary for
+    /// another transaction's lock (`limits.read_lock_wait_us`) is served
+    /// past the lock at its next try, as if the lock had gone
+    /// (`NodeProcess::set_broken_lock_waits_read_past_locks`).
+    pub broken_lock_waits_read_past_locks: bool,
 }
 
 impl SimConfig {
@@ -328,6 +333,7 @@ impl SimConfig {
             broken_lock_before_fsync: false,
             broken_master_clock_kept: false,
             broken_reads_unwaited: false,
+            broken_lock_waits_read_past_locks: false,
         }
     }
 
@@ -1012,6 +1018,15 @@ fn node_config(cfg: &SimConfig, config: &Configuration) -> Configuration {
     c
 }
 
+/// A node process with the simulator's deliberately broken rules that live
+/// inside the process switched on (`SimConfig::broken_*`).
+fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> {
+    p.map(|mut p| {
+        p.set_broken_lock_waits_read_past_locks(cfg.broken_lock_waits_read_past_locks);
+        p
+    })
+}
+
 /// A sender as a key (requests in service are matched to their replies).
 fn peer_key(p: Peer) -> u64 {
     match p {
@@ -1163,12 +1178,15 @@ impl Sim {
                     }
                 }
                 NodeSlot {
-                    process: if config.is_member(NodeId(n)) {
-                        NodeProcess::new(node_config(&cfg, &config), NodeId(n), 1).ok()
-                    } else {
-                        // A spare: outside the configuration, it joins.
-                        NodeProcess::restarted(node_config(&cfg, &config), NodeId(n), 1).ok()
-                    },
+                    process: broken_rules(
+                        &cfg,
+                        if config.is_member(NodeId(n)) {
+                            NodeProcess::new(node_config(&cfg, &config), NodeId(n), 1).ok()
+                        } else {
+                            // A spare: outside the configuration, it joins.
+                            NodeProcess::restarted(node_config(&cfg, &config), NodeId(n), 1).ok()
+                        },
+                    ),
                     disk: None,
                     checkpoint: None,
                     wal: Vec::new(),
@@ -1729,6 +1747,7 @@ impl Sim {
                         )
                         .ok()
                     };
+                    slot.process = broken_rules(&self.cfg, slot.process.take());
                     if let (Some(p), Some(disk)) = (slot.process.as_mut(), slot.disk.as_ref()) {
                         if let Err(e) = p.restore_coordination(disk) {
                             panic!("node {n} cannot restore its coordination state: {e}");

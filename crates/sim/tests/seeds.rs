@@ -305,7 +305,10 @@ fn a_node_whose_clock_drifts_past_the_rate_limit_is_reported_and_removed() {
     for (seed, ppm) in [(1, 600), (2, -600)] {
         let mut cfg = SimConfig::bank(seed);
         cfg.nodes = 5;
-        cfg.txns_per_client = 400;
+        // Long enough for the CM to act on the report (about half a
+        // second after it): with reads waiting for locks instead of
+        // aborting, 400 transactions per client ended seed 2 first.
+        cfg.txns_per_client = 800;
         cfg.time_limit_ns = 8_000_000_000;
         cfg.max_rate_ppm = 200;
         cfg.drifting_node = Some((3, ppm));
@@ -663,5 +666,35 @@ fn reads_served_before_read_ts_passed_are_caught() {
             .iter()
             .any(|(_, e)| e.contains("served a read at read_ts")),
         "the time oracle did not see it: {caught:?}"
+    );
+}
+
+/// Reads that meet a lock wait at the primary for it to go
+/// (`limits.read_lock_wait_us`, on by default, so every seed above runs
+/// them) instead of aborting at once (FaRMv2 §4.7). A deliberately broken
+/// wait that serves the read past the lock at its next try (as if the lock
+/// had gone) misses lock holders that commit at or below the read's
+/// `read_ts`; the checker sees the stale reads. Which seeds catch it moves
+/// with timing: the last known ones first, then a search. The real rule
+/// must pass the seed that does.
+#[test]
+fn lock_waits_that_read_past_the_lock_are_caught() {
+    let mut caught = Vec::new();
+    for seed in [0u64].into_iter().chain(1..200) {
+        let broken = SimConfig {
+            broken_lock_waits_read_past_locks: true,
+            ..SimConfig::register(seed)
+        };
+        if let Err(e) = run_and_check(broken) {
+            run_and_check(SimConfig::register(seed)).unwrap_or_else(|e| panic!("{e}"));
+            caught.push((seed, e.to_string()));
+            break;
+        }
+    }
+    assert!(
+        caught
+            .iter()
+            .any(|(_, e)| e.contains("missing row") || e.contains("violation")),
+        "no seed's checker caught reads served past a lock they waited for: {caught:?}"
     );
 }

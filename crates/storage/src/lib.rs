@@ -209,6 +209,26 @@ impl RegionStore {
         if obj.lock.is_some() && !obj.lock_cannot_precede(read_ts) {
             return Err(Conflict::Locked);
         }
+        Self::version_at(obj, read_ts)
+    }
+
+    /// A deliberately broken read for the simulator's variant
+    /// (`SimConfig::broken_lock_waits_read_past_locks`): `read` without
+    /// its lock checks, so a lock holder that later commits at or below
+    /// `read_ts` is missed. Never used by the node otherwise.
+    #[doc(hidden)]
+    pub fn read_past_locks(
+        &self,
+        key: &[u8],
+        read_ts: Timestamp,
+    ) -> Result<Option<Versioned>, Conflict> {
+        match self.objects.get(key) {
+            Some(obj) => Self::version_at(obj, read_ts),
+            None => Ok(None),
+        }
+    }
+
+    fn version_at(obj: &Object, read_ts: Timestamp) -> Result<Option<Versioned>, Conflict> {
         Ok(obj.at(read_ts)?.and_then(|v| {
             v.value.as_ref().map(|value| Versioned {
                 version: v.ts,

@@ -851,6 +851,17 @@ impl Participant {
         )
     }
 
+    /// [`Participant::read`] without its lock checks: the simulator's
+    /// deliberately broken variant only
+    /// (`RegionStore::read_past_locks`).
+    #[doc(hidden)]
+    pub fn read_past_locks(&self, region: RegionId, key: &[u8], read_ts: Timestamp) -> TxnResponse {
+        TxnResponse::Read(
+            self.primary_store(region)
+                .and_then(|s| s.read_past_locks(key, read_ts)),
+        )
+    }
+
     /// Serve a scan straight from storage, clamped to the region's range.
     pub fn scan(
         &self,
