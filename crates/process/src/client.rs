@@ -1139,17 +1139,7 @@ impl ClientProcess {
     /// then ignored).
     fn end_txn(&mut self, txn: TxnHandle) {
         self.txns.remove(&txn);
-        let ids: Vec<u64> = self
-            .rpcs
-            .iter()
-            .filter(|(_, r)| {
-                matches!(r.purpose, Purpose::Read(h) | Purpose::Scan(h) | Purpose::Commit(h) if h == txn)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
-            self.remove_rpc(id);
-        }
+        self.end_txn_keep_call(txn);
     }
 
     /// GET_TS for `txn` (FaRMv2 Algorithm 1): a [`Wait::Ts`] until the

@@ -569,7 +569,13 @@ fn coordinator_transcript() {
                     "ack" => Response::Txn(TxnResponse::Ack),
                     other => panic!("unknown response {other}"),
                 };
-                p.on_message(now, from, Frame::Response { id, resp });
+                let frame = Frame::Response { id, resp };
+                match a.opt("received") {
+                    // Stamped by the shell on arrival, before the process
+                    // took it (`on_message_received`).
+                    Some(r) => p.on_message_received(now, r.parse().expect("received"), from, frame),
+                    None => p.on_message(now, from, frame),
+                }
             }
             "disconnect" => p.on_disconnect(now, NodeId(a.num("from") as u32)),
             other => panic!("unknown command {other}"),
