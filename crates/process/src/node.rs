@@ -36,6 +36,16 @@
 //! `clock.sync_interval_us`. GC raises the safe point to
 //! `lower − gc_window_ms` every `limits.gc_interval_us`.
 //!
+//! **Held reads.** A READ or SCAN may wait at this node before it is
+//! served, for two reasons, both bounded together by
+//! `limits.max_deferred_reads`: until this node's clock shows its
+//! `read_ts` past (`clock.reads_wait_at_server`, FaRMv2 §4.1's wait moved
+//! to the server: [`NodeProcess::hold_until_read_ts_passed`]), and then,
+//! if it meets another transaction's lock, until that lock goes, at most
+//! `limits.read_lock_wait_us` after it arrived (instead of FaRMv2 §4.7's
+//! abort at once: `NodeProcess::serve_read`). Either way the read is
+//! served as a read arriving then would be, so its snapshot is unchanged.
+//!
 //! **Coordinator ids** (review finding 6). Transaction ids embed the
 //! coordinator id, and a reused id is mistaken for a duplicate by a node
 //! that still holds its records. Ids are `incarnation << 32 | sequence`,
@@ -46,7 +56,7 @@
 //!
 //! **Invariants** ([`NodeProcess::check_invariants`]): the participant's
 //! and the embedded coordinator's; executes within their bound, each with
-//! at most one call outstanding.
+//! at most one call outstanding; held reads within their bound.
 
 use crate::client::{CallResult, ClientProcess, TxnHandle};
 use crate::lease::{
