@@ -123,6 +123,12 @@ pub struct Limits {
     /// (or recovery) releases the lock, and the read is then served at
     /// its `read_ts` as if it had come just then (issue 7: the hot keys of
     /// YCSB and TPC-C aborted readers by the thousand).
+    ///
+    /// Default 0 (off): with 5 000 µs the simulator's swarm seed 561 (disk
+    /// durability, a whole-cluster crash during transaction recovery)
+    /// fails its bank audit (759 instead of 800) while the checker passes,
+    /// and the cause is not found yet (docs/performance.md). Opt in with
+    /// `[limits] read_lock_wait_us = 5000` to measure it.
     pub read_lock_wait_us: u64,
 }
 
@@ -158,7 +164,7 @@ impl Default for Limits {
             max_recovering_txns: 1 << 20,
             max_client_leases: 1 << 16,
             max_deferred_reads: 1 << 16,
-            read_lock_wait_us: 5_000,
+            read_lock_wait_us: 0,
         }
     }
 }

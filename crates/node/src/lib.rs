@@ -1030,6 +1030,16 @@ mod tests {
         }
     }
 
+    fn ack_reply(id: u64) -> NodeEffect {
+        NodeEffect::Send {
+            to: Peer::Conn(1),
+            frame: Frame::Response {
+                id,
+                resp: Response::Txn(TxnResponse::Ack),
+            },
+        }
+    }
+
     fn lock_reply(id: u64) -> NodeEffect {
         NodeEffect::Send {
             to: Peer::Conn(1),
@@ -1061,16 +1071,17 @@ mod tests {
     }
 
     /// A connection's batches: a READ in the second batch is answered
-    /// while the first batch's LOCK-REPLY still waits for its fsync (the
-    /// reader does not wait for the log), held replies go only once their
-    /// own record is durable, and in the order their batches came.
+    /// while the first batch's ACK still waits for its fsync (the reader
+    /// does not wait for the log), held replies go only once their own
+    /// record is durable, and in the order their batches came.
     #[tokio::test]
     async fn a_read_is_not_held_behind_another_batchs_fsync() {
-        // Batch 1: a LOCK logged as record 5. Batch 2: a READ, and a
-        // LOCK logged as record 6.
-        let (free1, held1) = split_held(vec![append(5), lock_reply(1)], true, false);
+        // Every region has a complete backup. Batch 1: a COMMIT-BACKUP
+        // logged as record 5. Batch 2: a READ, and a COMMIT-BACKUP logged
+        // as record 6.
+        let (free1, held1) = split_held(vec![append(5), ack_reply(1)], true, true);
         assert!(ids(&free1).is_empty());
-        let (free2, held2) = split_held(vec![read_reply(2), append(6), lock_reply(3)], true, false);
+        let (free2, held2) = split_held(vec![read_reply(2), append(6), ack_reply(3)], true, true);
         assert_eq!(ids(&free2), vec![2], "the READ goes at once");
         let (tx, rx) = mpsc::channel(4);
         tx.send(held1.expect("held")).await.expect("queue");
@@ -1112,7 +1123,9 @@ mod tests {
     /// Disk durability: replies that report only already-durable state go
     /// at once; every acknowledgement of a log record (the ACK of
     /// COMMIT-BACKUP, COMMIT-PRIMARY, ABORT, TRUNCATE) waits for the fsync,
-    /// and so does a LOCK-REPLY unless every region has a complete backup.
+    /// and so do a LOCK-REPLY and the replies to READ, SCAN and VALIDATE
+    /// unless every region has a complete backup (without one, a value
+    /// COMMIT-PRIMARY installed is durable only in the primary's own log).
     /// Freeing an ACK early would let a commit be reported that a crash of
     /// every replica could lose.
     #[test]
@@ -1123,15 +1136,16 @@ mod tests {
             value: vec![1],
         };
         for lock_free in [false, true] {
-            for free in [
+            for read in [
                 TxnResponse::Read(Ok(Some(v.clone()))),
                 TxnResponse::Read(Err(Conflict::Locked)),
                 TxnResponse::Scan(Ok((Vec::new(), false))),
                 TxnResponse::Validate(Ok(())),
             ] {
-                assert!(
-                    independent_of_log(&reply(free.clone()), lock_free),
-                    "{free:?}"
+                assert_eq!(
+                    independent_of_log(&reply(read.clone()), lock_free),
+                    lock_free,
+                    "{read:?}"
                 );
             }
             for lock in [

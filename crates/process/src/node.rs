@@ -42,8 +42,8 @@
 //! `read_ts` past (`clock.reads_wait_at_server`, FaRMv2 §4.1's wait moved
 //! to the server: [`NodeProcess::hold_until_read_ts_passed`]), and then,
 //! if it meets another transaction's lock, until that lock goes, at most
-//! `limits.read_lock_wait_us` after it arrived (instead of FaRMv2 §4.7's
-//! abort at once: `NodeProcess::serve_read`). Either way the read is
+//! `limits.read_lock_wait_us` after it arrived (opt-in, off by default;
+//! instead of FaRMv2 §4.7's abort at once: `NodeProcess::serve_read`). Either way the read is
 //! served as a read arriving then would be, so its snapshot is unchanged.
 //!
 //! **Coordinator ids** (review finding 6). Transaction ids embed the
@@ -188,13 +188,20 @@ pub fn answer_clock_sync(desk: &LeaseDesk, now: u64, frame: &Frame) -> Option<Fr
 ///
 /// Lease and clock traffic never depends on the log (a slow fsync must
 /// neither expire leases nor age clock samples). The replies to READ,
-/// SCAN and VALIDATE log nothing and report only state that is already
-/// durable where it must be: a value a read can see was installed by
-/// COMMIT-PRIMARY, which the coordinator sends only after every backup
-/// acknowledged its COMMIT-BACKUP record, each after its fsync (FaRM §4);
-/// a lock a read or validation reports as held makes the reader abort or
-/// retry, whatever becomes of the lock. LOCK-REPLYs go at once when
-/// `lock_replies_free` ([`NodeProcess::lock_replies_skip_fsync`]).
+/// SCAN and VALIDATE log nothing and, while every region has a complete
+/// backup (`lock_replies_free`, [`NodeProcess::lock_replies_skip_fsync`]),
+/// report only state that is already durable where it must be: a value a
+/// read can see was installed by COMMIT-PRIMARY, which the coordinator
+/// sends only after every backup acknowledged its COMMIT-BACKUP record,
+/// each after its fsync (FaRM §4); a lock a read or validation reports as
+/// held makes the reader abort or retry, whatever becomes of the lock.
+/// A region without a complete backup breaks that argument: COMMIT-PRIMARY
+/// went to it with no COMMIT-BACKUP anywhere, so the value it installed is
+/// durable only once the primary's own record is, and a reader that saw it
+/// before a crash would have seen a write recovery then aborts (simulator
+/// swarm seed 561, found once reads waiting for locks were served in the
+/// very drain of the COMMIT-PRIMARY that released them). Those replies
+/// then wait like the rest. LOCK-REPLYs go at once on the same condition.
 /// Everything else waits: the ACKs of COMMIT-BACKUP, COMMIT-PRIMARY,
 /// ABORT and TRUNCATE, and any frame the embedded coordinator sends.
 pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
@@ -209,15 +216,17 @@ pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
                 ..
             }
             | Frame::Response {
-                resp:
-                    Response::Clock(_)
-                    | Response::Txn(
-                        TxnResponse::Read(_) | TxnResponse::Scan(_) | TxnResponse::Validate(_),
-                    ),
+                resp: Response::Clock(_),
                 ..
             } => true,
             Frame::Response {
-                resp: Response::Txn(TxnResponse::Lock(_)),
+                resp:
+                    Response::Txn(
+                        TxnResponse::Lock(_)
+                        | TxnResponse::Read(_)
+                        | TxnResponse::Scan(_)
+                        | TxnResponse::Validate(_),
+                    ),
                 ..
             } => lock_replies_free,
             _ => false,

@@ -295,7 +295,9 @@ fn settle_leases(nodes: &mut [NodeProcess], net: &mut Net) -> u64 {
 }
 
 fn node_transcript(file: &str) {
-    let config = config();
+    let mut config = config();
+    // Reads that meet a lock wait for it (off by default).
+    config.limits.read_lock_wait_us = 5_000;
     let map = RegionMap::new(&config);
     let mut nodes: Vec<NodeProcess> = (0..3)
         .map(|i| NodeProcess::new(config.clone(), NodeId(i), 1).expect("member"))

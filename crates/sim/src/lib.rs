@@ -300,6 +300,9 @@ pub struct SimConfig {
     /// past the lock at its next try, as if the lock had gone
     /// (`NodeProcess::set_broken_lock_waits_read_past_locks`).
     pub broken_lock_waits_read_past_locks: bool,
+    /// The nodes' `limits.read_lock_wait_us` (reads that meet a lock wait
+    /// for it; 0, the default, aborts them at once as FaRMv2 §4.7 does).
+    pub read_lock_wait_us: u64,
 }
 
 impl SimConfig {
@@ -334,6 +337,7 @@ impl SimConfig {
             broken_master_clock_kept: false,
             broken_reads_unwaited: false,
             broken_lock_waits_read_past_locks: false,
+            read_lock_wait_us: 0,
         }
     }
 
@@ -1007,11 +1011,13 @@ enum Event {
     Fsync(u32, u32, u64),
 }
 
-/// The configuration the nodes run: the cluster's, except in the broken
-/// variant that has the nodes serve reads without the `read_ts` wait the
-/// clients left to them (`SimConfig::broken_reads_unwaited`).
+/// The configuration the nodes run: the cluster's with
+/// `SimConfig::read_lock_wait_us`, and in the broken variant that has the
+/// nodes serve reads without the `read_ts` wait the clients left to them
+/// (`SimConfig::broken_reads_unwaited`), that wait off.
 fn node_config(cfg: &SimConfig, config: &Configuration) -> Configuration {
     let mut c = config.clone();
+    c.limits.read_lock_wait_us = cfg.read_lock_wait_us;
     if cfg.broken_reads_unwaited {
         c.clock.reads_wait_at_server = false;
     }

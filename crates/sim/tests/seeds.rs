@@ -670,8 +670,8 @@ fn reads_served_before_read_ts_passed_are_caught() {
 }
 
 /// Reads that meet a lock wait at the primary for it to go
-/// (`limits.read_lock_wait_us`, on by default, so every seed above runs
-/// them) instead of aborting at once (FaRMv2 §4.7). A deliberately broken
+/// (`limits.read_lock_wait_us`, off by default, on here) instead of
+/// aborting at once (FaRMv2 §4.7). A deliberately broken
 /// wait that serves the read past the lock at its next try (as if the lock
 /// had gone) misses lock holders that commit at or below the read's
 /// `read_ts`; the checker sees the stale reads. Which seeds catch it moves
@@ -680,13 +680,17 @@ fn reads_served_before_read_ts_passed_are_caught() {
 #[test]
 fn lock_waits_that_read_past_the_lock_are_caught() {
     let mut caught = Vec::new();
+    let waiting = |seed| SimConfig {
+        read_lock_wait_us: 5_000,
+        ..SimConfig::register(seed)
+    };
     for seed in [0u64].into_iter().chain(1..200) {
         let broken = SimConfig {
             broken_lock_waits_read_past_locks: true,
-            ..SimConfig::register(seed)
+            ..waiting(seed)
         };
         if let Err(e) = run_and_check(broken) {
-            run_and_check(SimConfig::register(seed)).unwrap_or_else(|e| panic!("{e}"));
+            run_and_check(waiting(seed)).unwrap_or_else(|e| panic!("{e}"));
             caught.push((seed, e.to_string()));
             break;
         }
@@ -697,4 +701,20 @@ fn lock_waits_that_read_past_the_lock_are_caught() {
             .any(|(_, e)| e.contains("missing row") || e.contains("violation")),
         "no seed's checker caught reads served past a lock they waited for: {caught:?}"
     );
+}
+
+/// Why `limits.read_lock_wait_us` is off by default: with reads waiting
+/// for locks, swarm seed 561 (disk durability, a whole-cluster crash while
+/// transactions of the crashed configuration were being recovered) ends
+/// with every bank audit at 759 instead of 800, while the checker passes
+/// the history; with the wait off it passes. The cause is not found yet.
+/// Run with `cargo test --release -p meridian-sim -- --ignored`.
+#[test]
+#[ignore = "known failure of the opt-in read lock wait (docs/performance.md)"]
+fn lock_waits_swarm_seed_561_keeps_the_bank_total() {
+    let cfg = SimConfig {
+        read_lock_wait_us: 5_000,
+        ..SimConfig::swarm(561)
+    };
+    run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
 }
