@@ -1293,7 +1293,10 @@ fn add_read_holds(
                 "node_read_lock_wait_mean_us".into(),
                 h.lock_wait_ns as f64 / 1000.0 / h.lock_waited.max(1) as f64,
             );
-            e.insert("node_reads_lock_wait_expired".into(), h.lock_wait_expired as f64);
+            e.insert(
+                "node_reads_lock_wait_expired".into(),
+                h.lock_wait_expired as f64,
+            );
         }
         Ok(None) => {}
         Err(e) => eprintln!("the nodes' read counters cannot be read: {e}"),
@@ -1360,12 +1363,15 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
             get("node_reads_held_long"),
             get("node_reads_refused"),
         );
-        println!(
+        // Only with the opt-in wait (`[limits] read_lock_wait_us`).
+        if get("node_reads_lock_waited") + get("node_reads_lock_wait_expired") > 0.0 {
+            println!(
             "reads that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
             get("node_reads_lock_waited"),
             get("node_read_lock_wait_mean_us"),
             get("node_reads_lock_wait_expired"),
         );
+        }
     }
     if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
         println!("null-RPC baseline (same run): {b:.0} round trips/s; ratio tx/s ÷ rpc/s = {q:.3}");

@@ -703,9 +703,7 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                 // until its own clock shows `read_ts` past
                 // (`clock.reads_wait_at_server`), so its uncertainty is on
                 // every read's path.
-                if let (true, Peer::Node(m), Frame::Request { truncate, .. }) =
-                    (sync, to, &frame)
-                {
+                if let (true, Peer::Node(m), Frame::Request { truncate, .. }) = (sync, to, &frame) {
                     if truncate.is_empty() {
                         if let Some(a) = shell.lease_addrs.get(&m) {
                             meridian_transport::lease_udp::send_frame(

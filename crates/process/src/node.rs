@@ -1468,7 +1468,10 @@ impl NodeProcess {
                 met_lock(&resp),
                 &d.req,
             ) {
-                resp = self.participant.read_past_locks(*region, key, *read_ts).into();
+                resp = self
+                    .participant
+                    .read_past_locks(*region, key, *read_ts)
+                    .into();
             }
             if met_lock(&resp) {
                 if until > now {

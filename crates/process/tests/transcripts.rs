@@ -575,7 +575,9 @@ fn coordinator_transcript() {
                 match a.opt("received") {
                     // Stamped by the shell on arrival, before the process
                     // took it (`on_message_received`).
-                    Some(r) => p.on_message_received(now, r.parse().expect("received"), from, frame),
+                    Some(r) => {
+                        p.on_message_received(now, r.parse().expect("received"), from, frame)
+                    }
                     None => p.on_message(now, from, frame),
                 }
             }
