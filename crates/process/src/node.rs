@@ -315,7 +315,8 @@ pub struct ReadHoldStats {
     /// `limits.max_deferred_reads` already held.
     pub refused: u64,
     /// READs and SCANs that met another transaction's lock and waited for
-    /// it to go (`limits.read_lock_wait_us`), then were served.
+    /// it to go (`limits.read_lock_wait_us`), then were served (answered
+    /// with data, not refused).
     #[serde(default)]
     pub lock_waited: u64,
     /// The time those waited, in all, local ns.
@@ -1439,7 +1440,10 @@ impl NodeProcess {
             self.arm(now, until);
             return;
         }
-        if met_lock(&resp) && wait_ns > 0 {
+        // A read whose wait already ran out (it was held for its read_ts
+        // that long) is an expiry; one refused because the bound is full
+        // is not counted here.
+        if met_lock(&resp) && wait_ns > 0 && until <= now {
             self.read_holds.lock_wait_expired += 1;
         }
         self.reply(from, id, resp);
@@ -1480,7 +1484,12 @@ impl NodeProcess {
                     continue;
                 }
                 self.read_holds.lock_wait_expired += 1;
-            } else {
+            } else if matches!(
+                resp,
+                Response::Txn(TxnResponse::Read(Ok(_)) | TxnResponse::Scan(Ok(_)))
+            ) {
+                // Served (a rejection after a configuration change or a
+                // lost lease is not counted as a wait that paid off).
                 self.read_holds.lock_waited += 1;
                 self.read_holds.lock_wait_ns += now.saturating_sub(d.since);
             }
