@@ -198,10 +198,10 @@ pub fn answer_clock_sync(desk: &LeaseDesk, now: u64, frame: &Frame) -> Option<Fr
 /// A region without a complete backup breaks that argument: COMMIT-PRIMARY
 /// went to it with no COMMIT-BACKUP anywhere, so the value it installed is
 /// durable only once the primary's own record is, and a reader that saw it
-/// before a crash would have seen a write recovery then aborts (simulator
-/// swarm seed 561, found once reads waiting for locks were served in the
-/// very drain of the COMMIT-PRIMARY that released them). Those replies
-/// then wait like the rest. LOCK-REPLYs go at once on the same condition.
+/// before a crash would have seen a write recovery then aborts (found by a
+/// review of the read lock wait, with replication 1; the wait serves reads
+/// in the very drain of the COMMIT-PRIMARY that released them). Those
+/// replies then wait like the rest. LOCK-REPLYs go at once on the same condition.
 /// Everything else waits: the ACKs of COMMIT-BACKUP, COMMIT-PRIMARY,
 /// ABORT and TRUNCATE, and any frame the embedded coordinator sends.
 pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
