@@ -599,8 +599,11 @@ pub async fn bank(
                             tokio::time::sleep(Duration::from_millis(1)).await;
                             continue;
                         }
-                        Err(e @ TxnError::Indeterminate { .. }) => {
-                            // Outcome unknown to the client: the checker decides.
+                        Err(e @ TxnError::Indeterminate { write_ts, .. }) => {
+                            // Outcome unknown to the client: the checker
+                            // decides, placing its writes at the write_ts
+                            // recovery would commit them at.
+                            rec.write_ts = write_ts.map(|t| t.0);
                             tracing::error!("bank: {e}");
                         }
                         Err(e) => {

@@ -281,16 +281,31 @@ pub fn check(h: &History) -> CheckReport {
     // --- 4b. Resolve absent reads: the newest version at or before the
     // reader's read_ts must be a tombstone (or there is none: the initial
     // absence). A live version there means the reader missed a row, unless
-    // a transaction of unknown outcome and unknown write_ts deleted the key:
-    // its tombstone may be the one read, but it cannot be placed, so such a
-    // read is left unresolved (like Jepsen's :info operations).
+    // a transaction of unknown outcome deleted the key: nobody can read a
+    // tombstone by its id, so such a transaction is never promoted and its
+    // tombstone never placed; it may be the one read if its write_ts lies
+    // between that live version and the read_ts, or if its write_ts is
+    // unknown. Such a read is left unresolved (like Jepsen's :info).
     let mut unplaced_delete = vec![false; nkeys];
+    // (key, write_ts) of the unknown-outcome deletes that carry one.
+    let mut maybe_delete: Vec<(u32, u64)> = Vec::new();
     for (op, (&wt, &wk)) in write_txn.iter().zip(&write_key).enumerate() {
         let t = &txns[wt as usize];
-        if write_del[op] && t.outcome == Outcome::Unknown && t.write_ts.is_none() {
-            unplaced_delete[wk as usize] = true;
+        if write_del[op] && role[wt as usize] == Role::Excluded {
+            match t.write_ts {
+                None => unplaced_delete[wk as usize] = true,
+                Some(ts) => maybe_delete.push((wk, ts)),
+            }
         }
     }
+    maybe_delete.sort_unstable();
+    // An unknown delete of key `k` with write_ts in (after, upto].
+    let maybe_deleted = |k: u32, after: u64, upto: u64| {
+        let from = maybe_delete.partition_point(|&(mk, ts)| (mk, ts) <= (k, after));
+        maybe_delete
+            .get(from)
+            .is_some_and(|&(mk, ts)| mk == k && ts <= upto)
+    };
     for i in 0..n {
         let Some(read_ts) = txns[i].read_ts else {
             continue;
@@ -312,7 +327,7 @@ pub fn check(h: &History) -> CheckReport {
                 let op = versions[version_off[k] + p - 1];
                 if write_del[op as usize] {
                     op
-                } else if unplaced_delete[k] {
+                } else if unplaced_delete[k] || maybe_deleted(k as u32, ts[p - 1], read_ts) {
                     SRC_INVALID
                 } else {
                     let writer = write_txn[op as usize] as usize;

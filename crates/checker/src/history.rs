@@ -61,7 +61,10 @@ pub struct TxnRecord {
     /// The snapshot timestamp the store assigned (informational only).
     pub read_ts: Option<u64>,
     /// For committed writers: the system's commit timestamp. It gives the
-    /// per-key version order.
+    /// per-key version order. An unknown-outcome writer may carry the
+    /// `write_ts` it commits at if it commits at all (FaRM §5.3: recovery
+    /// commits only on evidence carrying the coordinator's `write_ts`);
+    /// once promoted, its writes are placed by it.
     pub write_ts: Option<u64>,
 }
 

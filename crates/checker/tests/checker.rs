@@ -656,3 +656,51 @@ fn an_absent_read_after_an_unknown_delete_is_not_a_missing_row() {
     let r = check(&h);
     assert!(r.is_ok(), "{r}");
 }
+
+/// An unknown-outcome delete that carries the write_ts it would commit at
+/// (the client took one before the outcome was lost) explains an absent
+/// read only at or after that write_ts: before it, the absence is a
+/// missing row. (Swarm seeds 2 and 5 once recorded such write_ts values.)
+#[test]
+fn an_unknown_delete_with_a_write_ts_explains_only_later_absent_reads() {
+    let unknown = del(at(txn(2, 20, 30), 15), "k", 2)
+        .outcome(Outcome::Unknown)
+        .ts(25);
+    let h = hist(vec![
+        at(txn(1, 0, 10), 1).w("k", 1).ts(5),
+        unknown.clone(),
+        at(txn(3, 40, 50), 45).r("k", None),
+    ]);
+    let r = check(&h);
+    assert!(r.is_ok(), "{r}");
+    let h = hist(vec![
+        at(txn(1, 0, 10), 1).w("k", 1).ts(5),
+        unknown,
+        at(txn(3, 40, 50), 20).r("k", None),
+    ]);
+    let r = check(&h);
+    assert_eq!(absent_reads(&r), vec![(2, b"k".to_vec())], "{r}");
+}
+
+/// An unknown-outcome writer that somebody read is promoted; with its
+/// write_ts recorded its writes join the version order, so a transaction
+/// that read past it (the version before it, at a later read_ts) and then
+/// wrote the key forms a cycle with it: the lost update of swarm seed 561.
+#[test]
+fn a_promoted_unknown_writer_with_a_write_ts_is_placed() {
+    let lost = at(txn(2, 20, 30), 15)
+        .w("a", 2)
+        .w("b", 3)
+        .outcome(Outcome::Unknown)
+        .ts(25);
+    let h = hist(vec![
+        at(txn(1, 0, 10), 1).w("a", 1).w("b", 1).ts(5),
+        lost,
+        // Sees the unknown transfer's a: promotes it.
+        at(txn(3, 40, 50), 45).r("a", Some(2)),
+        // Reads b before the transfer at a later read_ts and writes it.
+        at(txn(4, 40, 50), 46).r("b", Some(1)).w("b", 4).ts(47),
+    ]);
+    let r = check(&h);
+    assert!(!r.is_ok(), "a lost update past a promoted writer: {r}");
+}

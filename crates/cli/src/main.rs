@@ -105,6 +105,11 @@ enum Cmd {
         /// (`Faults::swarm`).
         #[arg(long)]
         faults: bool,
+        /// The nodes' `limits.read_lock_wait_us` (how long a read that
+        /// meets a lock waits at the primary; 0 = abort at once, FaRMv2
+        /// §4.7). Default: the limit's default.
+        #[arg(long)]
+        read_lock_wait_us: Option<u64>,
     },
 }
 
@@ -970,7 +975,8 @@ fn run(cli: Cli) -> Result<(), String> {
             first,
             workload,
             faults,
-        } => sim(seeds, first, workload, faults),
+            read_lock_wait_us,
+        } => sim(seeds, first, workload, faults, read_lock_wait_us),
     }
 }
 
@@ -2122,7 +2128,13 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
     Ok(())
 }
 
-fn sim(seeds: u64, first: u64, workload: SimWorkloadArg, faults: bool) -> Result<(), String> {
+fn sim(
+    seeds: u64,
+    first: u64,
+    workload: SimWorkloadArg,
+    faults: bool,
+    read_lock_wait_us: Option<u64>,
+) -> Result<(), String> {
     use meridian_sim::{Faults, SimConfig};
     let t0 = std::time::Instant::now();
     let (mut committed, mut aborted, mut unknown, mut crashes, mut dropped, mut stuck) =
@@ -2146,6 +2158,9 @@ fn sim(seeds: u64, first: u64, workload: SimWorkloadArg, faults: bool) -> Result
         };
         if faults {
             cfg.faults = Faults::swarm(seed);
+        }
+        if let Some(us) = read_lock_wait_us {
+            cfg.read_lock_wait_us = us;
         }
         let r = meridian_sim::run_and_check(cfg).inspect_err(|_| bar.abandon())?;
         committed += r.committed;

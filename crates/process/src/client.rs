@@ -1511,7 +1511,11 @@ impl ClientProcess {
                 if !decided {
                     return self.abandon(now, txn, err);
                 }
-                let tx = self.txns.get(&txn).map(|t| t.id);
+                let (tx, write_ts) = self
+                    .txns
+                    .get(&txn)
+                    .map(|t| (Some(t.id), t.engine.as_ref().and_then(|e| e.write_ts())))
+                    .unwrap_or((None, None));
                 if !self.retry(now, rpc) {
                     self.stats.indeterminate += 1;
                     let tx = tx.unwrap_or(TxId {
@@ -1525,6 +1529,7 @@ impl ClientProcess {
                         txn,
                         CallResult::Failed(TxnError::Indeterminate {
                             tx,
+                            write_ts,
                             detail: err.to_string(),
                         }),
                         true,
@@ -1582,12 +1587,14 @@ impl ClientProcess {
             return self.answer(txn, CallResult::Failed(err), true);
         };
         if !engine.abandon() {
+            let write_ts = engine.write_ts();
             self.stats.indeterminate += 1;
             self.unresolved(tx);
             return self.answer(
                 txn,
                 CallResult::Failed(TxnError::Indeterminate {
                     tx,
+                    write_ts,
                     detail: err.to_string(),
                 }),
                 true,

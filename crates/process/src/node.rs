@@ -2362,7 +2362,9 @@ impl NodeProcess {
                 attempts: exec.attempt,
                 reason: reason.to_string(),
             },
-            TxnError::Indeterminate { tx, .. } => ExecuteError::Indeterminate { tx },
+            TxnError::Indeterminate { tx, write_ts, .. } => {
+                ExecuteError::Indeterminate { tx, write_ts }
+            }
             e @ (TxnError::KeyTooLarge { .. }
             | TxnError::ValueTooLarge { .. }
             | TxnError::TooManyOps { .. }) => ExecuteError::Invalid(e.to_string()),
@@ -2712,6 +2714,14 @@ impl NodeProcess {
     #[doc(hidden)]
     pub fn set_broken_lock_waits_read_past_locks(&mut self, on: bool) {
         self.broken_lock_waits_read_past_locks = on;
+    }
+
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_restore_forgotten`, see
+    /// `Participant::set_broken_restore_forgotten`).
+    #[doc(hidden)]
+    pub fn set_broken_restore_forgotten(&mut self, on: bool) {
+        self.participant.set_broken_restore_forgotten(on);
     }
 
     /// What the `read_ts` wait at this node did since it started

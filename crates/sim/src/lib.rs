@@ -300,6 +300,10 @@ pub struct SimConfig {
     /// past the lock at its next try, as if the lock had gone
     /// (`NodeProcess::set_broken_lock_waits_read_past_locks`).
     pub broken_lock_waits_read_past_locks: bool,
+    /// Deliberately broken: a node restored from disk blocks, in the next
+    /// configuration, only the regions whose replicas changed
+    /// (`NodeProcess::set_broken_restore_forgotten`).
+    pub broken_restore_forgotten: bool,
     /// The nodes' `limits.read_lock_wait_us` (reads that meet a lock wait
     /// for it; 0, the default, aborts them at once as FaRMv2 §4.7 does).
     pub read_lock_wait_us: u64,
@@ -337,7 +341,8 @@ impl SimConfig {
             broken_master_clock_kept: false,
             broken_reads_unwaited: false,
             broken_lock_waits_read_past_locks: false,
-            read_lock_wait_us: 0,
+            broken_restore_forgotten: false,
+            read_lock_wait_us: meridian_config::Limits::default().read_lock_wait_us,
         }
     }
 
@@ -642,7 +647,10 @@ impl ClientLog {
         if let Some((mut r, _)) = self.current.take() {
             r.outcome = outcome;
             r.complete_ns = now;
-            if outcome == Outcome::Committed {
+            // Committed writers, and unknown ones that took a write_ts
+            // (recovery commits them at it or not at all), are placed in
+            // the version order.
+            if outcome != Outcome::Aborted {
                 r.write_ts = write_ts;
             }
             self.records.push(r);
@@ -794,8 +802,9 @@ async fn client_main(cx: TaskCtx) {
                     l.finish_current(Outcome::Committed, now, wts);
                     true
                 }
-                Err(TxnError::Indeterminate { .. }) => {
-                    l.finish_current(Outcome::Unknown, now, None);
+                Err(TxnError::Indeterminate { write_ts, .. }) => {
+                    // Recovery commits it at this write_ts or not at all.
+                    l.finish_current(Outcome::Unknown, now, write_ts.map(|t| t.0));
                     false
                 }
                 Err(_) => {
@@ -1029,6 +1038,7 @@ fn node_config(cfg: &SimConfig, config: &Configuration) -> Configuration {
 fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> {
     p.map(|mut p| {
         p.set_broken_lock_waits_read_past_locks(cfg.broken_lock_waits_read_past_locks);
+        p.set_broken_restore_forgotten(cfg.broken_restore_forgotten);
         p
     })
 }

@@ -148,6 +148,12 @@ pub enum TxnError {
     Indeterminate {
         /// The transaction.
         tx: TxId,
+        /// The `write_ts` it commits at if recovery commits it: recovery
+        /// commits only on COMMIT-BACKUP or COMMIT-PRIMARY evidence, which
+        /// carries the coordinator's `write_ts` (FaRM §5.3 step 7). `None`
+        /// if none was taken. A checker needs it to place the writes in
+        /// each key's version order.
+        write_ts: Option<Timestamp>,
         /// What failed.
         detail: String,
     },

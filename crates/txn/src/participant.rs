@@ -101,6 +101,20 @@ pub struct Participant {
     /// The last GC safe point journaled (GC calls that change nothing are
     /// not journaled).
     journaled_gc: Timestamp,
+    /// Rebuilt from disk ([`Participant::restore`]) and no configuration
+    /// applied since: the next [`Participant::reconfigure`] blocks every
+    /// region this node is primary of, replicas changed or not. A restart
+    /// loses what the disk did not hold: LOCK records answered before
+    /// their fsync (they are free while every region has a complete
+    /// backup) and COMMIT-PRIMARY installs. A backup's COMMIT-BACKUP record
+    /// then commits the transaction in recovery, and until lock recovery
+    /// holds its keys here a read would miss its write (swarm seed 561: a
+    /// whole-cluster restart renews the configuration with the same
+    /// replicas; a transfer read the old balance and 41 units vanished).
+    restored: bool,
+    /// The simulator's deliberately broken variant
+    /// ([`Participant::set_broken_restore_forgotten`]).
+    broken_restore_forgotten: bool,
 }
 
 /// One input that changed a participant's state: the unit of the
@@ -349,12 +363,18 @@ impl Participant {
                     config,
                     journal: None,
                     journaled_gc: c.journaled_gc,
+                    restored: false,
+                    broken_restore_forgotten: false,
                 }
             }
         };
         for m in log {
             p.replay(m)?;
         }
+        // Serve nothing until the next configuration's lock recovery (see
+        // the field `restored`).
+        p.restored = true;
+        p.blocked = p.primary_for.iter().copied().collect();
         Ok(p)
     }
 
@@ -464,6 +484,8 @@ impl Participant {
             config: cfg.clone(),
             journal: None,
             journaled_gc: Timestamp::ZERO,
+            restored: false,
+            broken_restore_forgotten: false,
         }
     }
 
@@ -497,7 +519,10 @@ impl Participant {
             let is_primary = r.primary == self.node;
             if is_primary {
                 primary_for.push(r.id);
-                if r.last_replica_change == cfg.id() || r.last_replica_change > previous {
+                if (self.restored && !self.broken_restore_forgotten)
+                    || r.last_replica_change == cfg.id()
+                    || r.last_replica_change > previous
+                {
                     self.blocked.insert(r.id);
                 }
             } else if r.backups.contains(&self.node) {
@@ -536,7 +561,17 @@ impl Participant {
         self.limits = cfg.limits.clone();
         self.primary_for = primary_for;
         self.backup_for = backup_for;
+        self.restored = false;
         added
+    }
+
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_restore_forgotten`): the first configuration
+    /// after a restore blocks only the regions whose replicas changed, as
+    /// if nothing had been lost. The suite must catch it (swarm seed 561).
+    #[doc(hidden)]
+    pub fn set_broken_restore_forgotten(&mut self, on: bool) {
+        self.broken_restore_forgotten = on;
     }
 
     /// Regions blocked by recovery at this primary.
@@ -1367,6 +1402,40 @@ mod tests {
         Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"))
     }
 
+    /// A configuration renewed with the same replicas blocks nothing at a
+    /// live primary, but every region a primary restored from disk leads:
+    /// the restart may have lost LOCK records and COMMIT-PRIMARY installs
+    /// that a backup's COMMIT-BACKUP record will commit in recovery (swarm
+    /// seed 561). The broken variant blocks nothing.
+    #[test]
+    fn a_restored_primary_blocks_every_region_it_leads_until_lock_recovery() {
+        let two = two_nodes();
+        let renewed = two.renewed();
+        let node = NodeId(0);
+        let mut live = Participant::new(node, &two);
+        assert!(!live.primary_for.is_empty());
+        live.reconfigure(&renewed);
+        assert!(live.blocked_regions().is_empty(), "a live primary blocked regions");
+        let cp = Participant::new(node, &two).checkpoint().expect("checkpoint");
+        let mut restored = Participant::restore(node, &two, Some(&cp), &[]).expect("restore");
+        assert_eq!(restored.blocked_regions(), restored.primary_for, "serving before a config");
+        restored.reconfigure(&renewed);
+        assert_eq!(restored.blocked_regions(), restored.primary_for);
+        restored.check_invariants();
+        // Lock recovery then opens them, as in any configuration.
+        for r in restored.primary_for.clone() {
+            restored.recover_locks(r, &[]);
+        }
+        assert!(restored.blocked_regions().is_empty());
+        // Only the first configuration after the restore.
+        restored.reconfigure(&renewed.renewed());
+        assert!(restored.blocked_regions().is_empty());
+        let mut broken = Participant::restore(node, &two, Some(&cp), &[]).expect("restore");
+        broken.set_broken_restore_forgotten(true);
+        broken.reconfigure(&renewed);
+        assert!(broken.blocked_regions().is_empty());
+    }
+
     /// LOCK then COMMIT-PRIMARY of `rec` at `write_ts`, both acknowledged.
     fn commit_at_primary(p: &mut Participant, rec: LockRecord, write_ts: u64) {
         let tx = rec.tx;
@@ -1863,10 +1932,22 @@ mod tests {
                 p.checkpoint().expect("checkpoint") != late,
                 "the steps after the snapshot changed nothing at {node}"
             );
-            let from_start = Participant::restore(node, &two, None, &all).expect("replay");
+            // A restored participant serves nothing until the next
+            // configuration's lock recovery: every region it leads is
+            // blocked (swarm seed 561); the rest is the live state exactly.
+            let unblocked = |mut r: Participant| {
+                let leads: std::collections::BTreeSet<RegionId> =
+                    r.primary_for.iter().copied().collect();
+                assert!(r.restored && r.blocked == leads, "restored but serving at {node}");
+                r.blocked = p.blocked.clone();
+                r
+            };
+            let from_start =
+                unblocked(Participant::restore(node, &two, None, &all).expect("replay"));
             assert!(from_start.same_state(&p), "full replay differs at {node}");
-            let from_cp =
-                Participant::restore(node, &two, checkpoint.as_deref(), &after).expect("restore");
+            let from_cp = unblocked(
+                Participant::restore(node, &two, checkpoint.as_deref(), &after).expect("restore"),
+            );
             assert!(
                 from_cp.same_state(&p),
                 "checkpoint + tail differs at {node}"

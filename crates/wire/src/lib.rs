@@ -1032,6 +1032,9 @@ pub enum ExecuteError {
     Indeterminate {
         /// Its id, to look it up once recovery resolves it.
         tx: TxId,
+        /// The `write_ts` it commits at if recovery commits it (FaRM §5.3:
+        /// recovery commits only on evidence that carries it).
+        write_ts: Option<Timestamp>,
     },
     /// A bad request (a key or value over its limit, …); nothing took effect.
     Invalid(String),
@@ -1050,7 +1053,7 @@ impl fmt::Display for ExecuteError {
             ExecuteError::Aborted { attempts, reason } => {
                 write!(f, "aborted {attempts} times; last: {reason}")
             }
-            ExecuteError::Indeterminate { tx } => write!(
+            ExecuteError::Indeterminate { tx, .. } => write!(
                 f,
                 "outcome of {tx} unknown: the commit was decided but not acknowledged"
             ),
