@@ -281,21 +281,26 @@ pub fn check(h: &History) -> CheckReport {
     // --- 4b. Resolve absent reads: the newest version at or before the
     // reader's read_ts must be a tombstone (or there is none: the initial
     // absence). A live version there means the reader missed a row, unless
-    // a transaction of unknown outcome deleted the key: nobody can read a
-    // tombstone by its id, so such a transaction is never promoted and its
-    // tombstone never placed; it may be the one read if its write_ts lies
-    // between that live version and the read_ts, or if its write_ts is
-    // unknown. Such a read is left unresolved (like Jepsen's :info).
+    // a transaction of unknown outcome deleted the key and its tombstone is
+    // not placed: nobody reads a tombstone by its id, so only a write of
+    // its own can promote it, and without a write_ts nothing places it.
+    // Its tombstone may be the one read if its write_ts is unknown, or lies
+    // between that live version and the read_ts. Such a read is left
+    // unresolved (like Jepsen's :info).
     let mut unplaced_delete = vec![false; nkeys];
     // (key, write_ts) of the unknown-outcome deletes that carry one.
     let mut maybe_delete: Vec<(u32, u64)> = Vec::new();
     for (op, (&wt, &wk)) in write_txn.iter().zip(&write_key).enumerate() {
         let t = &txns[wt as usize];
-        if write_del[op] && role[wt as usize] == Role::Excluded {
-            match t.write_ts {
-                None => unplaced_delete[wk as usize] = true,
-                Some(ts) => maybe_delete.push((wk, ts)),
-            }
+        if !write_del[op] || t.outcome != Outcome::Unknown {
+            continue;
+        }
+        match t.write_ts {
+            // Promoted or not, it cannot be placed.
+            None => unplaced_delete[wk as usize] = true,
+            // Promoted (by a write of its own): placed like any version.
+            Some(_) if role[wt as usize] == Role::Committed => {}
+            Some(ts) => maybe_delete.push((wk, ts)),
         }
     }
     maybe_delete.sort_unstable();

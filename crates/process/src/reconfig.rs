@@ -608,6 +608,20 @@ impl Reconfig {
             Some(c) if c.id() > self.config.id() => (**c).clone(),
             _ => self.config.clone(),
         };
+        if !base.is_member(self.me) {
+            // The stored configuration (another prober's CAS won) removed
+            // this node: it must not propose a successor of it that adds
+            // itself back as CM (FaRM §5.2: a removed machine rejoins).
+            // Doing so stored a configuration whose NEW-CONFIG the
+            // members of the winner's refused as a non-member's, and
+            // nothing ever committed again (swarm seed 437).
+            self.tell_probe_failed();
+            self.removed = true;
+            self.abandoned = None;
+            self.state = State::Member;
+            self.out.push(ReconfigOutput::Removed { config: base.id() });
+            return;
+        }
         let alive: BTreeSet<NodeId> = alive
             .into_iter()
             .filter(|n| base.node(*n).is_ok())

@@ -84,10 +84,20 @@ fn rows_seeds_pass_the_checker() {
 ///   heard; removed nodes did not answer probes, so two of four remained.
 /// - 854: whole-cluster crash after n1 CAS'd configuration 6 but before it
 ///   applied it: nobody renewed 6 (n0's renewal of 5 lost every CAS).
+/// - 437 (with the read lock wait on, 5 ms): n0, CM of 2, and n1 probed at
+///   once across a one-way partition; n1's configuration 3 removed n0 and
+///   won the CAS, and n0 then CAS'd a successor of 3 that added itself
+///   back as CM. n2, in 3, refused that NEW-CONFIG as a non-member's, and
+///   n1's 3 was superseded: nothing committed again. A prober removed by
+///   the stored configuration now stops (`Removed`) and joins again.
 #[test]
 fn once_stuck_swarm_seeds_finish() {
-    for seed in [564, 608, 748, 854] {
-        let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
+    for (seed, wait_us) in [(564, 0), (608, 0), (748, 0), (854, 0), (437, 5_000)] {
+        let cfg = SimConfig {
+            read_lock_wait_us: wait_us,
+            ..SimConfig::swarm(seed)
+        };
+        let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             r.region_lost || !r.timed_out,
             "seed {seed} ({}): stuck:\n{}",
