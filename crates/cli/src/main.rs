@@ -1369,7 +1369,7 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
             get("node_reads_held_long"),
             get("node_reads_refused"),
         );
-        // Only with the opt-in wait (`[limits] read_lock_wait_us`).
+        // Only when reads waited (`[limits] read_lock_wait_us` > 0).
         if get("node_reads_lock_waited") + get("node_reads_lock_wait_expired") > 0.0 {
             println!(
             "reads that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",

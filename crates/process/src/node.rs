@@ -42,8 +42,8 @@
 //! `read_ts` past (`clock.reads_wait_at_server`, FaRMv2 §4.1's wait moved
 //! to the server: [`NodeProcess::hold_until_read_ts_passed`]), and then,
 //! if it meets another transaction's lock, until that lock goes, at most
-//! `limits.read_lock_wait_us` after it arrived (opt-in, off by default;
-//! instead of FaRMv2 §4.7's abort at once: `NodeProcess::serve_read`). Either way the read is
+//! `limits.read_lock_wait_us` after it arrived (instead of FaRMv2 §4.7's
+//! abort at once; 0 restores the abort: `NodeProcess::serve_read`). Either way the read is
 //! served as a read arriving then would be, so its snapshot is unchanged.
 //!
 //! **Coordinator ids** (review finding 6). Transaction ids embed the
@@ -217,6 +217,13 @@ pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
             }
             | Frame::Response {
                 resp: Response::Clock(_),
+                ..
+            }
+            // COMMIT-PRIMARY at a primary holding its own durable commit
+            // record: a crash that loses the install leaves that record,
+            // and recovery commits the transaction again.
+            | Frame::Response {
+                resp: Response::Txn(TxnResponse::AckLogged),
                 ..
             } => true,
             Frame::Response {
@@ -590,6 +597,10 @@ pub struct NodeProcess {
     /// lock is served past it at the next try
     /// ([`NodeProcess::set_broken_lock_waits_read_past_locks`]).
     broken_lock_waits_read_past_locks: bool,
+    /// The simulator's deliberately broken variant
+    /// ([`NodeProcess::set_broken_commit_record_ignored`]); kept here so a
+    /// participant replaced on rejoin gets it too.
+    broken_commit_record_ignored: bool,
     /// What the `read_ts` wait did ([`NodeProcess::read_hold_stats`]).
     read_holds: ReadHoldStats,
     /// Thin-client transactions, by the call id of their current call.
@@ -745,6 +756,7 @@ impl NodeProcess {
             lock_waits: BTreeMap::new(),
             lock_waits_dirty: false,
             broken_lock_waits_read_past_locks: false,
+            broken_commit_record_ignored: false,
             deferred_seq: 0,
             read_holds: ReadHoldStats::default(),
             executes: BTreeMap::new(),
@@ -1073,6 +1085,8 @@ impl NodeProcess {
         self.node_records
             .extend(pending.into_iter().map(DurableRecord::Participant));
         self.participant = Participant::without_regions(self.id, &self.config);
+        self.participant
+            .set_broken_commit_record_ignored(self.broken_commit_record_ignored);
         if journaling {
             self.participant.enable_journal();
             self.force_checkpoint = true;
@@ -2714,6 +2728,15 @@ impl NodeProcess {
     #[doc(hidden)]
     pub fn set_broken_lock_waits_read_past_locks(&mut self, on: bool) {
         self.broken_lock_waits_read_past_locks = on;
+    }
+
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_commit_record_ignored`, see
+    /// `Participant::set_broken_commit_record_ignored`).
+    #[doc(hidden)]
+    pub fn set_broken_commit_record_ignored(&mut self, on: bool) {
+        self.broken_commit_record_ignored = on;
+        self.participant.set_broken_commit_record_ignored(on);
     }
 
     /// A deliberately broken rule for the simulator's variant

@@ -294,8 +294,8 @@ fn settle_leases(nodes: &mut [NodeProcess], net: &mut Net) -> u64 {
     renew_ns
 }
 
-/// `read_lock_wait_us`: the nodes' `limits.read_lock_wait_us` (0, the
-/// default, aborts a read that meets a lock at once).
+/// `read_lock_wait_us`: the nodes' `limits.read_lock_wait_us` (0 aborts a
+/// read that meets a lock at once, as FaRMv2 §4.7 does; the default waits).
 fn node_transcript(file: &str, read_lock_wait_us: u64) {
     let mut config = config();
     config.limits.read_lock_wait_us = read_lock_wait_us;

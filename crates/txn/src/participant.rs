@@ -115,6 +115,9 @@ pub struct Participant {
     /// The simulator's deliberately broken variant
     /// ([`Participant::set_broken_restore_forgotten`]).
     broken_restore_forgotten: bool,
+    /// The simulator's deliberately broken variant
+    /// ([`Participant::set_broken_commit_record_ignored`]).
+    broken_commit_record_ignored: bool,
 }
 
 /// One input that changed a participant's state: the unit of the
@@ -365,6 +368,7 @@ impl Participant {
                     journaled_gc: c.journaled_gc,
                     restored: false,
                     broken_restore_forgotten: false,
+                    broken_commit_record_ignored: false,
                 }
             }
         };
@@ -486,6 +490,7 @@ impl Participant {
             journaled_gc: Timestamp::ZERO,
             restored: false,
             broken_restore_forgotten: false,
+            broken_commit_record_ignored: false,
         }
     }
 
@@ -542,6 +547,11 @@ impl Participant {
             if refill || !self.stores.contains_key(&r.id) {
                 self.stores
                     .insert(r.id, RegionStore::new(self.limits.max_versions_per_object));
+                // Recovery holds lived in the dropped copy (a restored
+                // node whose renewed configuration refills a region it led
+                // during an earlier recovery: swarm seed 577).
+                let id = r.id;
+                self.recovery_held.retain(|(_, region), _| *region != id);
                 added.push(r.id);
             } else if is_primary && self.backup_for.contains(&r.id) {
                 if let Some(s) = self.stores.get_mut(&r.id) {
@@ -574,6 +584,17 @@ impl Participant {
         self.broken_restore_forgotten = on;
     }
 
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_commit_record_ignored`): a primary keeps no
+    /// commit record (its LOCK record stays `Locked` at COMMIT-BACKUP), yet
+    /// answers every COMMIT-PRIMARY before its fsync: the naive way to drop
+    /// the second fsync stage. A restart can then lose an install whose
+    /// truncation the backups made durable. The suite must catch it.
+    #[doc(hidden)]
+    pub fn set_broken_commit_record_ignored(&mut self, on: bool) {
+        self.broken_commit_record_ignored = on;
+    }
+
     /// Regions blocked by recovery at this primary.
     pub fn blocked_regions(&self) -> Vec<RegionId> {
         self.blocked.iter().copied().collect()
@@ -600,7 +621,7 @@ impl Participant {
         };
         let primary = self.log.primary.iter().map(|(tx, (rec, st))| {
             let wts = match st {
-                LockState::Committed(w) => Some(*w),
+                LockState::Committed(w) | LockState::Logged(w) => Some(*w),
                 LockState::Locked => None,
             };
             (tx, rec, wts)
@@ -715,7 +736,7 @@ impl Participant {
             .filter(|w| w.region == region && !installed_here(w))
             .cloned()
             .collect();
-        if let Some((rec, LockState::Locked)) = self.log.primary.get(&tx) {
+        if let Some((rec, LockState::Locked | LockState::Logged(_))) = self.log.primary.get(&tx) {
             writes.extend(rec.writes.iter().cloned());
         }
         if let Some((rec, _)) = self.log.backup.get(&tx) {
@@ -961,9 +982,22 @@ impl Participant {
                 self.validate(*tx, *read_ts, keys, ranges),
             )),
             TxnRequest::CommitBackup { record, write_ts } => {
-                match self
-                    .check_record(record, false)
+                // Sent to a written region's primary too (disk durability):
+                // then it may carry no writes (this node backs up none of
+                // the transaction's regions) and marks its LOCK record.
+                let checked = if record.writes.is_empty()
+                    && (self.log.primary.contains_key(&record.tx) || self.is_finished(record.tx))
+                {
+                    Ok(())
+                } else {
+                    self.check_record(record, false)
+                };
+                // The primary's own LOCK record fixes the read_ts its
+                // commit record (and a later install) is checked against.
+                let own_read_ts = self.log.primary.get(&record.tx).map(|(r, _)| r.read_ts);
+                match checked
                     .and_then(|()| check_write_ts(record.read_ts, *write_ts))
+                    .and_then(|()| own_read_ts.map_or(Ok(()), |r| check_write_ts(r, *write_ts)))
                 {
                     Ok(()) => {
                         self.commit_backup(record, *write_ts);
@@ -973,7 +1007,11 @@ impl Participant {
                 }
             }
             TxnRequest::CommitPrimary { tx, write_ts } => {
+                let logged = matches!(self.log.primary.get(tx), Some((_, LockState::Logged(_))));
                 match self.commit_primary(*tx, *write_ts) {
+                    Ok(()) if logged || self.broken_commit_record_ignored => {
+                        ok(TxnResponse::AckLogged)
+                    }
                     Ok(()) => ok(TxnResponse::Ack),
                     Err(r) => Response::Rejected(r),
                 }
@@ -1017,7 +1055,12 @@ impl Participant {
                 .copied()
                 .collect();
             for tx in stale {
-                self.abort(tx);
+                // A logged commit below the bound was committed (the
+                // coordinator keeps its bound below undecided outcomes):
+                // `truncate` installs it. Anything else is released.
+                if !matches!(self.log.primary.get(&tx), Some((_, LockState::Logged(_)))) {
+                    self.abort(tx);
+                }
                 self.truncate(&[tx]);
             }
         }
@@ -1044,6 +1087,8 @@ impl Participant {
             if touches(rec) {
                 return match state {
                     LockState::Committed(_) => Evidence::CommitPrimary,
+                    // The primary's own commit record (disk durability).
+                    LockState::Logged(_) => Evidence::CommitBackup,
                     LockState::Locked => Evidence::Lock,
                 };
             }
@@ -1204,6 +1249,17 @@ impl Participant {
         if self.is_finished(record.tx) {
             return; // a duplicate after TRUNCATE: already applied
         }
+        // This node is a primary of the transaction too: its LOCK record
+        // becomes its commit record (disk durability; see
+        // `LockState::Logged`).
+        if let Some((_, st)) = self.log.primary.get_mut(&record.tx) {
+            if *st == LockState::Locked && !self.broken_commit_record_ignored {
+                *st = LockState::Logged(write_ts);
+            }
+        }
+        if record.writes.is_empty() {
+            return;
+        }
         if self.log.backup.len() >= self.limits.max_log_records {
             // Log full: apply the record now instead of lazily. The coordinator
             // only sends COMMIT-BACKUP after deciding to commit.
@@ -1228,7 +1284,7 @@ impl Participant {
         let Some((rec, state)) = self.log.primary.get_mut(&tx) else {
             return Err(Rejection::NoLockRecord);
         };
-        if *state != LockState::Locked {
+        if let LockState::Committed(_) = *state {
             return Ok(()); // duplicate
         }
         // Checked before any install: the lock guarantees every head is at or
@@ -1251,8 +1307,13 @@ impl Participant {
         ) {
             return; // committed here: an ABORT cannot undo it
         }
+        // A `Logged` record is released like a `Locked` one: until every
+        // COMMIT-BACKUP (the primaries' included) is acknowledged, recovery
+        // may still abort the transaction (a region whose every record was
+        // lost votes unknown, FaRM §5.3 step 7), and nothing was installed
+        // or reported yet.
         self.finish(tx, Finish::Aborted);
-        if let Some((rec, LockState::Locked)) = self.log.primary.get(&tx) {
+        if let Some((rec, LockState::Locked | LockState::Logged(_))) = self.log.primary.get(&tx) {
             for w in &rec.writes {
                 if let Some(s) = self.stores.get_mut(&w.region) {
                     s.unlock(tx, &w.key);
@@ -1264,6 +1325,17 @@ impl Participant {
 
     fn truncate(&mut self, txs: &[TxId]) {
         for tx in txs {
+            // Committed everywhere, but this primary's install was lost (a
+            // restart after COMMIT-PRIMARY's early `AckLogged`) or its
+            // COMMIT-PRIMARY is still on the way: its commit record says
+            // at what write_ts, so install now, as COMMIT-PRIMARY would.
+            if let Some((_, LockState::Logged(w))) = self.log.primary.get(tx) {
+                let w = *w;
+                // Cannot fail: the record exists, and its write_ts was
+                // checked against its read_ts when it was logged.
+                let installed = self.commit_primary(*tx, w);
+                assert!(installed.is_ok(), "logged commit of {tx} refused: {installed:?}");
+            }
             self.finish(*tx, Finish::Truncated);
             if let Some((_, LockState::Committed(_))) = self.log.primary.get(tx) {
                 self.log.primary.remove(tx);
@@ -1315,8 +1387,8 @@ impl Participant {
                     locks += 1;
                     let rec = self.log.primary.get(&tx);
                     assert!(
-                        matches!(rec, Some((r, LockState::Locked)) if r.writes.iter().any(|w| w.region == *region && &w.key == key)),
-                        "lock on {key:?} held by {tx} without a Locked LOCK record"
+                        matches!(rec, Some((r, LockState::Locked | LockState::Logged(_))) if r.writes.iter().any(|w| w.region == *region && &w.key == key)),
+                        "lock on {key:?} held by {tx} without a Locked or Logged LOCK record"
                     );
                 }
             }
@@ -1325,7 +1397,7 @@ impl Participant {
             .log
             .primary
             .values()
-            .filter(|(_, s)| *s == LockState::Locked)
+            .filter(|(_, s)| matches!(s, LockState::Locked | LockState::Logged(_)))
             .map(|(r, _)| {
                 r.writes
                     .iter()
@@ -1338,7 +1410,8 @@ impl Participant {
             assert!(
                 keys.iter()
                     .all(|k| store.is_some_and(|s| s.holds_recovery_lock(*tx, k))),
-                "{tx} lost a recovery lock in {region}"
+                "{tx} lost a recovery lock in {region} at {}",
+                self.node
             );
         }
         assert!(
@@ -1716,6 +1789,93 @@ mod tests {
         });
         assert_eq!(p.evidence(tx(40), ra), E::Truncated, "below the low bound");
         p.check_invariants();
+    }
+
+    /// Disk durability (issue 7): COMMIT-BACKUP sent to a primary, without
+    /// writes, turns its LOCK record into its own commit record: recovery
+    /// sees commit-backup evidence with the write_ts, the keys stay locked
+    /// until COMMIT-PRIMARY, which is then answered `AckLogged` (no fsync
+    /// of its own); a journal replay rebuilds the record. Without the
+    /// COMMIT-BACKUP, COMMIT-PRIMARY is answered `Ack` as before. The
+    /// broken variant keeps no commit record (lock evidence) yet answers
+    /// `AckLogged`.
+    #[test]
+    fn a_commit_record_at_the_primary_makes_commit_primary_need_no_fsync() {
+        use meridian_wire::Evidence as E;
+        let mut p = Participant::new(NodeId(0), &cfg());
+        p.enable_journal();
+        let rec = record(&p, tx(1), 10, &[b"a"]);
+        let ra = rec.writes[0].region;
+        assert_eq!(
+            p.handle(&[], &TxnRequest::Lock(rec.clone())),
+            Response::Txn(TxnResponse::Lock(Ok(())))
+        );
+        let bare = LockRecord {
+            writes: Vec::new(),
+            ..rec.clone()
+        };
+        let backup = TxnRequest::CommitBackup {
+            record: bare.clone(),
+            write_ts: Timestamp(20),
+        };
+        assert_eq!(p.handle(&[], &backup), Response::Txn(TxnResponse::Ack));
+        assert_eq!(p.evidence(tx(1), ra), E::CommitBackup);
+        let rt = p.recovering_records(ConfigId(2), ra);
+        assert_eq!(rt.len(), 1);
+        assert_eq!(rt[0].write_ts, Some(Timestamp(20)));
+        assert_eq!(rt[0].evidence, E::CommitBackup);
+        p.check_invariants();
+        // Still locked: a reader meets the lock until COMMIT-PRIMARY.
+        assert!(matches!(
+            p.read(ra, b"a", Timestamp(30)),
+            TxnResponse::Read(Err(Conflict::Locked))
+        ));
+        let journal = p.drain_journal();
+        let replayed = Participant::restore(NodeId(0), &cfg(), None, &journal).expect("replay");
+        assert_eq!(replayed.evidence(tx(1), ra), E::CommitBackup);
+        let commit = TxnRequest::CommitPrimary {
+            tx: tx(1),
+            write_ts: Timestamp(20),
+        };
+        assert_eq!(p.handle(&[], &commit), Response::Txn(TxnResponse::AckLogged));
+        assert_eq!(p.evidence(tx(1), ra), E::CommitPrimary);
+        assert_eq!(p.handle(&[], &commit), Response::Txn(TxnResponse::Ack), "duplicate");
+        p.check_invariants();
+        // A COMMIT-BACKUP without writes at a node that has no record of
+        // the transaction is refused before it touches anything.
+        let stray = TxnRequest::CommitBackup {
+            record: LockRecord {
+                tx: tx(7),
+                ..bare
+            },
+            write_ts: Timestamp(20),
+        };
+        assert!(matches!(p.handle(&[], &stray), Response::Rejected(_)));
+        // Without the commit record: a plain Ack (held for the fsync).
+        let rec2 = record(&p, tx(2), 30, &[b"b"]);
+        commit_at_primary(&mut p, rec2, 40);
+        // The broken variant.
+        let mut b = Participant::new(NodeId(0), &cfg());
+        b.set_broken_commit_record_ignored(true);
+        let rec3 = record(&b, tx(3), 10, &[b"c"]);
+        b.handle(&[], &TxnRequest::Lock(rec3.clone()));
+        b.handle(
+            &[],
+            &TxnRequest::CommitBackup {
+                record: LockRecord {
+                    writes: Vec::new(),
+                    ..rec3
+                },
+                write_ts: Timestamp(20),
+            },
+        );
+        let rc = b.region_of(b"c");
+        assert_eq!(b.evidence(tx(3), rc), E::Lock);
+        let commit3 = TxnRequest::CommitPrimary {
+            tx: tx(3),
+            write_ts: Timestamp(20),
+        };
+        assert_eq!(b.handle(&[], &commit3), Response::Txn(TxnResponse::AckLogged));
     }
 
     /// Simulator seed 233: a backup applied a delete (truncated first), GC
