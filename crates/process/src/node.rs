@@ -597,10 +597,6 @@ pub struct NodeProcess {
     /// lock is served past it at the next try
     /// ([`NodeProcess::set_broken_lock_waits_read_past_locks`]).
     broken_lock_waits_read_past_locks: bool,
-    /// The simulator's deliberately broken variant
-    /// ([`NodeProcess::set_broken_commit_record_ignored`]); kept here so a
-    /// participant replaced on rejoin gets it too.
-    broken_commit_record_ignored: bool,
     /// What the `read_ts` wait did ([`NodeProcess::read_hold_stats`]).
     read_holds: ReadHoldStats,
     /// Thin-client transactions, by the call id of their current call.
@@ -756,7 +752,6 @@ impl NodeProcess {
             lock_waits: BTreeMap::new(),
             lock_waits_dirty: false,
             broken_lock_waits_read_past_locks: false,
-            broken_commit_record_ignored: false,
             deferred_seq: 0,
             read_holds: ReadHoldStats::default(),
             executes: BTreeMap::new(),
@@ -1085,8 +1080,6 @@ impl NodeProcess {
         self.node_records
             .extend(pending.into_iter().map(DurableRecord::Participant));
         self.participant = Participant::without_regions(self.id, &self.config);
-        self.participant
-            .set_broken_commit_record_ignored(self.broken_commit_record_ignored);
         if journaling {
             self.participant.enable_journal();
             self.force_checkpoint = true;
@@ -2728,15 +2721,6 @@ impl NodeProcess {
     #[doc(hidden)]
     pub fn set_broken_lock_waits_read_past_locks(&mut self, on: bool) {
         self.broken_lock_waits_read_past_locks = on;
-    }
-
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_commit_record_ignored`, see
-    /// `Participant::set_broken_commit_record_ignored`).
-    #[doc(hidden)]
-    pub fn set_broken_commit_record_ignored(&mut self, on: bool) {
-        self.broken_commit_record_ignored = on;
-        self.participant.set_broken_commit_record_ignored(on);
     }
 
     /// A deliberately broken rule for the simulator's variant

@@ -304,10 +304,6 @@ pub struct SimConfig {
     /// configuration, only the regions whose replicas changed
     /// (`NodeProcess::set_broken_restore_forgotten`).
     pub broken_restore_forgotten: bool,
-    /// Deliberately broken: a primary keeps no commit record yet answers
-    /// every COMMIT-PRIMARY before its fsync
-    /// (`NodeProcess::set_broken_commit_record_ignored`).
-    pub broken_commit_record_ignored: bool,
     /// The nodes' `limits.read_lock_wait_us` (reads that meet a lock wait
     /// for it, by default as long as `Limits::default()` says; 0 aborts
     /// them at once as FaRMv2 §4.7 does).
@@ -347,7 +343,6 @@ impl SimConfig {
             broken_reads_unwaited: false,
             broken_lock_waits_read_past_locks: false,
             broken_restore_forgotten: false,
-            broken_commit_record_ignored: false,
             read_lock_wait_us: meridian_config::Limits::default().read_lock_wait_us,
         }
     }
@@ -1045,7 +1040,6 @@ fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> 
     p.map(|mut p| {
         p.set_broken_lock_waits_read_past_locks(cfg.broken_lock_waits_read_past_locks);
         p.set_broken_restore_forgotten(cfg.broken_restore_forgotten);
-        p.set_broken_commit_record_ignored(cfg.broken_commit_record_ignored);
         p
     })
 }
