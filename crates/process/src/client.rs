@@ -260,9 +260,6 @@ pub struct ClientProcess {
     refresh_ns: u64,
     map: Arc<RegionMap>,
     limits: Arc<Limits>,
-    /// Disk durability: COMMIT-BACKUP goes to primaries too
-    /// (`Transaction::with_commit_records_at_primaries`).
-    commit_records_at_primaries: bool,
     sync_interval_ns: u64,
     coordinator: u64,
     clock: ClockSync,
@@ -327,8 +324,6 @@ impl ClientProcess {
             refresh_ns: config.lease.resend_ms.max(1) * 1_000_000,
             map: Arc::new(RegionMap::new(config)),
             limits: Arc::new(config.limits.clone()),
-            commit_records_at_primaries: config.durability.mode
-                == meridian_config::DurabilityMode::Disk,
             sync_interval_ns: config.clock.sync_interval_us.max(100) * 1000,
             coordinator,
             clock: ClockSync::new(config.clock.drift_ppm)
@@ -390,8 +385,6 @@ impl ClientProcess {
         self.cm = config.cm();
         self.members = config.members();
         self.map = Arc::new(RegionMap::new(config));
-        self.commit_records_at_primaries =
-            config.durability.mode == meridian_config::DurabilityMode::Disk;
         self.lease.with(now, |r, now| {
             if let LeaseRole::Member(l) = r {
                 l.reset(now, config.id(), config.cm());
@@ -1312,14 +1305,10 @@ impl ClientProcess {
                 }
                 let map = self.map.clone();
                 let limits = self.limits.clone();
-                let records = self.commit_records_at_primaries && std::env::var_os("NO_CR").is_none();
                 let Some(t) = self.txns.get_mut(&txn) else {
                     return;
                 };
-                t.engine = Some(
-                    Transaction::new(t.id, ts, t.opts, map, limits)
-                        .with_commit_records_at_primaries(records),
-                );
+                t.engine = Some(Transaction::new(t.id, ts, t.opts, map, limits));
                 let tx = t.id;
                 self.answer(
                     txn,

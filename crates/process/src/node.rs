@@ -218,13 +218,6 @@ pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
             | Frame::Response {
                 resp: Response::Clock(_),
                 ..
-            }
-            // COMMIT-PRIMARY at a primary holding its own durable commit
-            // record: a crash that loses the install leaves that record,
-            // and recovery commits the transaction again.
-            | Frame::Response {
-                resp: Response::Txn(TxnResponse::AckLogged),
-                ..
             } => true,
             Frame::Response {
                 resp:

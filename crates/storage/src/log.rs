@@ -21,13 +21,6 @@ use std::collections::BTreeMap;
 pub enum LockState {
     /// Locks held, outcome not yet known here.
     Locked,
-    /// Locks held, and the coordinator's commit decision logged here at
-    /// this `write_ts` by a COMMIT-BACKUP sent to the primary too (disk
-    /// durability, issue 7): the primary's own commit record, durable
-    /// before its acknowledgement like a backup's, so that COMMIT-PRIMARY
-    /// needs no fsync of its own. Recovery counts it as commit-backup
-    /// evidence (FaRM §5.3 step 7).
-    Logged(Timestamp),
     /// COMMIT-PRIMARY processed at this `write_ts`.
     Committed(Timestamp),
 }

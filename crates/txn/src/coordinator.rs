@@ -19,11 +19,6 @@
 //! 5. `Validate` keys read but not written, and every scanned range, at their
 //!    primaries: unlocked and unchanged since `read_ts`.
 //! 6. `CommitBackup` to every backup of every written region; wait for all.
-//!    With disk durability also to every primary of the write set, in the
-//!    same stage (Meridian's departure, issue 7): each primary's LOCK
-//!    record becomes a durable commit record, which recovery counts as
-//!    commit-backup evidence, so step 7 needs no second fsync stage
-//!    ([`Transaction::with_commit_records_at_primaries`]).
 //! 7. `CommitPrimary` to every primary of the write set; the transaction is
 //!    committed as soon as one acknowledges ([`CommitStep::Done`]).
 //! 8. Once all primaries acknowledge, the driver queues TRUNCATE for the
@@ -286,9 +281,6 @@ pub struct Transaction {
     failure: Option<AbortReason>,
     write_ts: Option<Timestamp>,
     reported: bool,
-    /// COMMIT-BACKUP goes to the written regions' primaries too
-    /// ([`Transaction::with_commit_records_at_primaries`]).
-    commit_records_at_primaries: bool,
 }
 
 impl Transaction {
@@ -318,21 +310,7 @@ impl Transaction {
             failure: None,
             write_ts: None,
             reported: false,
-            commit_records_at_primaries: false,
         }
-    }
-
-    /// Disk durability (issue 7): send COMMIT-BACKUP to every primary a
-    /// LOCK went to as well, in the same stage as the backups' (one fsync
-    /// stage, in parallel). Each primary then holds a durable commit record
-    /// of its own (`LockState::Logged`), which recovery counts as
-    /// commit-backup evidence (FaRM §5.3 step 7), so its COMMIT-PRIMARY is
-    /// answered without a second fsync stage (`TxnResponse::AckLogged`). A
-    /// primary that also backs up another written region gets one message
-    /// with those writes; one that backs up none gets one without writes.
-    pub fn with_commit_records_at_primaries(mut self, on: bool) -> Self {
-        self.commit_records_at_primaries = on;
-        self
     }
 
     /// The transaction id.
@@ -844,12 +822,7 @@ impl Transaction {
             return CommitStep::Done(Err(self.failure.unwrap_or(AbortReason::User)));
         };
         let regions = self.written_regions();
-        let mut by = self.writes_by(|r| r.backups.clone());
-        if self.commit_records_at_primaries {
-            for n in &self.lock_targets {
-                by.entry(*n).or_default();
-            }
-        }
+        let by = self.writes_by(|r| r.backups.clone());
         if by.is_empty() {
             return self.start_commit_primary();
         }
@@ -962,10 +935,7 @@ impl Transaction {
                 }
                 Ok(Some(self.start_commit_primary()))
             }
-            (
-                Phase::CommittingPrimaries,
-                Response::Txn(TxnResponse::Ack | TxnResponse::AckLogged),
-            ) => {
+            (Phase::CommittingPrimaries, Response::Txn(TxnResponse::Ack)) => {
                 if self.pending.is_empty() {
                     self.phase = Phase::Committed;
                 }
@@ -1266,57 +1236,5 @@ mod tests {
             )
             .unwrap_err();
         assert_eq!(err, TxnError::Aborted(AbortReason::Reconfigured));
-    }
-
-    /// Disk durability (issue 7): with commit records at primaries, the
-    /// COMMIT-BACKUP stage also reaches every primary a LOCK went to (here,
-    /// replication 1, only them, without writes), and their COMMIT-PRIMARY
-    /// replies are `AckLogged`; without, COMMIT-PRIMARY follows the LOCKs
-    /// (no backups) and is answered `Ack`.
-    #[test]
-    fn commit_records_at_primaries_add_the_primaries_to_the_commit_backup_stage() {
-        let c = config(10_000);
-        for on in [false, true] {
-            let mut net = Net::new(&c, &c);
-            let mut t = net.begin(20).with_commit_records_at_primaries(on);
-            t.put(b"\x10".to_vec(), b"a".to_vec()).unwrap();
-            t.put(b"\x90".to_vec(), b"b".to_vec()).unwrap();
-            let mut step = t.commit().expect("commit starts");
-            let (mut backups, mut replies) = (Vec::new(), Vec::new());
-            let done = loop {
-                step = match step {
-                    CommitStep::Done(r) => break r,
-                    CommitStep::GetWriteTs => t.on_write_ts(Timestamp(30)).unwrap(),
-                    CommitStep::Send(msgs) => {
-                        let mut next = None;
-                        for (n, req) in msgs {
-                            let resp = net.call(n, &req);
-                            match &req {
-                                TxnRequest::CommitBackup { record, .. } => {
-                                    backups.push((n, record.writes.len()))
-                                }
-                                TxnRequest::CommitPrimary { .. } => replies.push(resp.clone()),
-                                _ => {}
-                            }
-                            if let Some(s) = t.on_reply(n, resp).unwrap() {
-                                next.get_or_insert(s);
-                            }
-                        }
-                        next.expect("phase decided")
-                    }
-                };
-            };
-            assert_eq!(done, Ok(Timestamp(30)));
-            if on {
-                assert_eq!(backups, vec![(NodeId(0), 0), (NodeId(1), 0)]);
-                assert!(!replies.is_empty());
-                assert!(replies
-                    .iter()
-                    .all(|r| *r == Response::Txn(TxnResponse::AckLogged)));
-            } else {
-                assert!(backups.is_empty());
-                assert!(replies.iter().all(|r| *r == Response::Txn(TxnResponse::Ack)));
-            }
-        }
     }
 }

@@ -115,9 +115,6 @@ pub struct Participant {
     /// The simulator's deliberately broken variant
     /// ([`Participant::set_broken_restore_forgotten`]).
     broken_restore_forgotten: bool,
-    /// The simulator's deliberately broken variant
-    /// ([`Participant::set_broken_commit_record_ignored`]).
-    broken_commit_record_ignored: bool,
 }
 
 /// One input that changed a participant's state: the unit of the
@@ -368,7 +365,6 @@ impl Participant {
                     journaled_gc: c.journaled_gc,
                     restored: false,
                     broken_restore_forgotten: false,
-                    broken_commit_record_ignored: false,
                 }
             }
         };
@@ -490,7 +486,6 @@ impl Participant {
             journaled_gc: Timestamp::ZERO,
             restored: false,
             broken_restore_forgotten: false,
-            broken_commit_record_ignored: false,
         }
     }
 
@@ -549,7 +544,8 @@ impl Participant {
                     .insert(r.id, RegionStore::new(self.limits.max_versions_per_object));
                 // Recovery holds lived in the dropped copy (a restored
                 // node whose renewed configuration refills a region it led
-                // during an earlier recovery: swarm seed 577).
+                // during an earlier recovery: swarm seed 577, with an
+                // experimental commit protocol that shifted its timing).
                 let id = r.id;
                 self.recovery_held.retain(|(_, region), _| *region != id);
                 added.push(r.id);
@@ -584,17 +580,6 @@ impl Participant {
         self.broken_restore_forgotten = on;
     }
 
-    /// A deliberately broken rule for the tests' variant
-    /// (`a_lost_install_is_recommitted_only_with_a_commit_record`): a primary keeps no
-    /// commit record (its LOCK record stays `Locked` at COMMIT-BACKUP), yet
-    /// answers every COMMIT-PRIMARY before its fsync: the naive way to drop
-    /// the second fsync stage. A restart can then lose an install whose
-    /// truncation the backups made durable. The suite must catch it.
-    #[doc(hidden)]
-    pub fn set_broken_commit_record_ignored(&mut self, on: bool) {
-        self.broken_commit_record_ignored = on;
-    }
-
     /// Regions blocked by recovery at this primary.
     pub fn blocked_regions(&self) -> Vec<RegionId> {
         self.blocked.iter().copied().collect()
@@ -621,7 +606,7 @@ impl Participant {
         };
         let primary = self.log.primary.iter().map(|(tx, (rec, st))| {
             let wts = match st {
-                LockState::Committed(w) | LockState::Logged(w) => Some(*w),
+                LockState::Committed(w) => Some(*w),
                 LockState::Locked => None,
             };
             (tx, rec, wts)
@@ -736,7 +721,7 @@ impl Participant {
             .filter(|w| w.region == region && !installed_here(w))
             .cloned()
             .collect();
-        if let Some((rec, LockState::Locked | LockState::Logged(_))) = self.log.primary.get(&tx) {
+        if let Some((rec, LockState::Locked)) = self.log.primary.get(&tx) {
             writes.extend(rec.writes.iter().cloned());
         }
         if let Some((rec, _)) = self.log.backup.get(&tx) {
@@ -982,22 +967,9 @@ impl Participant {
                 self.validate(*tx, *read_ts, keys, ranges),
             )),
             TxnRequest::CommitBackup { record, write_ts } => {
-                // Sent to a written region's primary too (disk durability):
-                // then it may carry no writes (this node backs up none of
-                // the transaction's regions) and marks its LOCK record.
-                let checked = if record.writes.is_empty()
-                    && (self.log.primary.contains_key(&record.tx) || self.is_finished(record.tx))
-                {
-                    Ok(())
-                } else {
-                    self.check_record(record, false)
-                };
-                // The primary's own LOCK record fixes the read_ts its
-                // commit record (and a later install) is checked against.
-                let own_read_ts = self.log.primary.get(&record.tx).map(|(r, _)| r.read_ts);
-                match checked
+                match self
+                    .check_record(record, false)
                     .and_then(|()| check_write_ts(record.read_ts, *write_ts))
-                    .and_then(|()| own_read_ts.map_or(Ok(()), |r| check_write_ts(r, *write_ts)))
                 {
                     Ok(()) => {
                         self.commit_backup(record, *write_ts);
@@ -1007,11 +979,7 @@ impl Participant {
                 }
             }
             TxnRequest::CommitPrimary { tx, write_ts } => {
-                let logged = matches!(self.log.primary.get(tx), Some((_, LockState::Logged(_))));
                 match self.commit_primary(*tx, *write_ts) {
-                    Ok(()) if logged || self.broken_commit_record_ignored => {
-                        ok(TxnResponse::AckLogged)
-                    }
                     Ok(()) => ok(TxnResponse::Ack),
                     Err(r) => Response::Rejected(r),
                 }
@@ -1055,12 +1023,7 @@ impl Participant {
                 .copied()
                 .collect();
             for tx in stale {
-                // A logged commit below the bound was committed (the
-                // coordinator keeps its bound below undecided outcomes):
-                // `truncate` installs it. Anything else is released.
-                if !matches!(self.log.primary.get(&tx), Some((_, LockState::Logged(_)))) {
-                    self.abort(tx);
-                }
+                self.abort(tx);
                 self.truncate(&[tx]);
             }
         }
@@ -1087,8 +1050,6 @@ impl Participant {
             if touches(rec) {
                 return match state {
                     LockState::Committed(_) => Evidence::CommitPrimary,
-                    // The primary's own commit record (disk durability).
-                    LockState::Logged(_) => Evidence::CommitBackup,
                     LockState::Locked => Evidence::Lock,
                 };
             }
@@ -1249,17 +1210,6 @@ impl Participant {
         if self.is_finished(record.tx) {
             return; // a duplicate after TRUNCATE: already applied
         }
-        // This node is a primary of the transaction too: its LOCK record
-        // becomes its commit record (disk durability; see
-        // `LockState::Logged`).
-        if let Some((_, st)) = self.log.primary.get_mut(&record.tx) {
-            if *st == LockState::Locked && !self.broken_commit_record_ignored {
-                *st = LockState::Logged(write_ts);
-            }
-        }
-        if record.writes.is_empty() {
-            return;
-        }
         if self.log.backup.len() >= self.limits.max_log_records {
             // Log full: apply the record now instead of lazily. The coordinator
             // only sends COMMIT-BACKUP after deciding to commit.
@@ -1284,7 +1234,7 @@ impl Participant {
         let Some((rec, state)) = self.log.primary.get_mut(&tx) else {
             return Err(Rejection::NoLockRecord);
         };
-        if let LockState::Committed(_) = *state {
+        if *state != LockState::Locked {
             return Ok(()); // duplicate
         }
         // Checked before any install: the lock guarantees every head is at or
@@ -1307,13 +1257,8 @@ impl Participant {
         ) {
             return; // committed here: an ABORT cannot undo it
         }
-        // A `Logged` record is released like a `Locked` one: until every
-        // COMMIT-BACKUP (the primaries' included) is acknowledged, recovery
-        // may still abort the transaction (a region whose every record was
-        // lost votes unknown, FaRM §5.3 step 7), and nothing was installed
-        // or reported yet.
         self.finish(tx, Finish::Aborted);
-        if let Some((rec, LockState::Locked | LockState::Logged(_))) = self.log.primary.get(&tx) {
+        if let Some((rec, LockState::Locked)) = self.log.primary.get(&tx) {
             for w in &rec.writes {
                 if let Some(s) = self.stores.get_mut(&w.region) {
                     s.unlock(tx, &w.key);
@@ -1325,17 +1270,6 @@ impl Participant {
 
     fn truncate(&mut self, txs: &[TxId]) {
         for tx in txs {
-            // Committed everywhere, but this primary's install was lost (a
-            // restart after COMMIT-PRIMARY's early `AckLogged`) or its
-            // COMMIT-PRIMARY is still on the way: its commit record says
-            // at what write_ts, so install now, as COMMIT-PRIMARY would.
-            if let Some((_, LockState::Logged(w))) = self.log.primary.get(tx) {
-                let w = *w;
-                // Cannot fail: the record exists, and its write_ts was
-                // checked against its read_ts when it was logged.
-                let installed = self.commit_primary(*tx, w);
-                assert!(installed.is_ok(), "logged commit of {tx} refused: {installed:?}");
-            }
             self.finish(*tx, Finish::Truncated);
             if let Some((_, LockState::Committed(_))) = self.log.primary.get(tx) {
                 self.log.primary.remove(tx);
@@ -1387,8 +1321,8 @@ impl Participant {
                     locks += 1;
                     let rec = self.log.primary.get(&tx);
                     assert!(
-                        matches!(rec, Some((r, LockState::Locked | LockState::Logged(_))) if r.writes.iter().any(|w| w.region == *region && &w.key == key)),
-                        "lock on {key:?} held by {tx} without a Locked or Logged LOCK record"
+                        matches!(rec, Some((r, LockState::Locked)) if r.writes.iter().any(|w| w.region == *region && &w.key == key)),
+                        "lock on {key:?} held by {tx} without a Locked LOCK record"
                     );
                 }
             }
@@ -1397,7 +1331,7 @@ impl Participant {
             .log
             .primary
             .values()
-            .filter(|(_, s)| matches!(s, LockState::Locked | LockState::Logged(_)))
+            .filter(|(_, s)| *s == LockState::Locked)
             .map(|(r, _)| {
                 r.writes
                     .iter()
@@ -1789,172 +1723,6 @@ mod tests {
         });
         assert_eq!(p.evidence(tx(40), ra), E::Truncated, "below the low bound");
         p.check_invariants();
-    }
-
-    /// Disk durability (issue 7): COMMIT-BACKUP sent to a primary, without
-    /// writes, turns its LOCK record into its own commit record: recovery
-    /// sees commit-backup evidence with the write_ts, the keys stay locked
-    /// until COMMIT-PRIMARY, which is then answered `AckLogged` (no fsync
-    /// of its own); a journal replay rebuilds the record. Without the
-    /// COMMIT-BACKUP, COMMIT-PRIMARY is answered `Ack` as before. The
-    /// broken variant keeps no commit record (lock evidence) yet answers
-    /// `AckLogged`.
-    #[test]
-    fn a_commit_record_at_the_primary_makes_commit_primary_need_no_fsync() {
-        use meridian_wire::Evidence as E;
-        let mut p = Participant::new(NodeId(0), &cfg());
-        p.enable_journal();
-        let rec = record(&p, tx(1), 10, &[b"a"]);
-        let ra = rec.writes[0].region;
-        assert_eq!(
-            p.handle(&[], &TxnRequest::Lock(rec.clone())),
-            Response::Txn(TxnResponse::Lock(Ok(())))
-        );
-        let bare = LockRecord {
-            writes: Vec::new(),
-            ..rec.clone()
-        };
-        let backup = TxnRequest::CommitBackup {
-            record: bare.clone(),
-            write_ts: Timestamp(20),
-        };
-        assert_eq!(p.handle(&[], &backup), Response::Txn(TxnResponse::Ack));
-        assert_eq!(p.evidence(tx(1), ra), E::CommitBackup);
-        let rt = p.recovering_records(ConfigId(2), ra);
-        assert_eq!(rt.len(), 1);
-        assert_eq!(rt[0].write_ts, Some(Timestamp(20)));
-        assert_eq!(rt[0].evidence, E::CommitBackup);
-        p.check_invariants();
-        // Still locked: a reader meets the lock until COMMIT-PRIMARY.
-        assert!(matches!(
-            p.read(ra, b"a", Timestamp(30)),
-            TxnResponse::Read(Err(Conflict::Locked))
-        ));
-        let journal = p.drain_journal();
-        let replayed = Participant::restore(NodeId(0), &cfg(), None, &journal).expect("replay");
-        assert_eq!(replayed.evidence(tx(1), ra), E::CommitBackup);
-        let commit = TxnRequest::CommitPrimary {
-            tx: tx(1),
-            write_ts: Timestamp(20),
-        };
-        assert_eq!(p.handle(&[], &commit), Response::Txn(TxnResponse::AckLogged));
-        assert_eq!(p.evidence(tx(1), ra), E::CommitPrimary);
-        assert_eq!(p.handle(&[], &commit), Response::Txn(TxnResponse::Ack), "duplicate");
-        p.check_invariants();
-        // A COMMIT-BACKUP without writes at a node that has no record of
-        // the transaction is refused before it touches anything.
-        let stray = TxnRequest::CommitBackup {
-            record: LockRecord {
-                tx: tx(7),
-                ..bare
-            },
-            write_ts: Timestamp(20),
-        };
-        assert!(matches!(p.handle(&[], &stray), Response::Rejected(_)));
-        // Without the commit record: a plain Ack (held for the fsync).
-        let rec2 = record(&p, tx(2), 30, &[b"b"]);
-        commit_at_primary(&mut p, rec2, 40);
-        // The broken variant.
-        let mut b = Participant::new(NodeId(0), &cfg());
-        b.set_broken_commit_record_ignored(true);
-        let rec3 = record(&b, tx(3), 10, &[b"c"]);
-        b.handle(&[], &TxnRequest::Lock(rec3.clone()));
-        b.handle(
-            &[],
-            &TxnRequest::CommitBackup {
-                record: LockRecord {
-                    writes: Vec::new(),
-                    ..rec3
-                },
-                write_ts: Timestamp(20),
-            },
-        );
-        let rc = b.region_of(b"c");
-        assert_eq!(b.evidence(tx(3), rc), E::Lock);
-        let commit3 = TxnRequest::CommitPrimary {
-            tx: tx(3),
-            write_ts: Timestamp(20),
-        };
-        assert_eq!(b.handle(&[], &commit3), Response::Txn(TxnResponse::AckLogged));
-    }
-
-    /// Why disk mode's early COMMIT-PRIMARY reply needs the primary's own
-    /// commit record. The primary answers COMMIT-PRIMARY before the
-    /// install's fsync; the coordinator reports and truncates; the backup
-    /// applies the write at truncation and drops its record; then the
-    /// primary crashes before its fsync. With the commit record (logged,
-    /// and durable, in the COMMIT-BACKUP stage) recovery sees commit-backup
-    /// evidence at the restored primary and truncated at the backup, and
-    /// commits again at the logged write_ts. Without it (the broken
-    /// variant, the naive way to drop the second fsync stage) the primary
-    /// has only its LOCK record, and lock + truncated is an abort (FaRM
-    /// §5.3 step 7): a reported commit would be lost. The simulator's swarm
-    /// never opened that window in 1300 disk seeds, so it is shown here.
-    #[test]
-    fn a_lost_install_is_recommitted_only_with_a_commit_record() {
-        use crate::recovery::{decide, region_vote, Decision};
-        use meridian_wire::RecoveryVote;
-        let two = two_nodes();
-        for broken in [false, true] {
-            let mut p = Participant::new(NodeId(0), &two);
-            let mut b = Participant::new(NodeId(1), &two);
-            p.set_broken_commit_record_ignored(broken);
-            p.enable_journal();
-            let r = p.primary_for[0];
-            let key: Vec<u8> = (0u8..=255)
-                .map(|k| vec![k, 7])
-                .find(|k| p.region_of(k) == r)
-                .expect("a key of the primary's region");
-            let rec = record(&p, tx(1), 10, &[&key]);
-            p.handle(&[], &TxnRequest::Lock(rec.clone()));
-            let wts = Timestamp(20);
-            let backup = TxnRequest::CommitBackup {
-                record: rec.clone(),
-                write_ts: wts,
-            };
-            assert_eq!(b.handle(&[], &backup), Response::Txn(TxnResponse::Ack));
-            let bare = TxnRequest::CommitBackup {
-                record: LockRecord {
-                    writes: Vec::new(),
-                    ..rec.clone()
-                },
-                write_ts: wts,
-            };
-            if !broken {
-                // (The naive rule sends the primary no commit record.)
-                assert_eq!(p.handle(&[], &bare), Response::Txn(TxnResponse::Ack));
-            }
-            // Acknowledged, so durable: everything journaled so far.
-            let durable = p.drain_journal();
-            let commit = TxnRequest::CommitPrimary { tx: tx(1), write_ts: wts };
-            assert_eq!(p.handle(&[], &commit), Response::Txn(TxnResponse::AckLogged));
-            // Reported; truncated at the backup, which applies the write.
-            b.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
-            // The primary crashes before the install's fsync.
-            let mut restored = Participant::restore(NodeId(0), &two, None, &durable).expect("restore");
-            let vote = region_vote(&[restored.evidence(tx(1), r), b.evidence(tx(1), r)]);
-            let votes = BTreeMap::from([(r, vote)]);
-            let decision = decide(&[r], &votes);
-            if broken {
-                assert_eq!(vote, RecoveryVote::Lock);
-                assert_eq!(decision, Some(Decision::Abort), "the naive rule loses the commit");
-                continue;
-            }
-            assert_eq!(vote, RecoveryVote::CommitBackup);
-            assert_eq!(decision, Some(Decision::Commit));
-            let rts = restored.recovering_records(ConfigId(2), r);
-            assert_eq!(rts.len(), 1);
-            assert_eq!(rts[0].write_ts, Some(wts));
-            restored.recover_locks(r, &rts);
-            restored.commit_recovery(r, &rts[0].record, wts);
-            let store = restored.stores.get(&r).expect("primary store");
-            assert_eq!(
-                store.read(&key, Timestamp(30)).map(|v| v.map(|v| v.version)),
-                Ok(Some(wts)),
-                "recovery installed the lost write at its write_ts"
-            );
-            restored.check_invariants();
-        }
     }
 
     /// Simulator seed 233: a backup applied a delete (truncated first), GC

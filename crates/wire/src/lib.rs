@@ -932,13 +932,6 @@ pub enum TxnResponse {
     /// Acknowledgement of a log record (COMMIT-BACKUP, COMMIT-PRIMARY,
     /// ABORT, TRUNCATE).
     Ack,
-    /// Acknowledgement of a COMMIT-PRIMARY that found the primary's own
-    /// commit record (a COMMIT-BACKUP it received, durable before its ACK;
-    /// disk durability, issue 7): the install needs no fsync before this
-    /// reply, since a crash that loses it leaves that record, which
-    /// recovery commits again (FaRM §5.3 step 7). The coordinator treats
-    /// it as `Ack`.
-    AckLogged,
 }
 
 /// Clock synchronisation (FaRMv2 §4.1).
