@@ -757,7 +757,6 @@ fn restored_primaries_serving_at_once_are_caught() {
     );
 }
 
-
 /// Open liveness failure (docs/performance.md): swarm seed 2562, with the
 /// read lock wait on (the default), ends stuck. n3, casing a proposal 11
 /// over configuration 10 (learned from a failed CAS), applied n2's

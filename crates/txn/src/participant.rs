@@ -1422,10 +1422,19 @@ mod tests {
         let mut live = Participant::new(node, &two);
         assert!(!live.primary_for.is_empty());
         live.reconfigure(&renewed);
-        assert!(live.blocked_regions().is_empty(), "a live primary blocked regions");
-        let cp = Participant::new(node, &two).checkpoint().expect("checkpoint");
+        assert!(
+            live.blocked_regions().is_empty(),
+            "a live primary blocked regions"
+        );
+        let cp = Participant::new(node, &two)
+            .checkpoint()
+            .expect("checkpoint");
         let mut restored = Participant::restore(node, &two, Some(&cp), &[]).expect("restore");
-        assert_eq!(restored.blocked_regions(), restored.primary_for, "serving before a config");
+        assert_eq!(
+            restored.blocked_regions(),
+            restored.primary_for,
+            "serving before a config"
+        );
         restored.reconfigure(&renewed);
         assert_eq!(restored.blocked_regions(), restored.primary_for);
         restored.check_invariants();
@@ -1441,6 +1450,51 @@ mod tests {
         broken.set_broken_restore_forgotten(true);
         broken.reconfigure(&renewed);
         assert!(broken.blocked_regions().is_empty());
+    }
+
+    /// Recovery holds live in a region's store: a configuration that
+    /// refills a region (its copy here starts empty) drops them with the
+    /// old copy, or the participant's invariants see a hold without its
+    /// lock (swarm seed 577, under an experimental commit protocol: a
+    /// restored node that had led the region in an earlier recovery).
+    #[test]
+    fn a_refilled_region_drops_its_recovery_holds() {
+        let two = two_nodes();
+        let node = NodeId(0);
+        let mut p = Participant::new(node, &two);
+        let r = p.primary_for[0];
+        let key: Vec<u8> = (0u8..=255)
+            .map(|k| vec![k, 7])
+            .find(|k| p.region_of(k) == r)
+            .expect("a key of the region");
+        let rec = record(&p, tx(1), 10, &[&key]);
+        let held = meridian_wire::RecoveringTx {
+            record: rec,
+            evidence: meridian_wire::Evidence::Lock,
+            write_ts: None,
+        };
+        p.recover_locks(r, &[held]);
+        assert!(!p.recovery_held.is_empty());
+        p.check_invariants();
+        let mut next = two.renewed();
+        next.config_id += 1;
+        let id = next.id();
+        let info = next
+            .placement
+            .iter_mut()
+            .find(|i| i.id == r)
+            .expect("the region");
+        info.primary = NodeId(1);
+        info.backups = vec![node];
+        info.filling = vec![node];
+        info.last_primary_change = id;
+        info.last_replica_change = id;
+        p.reconfigure(&next);
+        assert!(
+            p.recovery_held.is_empty(),
+            "holds outlived the dropped copy"
+        );
+        p.check_invariants();
     }
 
     /// LOCK then COMMIT-PRIMARY of `rec` at `write_ts`, both acknowledged.
@@ -1945,7 +1999,10 @@ mod tests {
             let unblocked = |mut r: Participant| {
                 let leads: std::collections::BTreeSet<RegionId> =
                     r.primary_for.iter().copied().collect();
-                assert!(r.restored && r.blocked == leads, "restored but serving at {node}");
+                assert!(
+                    r.restored && r.blocked == leads,
+                    "restored but serving at {node}"
+                );
                 r.blocked = p.blocked.clone();
                 r
             };
