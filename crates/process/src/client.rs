@@ -921,6 +921,23 @@ impl ClientProcess {
         }
     }
 
+    /// The local time the earliest wait (an uncertainty wait, a parked
+    /// clock wait, a sleep) ends at, if any. The shell re-reads its clock
+    /// against it before it lets go of the process, so a wait that came
+    /// due while an input was being processed ends there and then
+    /// (issue 7, the uncertainty wait's excess).
+    pub fn next_wait_ns(&self) -> Option<u64> {
+        self.waits.keys().next().map(|&(ready, _)| ready)
+    }
+
+    /// End every wait due at `now` and route nothing else: the cheap part
+    /// of [`Self::tick`], for a shell that finds a wait due between inputs.
+    pub fn end_waits_due(&mut self, now: u64) {
+        self.end_due_waits(now);
+        self.maybe_closed();
+        self.arm(now);
+    }
+
     /// The connection to `node` is lost: every RPC to it fails now.
     pub fn on_disconnect(&mut self, now: u64, node: NodeId) {
         let ids: Vec<u64> = self
