@@ -41,6 +41,12 @@
 //!    (FaRMv2 §4.3), and every member unblocks and starts transaction
 //!    recovery ([`ReconfigOutput::Committed`]).
 //!
+//! A prober whose CAS is in flight leaves a NEW-CONFIG of an older
+//! configuration unanswered until its CAS is decided: applying it would
+//! drop an attempt that may still win (the service would then hold a
+//! configuration nobody drives), and acknowledging it would grant the old
+//! CM a lease the prober's own commit does not outwait.
+//!
 //! **The lease wait** (step 7). If the CM is unchanged, it waits until the
 //! last grant it sent to each removed member has surely run out
 //! ([`crate::lease::LeaseManager::surely_expired_at`]). A new CM does not
@@ -944,6 +950,23 @@ impl Reconfig {
                 if next.id() != config || next.cm() != from {
                     return false;
                 }
+                if let State::Casing { proposed, .. } = &self.state {
+                    if proposed.id() > config {
+                        // Our CAS of a successor of this configuration is
+                        // in flight: answer nothing until it is decided
+                        // (the CM resends). If it won, our proposal
+                        // replaces this one; if it lost, the resend is
+                        // applied then. Applying this one now would drop
+                        // the attempt while the CAS may still succeed,
+                        // leaving the service with a configuration no
+                        // node drives: the CM's time-bound raises were
+                        // then refused for good and its clock stopped
+                        // (swarm seed 2562). Acknowledging it and keeping
+                        // the attempt instead granted the CM a lease that
+                        // the new CM did not outwait (a G-single cycle).
+                        return false;
+                    }
+                }
                 if !next.is_member(me) {
                     self.removed = true;
                     self.abandoned = None;
@@ -1566,6 +1589,71 @@ mod tests {
         );
         // Members commit only after the CM did, and nobody disabled clocks.
         assert!(net.log.iter().all(|l| !l.contains("changed true")));
+    }
+
+    /// Swarm seed 2562: a prober casing a proposal 3 over the stored
+    /// configuration 2 (learned from a lost CAS) receives 2's NEW-CONFIG
+    /// before its CAS is decided. It must neither apply it (that dropped
+    /// the attempt, and the CAS then succeeded: the service held a 3 no
+    /// node drove) nor acknowledge it (a lease to 2's CM that 3's commit
+    /// would not outwait). It answers nothing; its CAS wins, it proposes
+    /// 3, and every live node commits 3 with it as CM.
+    #[test]
+    fn a_prober_casing_over_a_configuration_defers_its_new_config() {
+        let mut net = Net::new(3);
+        let alive: BTreeSet<NodeId> = net.store.members().into_iter().collect();
+        let two = net.store.remap(&alive, NodeId(2)).unwrap();
+        net.store = two.clone();
+        net.dead.insert(NodeId(0));
+        let n1 = NodeId(1);
+        // First attempt: its CAS over 1 loses and teaches it 2.
+        net.nodes.get_mut(&n1).unwrap().suspect_cm(MS);
+        net.collect(n1);
+        net.run_ms(2);
+        assert!(
+            net.log.iter().any(|l| l == "n1 cas 2 lost"),
+            "{:?}",
+            net.log
+        );
+        // Second attempt, over 2.
+        net.run_ms(20);
+        let now = net.now;
+        net.nodes.get_mut(&n1).unwrap().suspect_cm(now);
+        net.collect(n1);
+        let mut casing = false;
+        for _ in 0..40 {
+            net.step();
+            if net.nodes[&n1].describe().starts_with("casing 3") {
+                casing = true;
+                break;
+            }
+        }
+        assert!(casing, "never cased 3: {:?}", net.log);
+        let msg = ReconfigMessage::NewConfig {
+            config: two.id(),
+            from: NodeId(2),
+            config_toml: two.to_toml().unwrap(),
+        };
+        let now = net.now;
+        net.nodes.get_mut(&n1).unwrap().on_message(now, msg, 0, 0);
+        net.collect(n1);
+        assert!(
+            net.queue.iter().all(|(from, _, _)| *from != n1),
+            "answered: {:?}",
+            net.queue
+        );
+        assert!(net.nodes[&n1].describe().starts_with("casing 3"));
+        net.run_ms(40);
+        assert!(net.log.iter().any(|l| l == "n1 cas 3 ok"), "{:?}", net.log);
+        assert!(
+            net.log.iter().all(|l| !l.starts_with("n1 applied 2")),
+            "{:?}",
+            net.log
+        );
+        for id in [1, 2] {
+            assert_eq!(net.committed(id).0, 3, "{:?}", net.log);
+            assert_eq!(net.committed(id).1, 1, "{:?}", net.log);
+        }
     }
 
     /// The leases members granted their CM are outwaited only when the CM

@@ -757,23 +757,68 @@ fn restored_primaries_serving_at_once_are_caught() {
     );
 }
 
-/// Open liveness failure (docs/performance.md): swarm seed 2562, with the
-/// read lock wait on (the default), ends stuck. n3, casing a proposal 11
-/// over configuration 10 (learned from a failed CAS), applied n2's
-/// NEW-CONFIG 10 meanwhile, which dropped its attempt; its CAS then
-/// succeeded, so the service holds an 11 that no node applies, every later
-/// CAS fails, the CM's clock time bound is never raised again and its clock
-/// stops serving. Keeping the attempt alive across the NEW-CONFIG made the
-/// seed finish but broke strict serializability (the lease acknowledging
-/// n2's NEW-CONFIG granted was not outwaited), so that fix was not landed.
-/// Run with `cargo test --release -p meridian-sim -- --ignored`.
+/// Swarm seed 2562, with the read lock wait on (the default), used to end
+/// stuck. n3, casing a proposal 11 over configuration 10 (learned from a
+/// failed CAS), applied n2's NEW-CONFIG 10 meanwhile, which dropped its
+/// attempt; its CAS then succeeded, so the service held an 11 that no node
+/// applied. Every later raise of n2's time bound was refused and its
+/// clock, the clock master's, stopped serving, while the members, renewing
+/// their leases with a live CM, never suspected it. Fix: a prober whose
+/// CAS is in flight answers an older configuration's NEW-CONFIG only once
+/// the CAS is decided (the CM resends). Keeping the attempt alive while
+/// acknowledging the NEW-CONFIG had made the seed finish but broke strict
+/// serializability (a lease to n2 the new CM did not outwait).
 #[test]
-#[ignore = "known liveness failure, not fixed yet (docs/performance.md)"]
 fn swarm_seed_2562_finishes() {
     let r = run_and_check(SimConfig::swarm(2562)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         r.region_lost || !r.timed_out,
         "seed 2562 ({}): stuck:\n{}",
+        r.faults.describe(),
+        r.stuck.join("\n")
+    );
+}
+
+/// Open safety failure, on `main` since before 2026-11-27 (found that day by
+/// running swarm seeds 3000–3999 for the first time): a committed insert
+/// vanishes. T302 (client 5) commits in configuration 2, writing regions 3
+/// and 5; its COMMIT-BACKUP records sit at region 3's backup n4 and region
+/// 5's backups. Nodes crash and configurations 3–6 follow within ~70 ms.
+/// n2 joins region 3 as a new replica (config 3), fills it by data
+/// recovery from n4 and is promoted to region 3's primary in config 6.
+/// There T302 is still recovering (region 5's primary votes
+/// commit-backup), but n2 holds no record of T302 for region 3 and cannot
+/// tell it was truncated there, so it votes unknown, and recovery aborts a
+/// transaction the client was told committed (FaRM §5.3 step 7 needs a
+/// truncated vote). Likely fix: data recovery also hands a new replica the
+/// source's truncated-transaction set for the region (FaRM §5.3: "the lower
+/// bound is updated ... during reconfiguration"), or a replica filled in
+/// configuration k answers REQUEST-VOTE for older transactions it has no
+/// record of from the source's knowledge. Not fixed yet.
+/// Run with `cargo test --release -p meridian-sim -- --ignored`.
+#[test]
+#[ignore = "open safety failure, pre-existing (docs/performance.md)"]
+fn swarm_seed_3935_loses_no_committed_write() {
+    run_and_check(SimConfig::swarm(3935)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Open liveness failure, pre-existing (found 2026-11-27 with seeds
+/// 3000–3999): with the read lock wait on (5 ms) and the simulator's GC
+/// window of 5 ms, reads that wait for a lock held through a recovery come
+/// back `TooOld` (GC passed their `read_ts` while they waited), and the
+/// run makes 42 commits against 1343 aborts in 3 s, ending by the time
+/// limit. It passes with the wait off. Keeping the versions held reads
+/// need (GC safe point at most the oldest held `read_ts`) made it pass,
+/// but made swarm seed 278 fail the checker (a row that recovery had
+/// committed read as absent later; not yet understood, possibly 3935's
+/// kind), so that change was not landed.
+#[test]
+#[ignore = "open liveness failure, pre-existing (docs/performance.md)"]
+fn swarm_seed_3234_finishes() {
+    let r = run_and_check(SimConfig::swarm(3234)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        r.region_lost || !r.timed_out,
+        "seed 3234 ({}): stuck:\n{}",
         r.faults.describe(),
         r.stuck.join("\n")
     );
