@@ -110,6 +110,10 @@ enum Cmd {
         /// §4.7). Default: the limit's default.
         #[arg(long)]
         read_lock_wait_us: Option<u64>,
+        /// Run every seed even after a failure, then list the failing and
+        /// the stuck seeds (exit status 1 if any failed).
+        #[arg(long)]
+        keep_going: bool,
     },
 }
 
@@ -976,7 +980,15 @@ fn run(cli: Cli) -> Result<(), String> {
             workload,
             faults,
             read_lock_wait_us,
-        } => sim(seeds, first, workload, faults, read_lock_wait_us),
+            keep_going,
+        } => sim(
+            seeds,
+            first,
+            workload,
+            faults,
+            read_lock_wait_us,
+            keep_going,
+        ),
     }
 }
 
@@ -2134,8 +2146,11 @@ fn sim(
     workload: SimWorkloadArg,
     faults: bool,
     read_lock_wait_us: Option<u64>,
+    keep_going: bool,
 ) -> Result<(), String> {
     use meridian_sim::{Faults, SimConfig};
+    let mut failed: Vec<u64> = Vec::new();
+    let mut stuck_seeds: Vec<u64> = Vec::new();
     let t0 = std::time::Instant::now();
     let (mut committed, mut aborted, mut unknown, mut crashes, mut dropped, mut stuck) =
         (0, 0, 0, 0, 0, 0);
@@ -2162,7 +2177,19 @@ fn sim(
         if let Some(us) = read_lock_wait_us {
             cfg.read_lock_wait_us = us;
         }
-        let r = meridian_sim::run_and_check(cfg).inspect_err(|_| bar.abandon())?;
+        let r = match meridian_sim::run_and_check(cfg) {
+            Ok(r) => r,
+            Err(e) if keep_going => {
+                bar.suspend(|| eprintln!("{e}"));
+                failed.push(seed);
+                bar.inc(1);
+                continue;
+            }
+            Err(e) => {
+                bar.abandon();
+                return Err(e);
+            }
+        };
         committed += r.committed;
         aborted += r.aborted;
         unknown += r.unknown;
@@ -2171,6 +2198,7 @@ fn sim(
         lost += r.region_lost as u64;
         stuck += (r.timed_out && !r.region_lost) as u64;
         if r.timed_out && !r.region_lost {
+            stuck_seeds.push(seed);
             bar.suspend(|| {
                 eprintln!(
                     "seed {seed} ({}): ended by the time limit (stuck)",
@@ -2193,5 +2221,14 @@ fn sim(
         if faults { " with faults" } else { "" },
         t0.elapsed().as_secs_f64()
     );
+    if keep_going {
+        println!("failed seeds: {failed:?}; stuck seeds: {stuck_seeds:?}");
+        if !failed.is_empty() {
+            return Err(format!(
+                "{} of {seeds} seeds failed: {failed:?}",
+                failed.len()
+            ));
+        }
+    }
     Ok(())
 }

@@ -480,9 +480,10 @@ fn sender(from: Peer, claimed: Option<NodeId>) -> Option<NodeId> {
 /// `restored`, the configuration `me` was restored from disk in. Its role
 /// may change (a backup promoted to primary, a primary demoted) and new
 /// replicas may be added as filling; the data it restored covers the rest.
-fn restored_replicas_hold(next: &Configuration, restored: &Configuration, me: NodeId) -> bool {
-    let had = complete_replicas(restored, me);
-    !had.is_empty() && complete_replicas(next, me).is_subset(&had)
+/// `had`: the regions of which the node held a complete replica when it was
+/// restored ([`NodeProcess::restored_complete`]).
+fn restored_replicas_hold(next: &Configuration, had: &BTreeSet<RegionId>, me: NodeId) -> bool {
+    !had.is_empty() && complete_replicas(next, me).is_subset(had)
 }
 
 /// The regions of which `me` holds a complete replica in `c`: primary, or
@@ -1196,12 +1197,29 @@ impl NodeProcess {
             return;
         }
         let next = base.renewed();
-        if !complete_replicas(&next, self.id).is_subset(&complete_replicas(&self.config, self.id)) {
+        if !complete_replicas(&next, self.id).is_subset(&self.restored_complete()) {
             return;
         }
         let base = base.clone();
         self.reconfig.propose_over(now, &base, next);
         self.after_engines(now);
+    }
+
+    /// The regions of which this node holds a complete replica under the
+    /// configuration it holds: those the configuration lists complete, and
+    /// those it lists as filling here whose data recovery had finished
+    /// ([`Participant::is_filled`], journaled). A restored node that filled
+    /// a region and reported it ready before a whole-cluster crash is
+    /// listed complete by the next configuration; without the second part
+    /// it refused that NEW-CONFIG forever (swarm seed 2802).
+    fn restored_complete(&self) -> BTreeSet<RegionId> {
+        let mut had = complete_replicas(&self.config, self.id);
+        for r in self.config.regions() {
+            if r.filling.contains(&self.id) && self.participant.is_filled(r.id) {
+                had.insert(r.id);
+            }
+        }
+        had
     }
 
     /// A frame from `from`.
@@ -1764,6 +1782,7 @@ impl NodeProcess {
                 // the stored configuration, which it never applied before
                 // the whole cluster crashed, renews it; see
                 // `renew_unapplied_proposal`).
+                let had = self.restored_complete();
                 let renews_mine = self.restored
                     && *config > self.config.id()
                     && Configuration::from_toml(config_toml).is_ok_and(|c| {
@@ -1771,7 +1790,7 @@ impl NodeProcess {
                             && c.members() == self.config.members()
                             && c.regions() == self.config.regions()
                             && c.cm() == self.config.cm();
-                        exact || restored_replicas_hold(&c, &self.config, me)
+                        exact || restored_replicas_hold(&c, &had, me)
                     });
                 if renews_mine {
                     self.reconfig.rejoin();

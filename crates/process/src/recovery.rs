@@ -21,7 +21,14 @@
 //!    its primary holds every key those transactions wrote
 //!    ([`meridian_txn::Participant::recover_locks`]) and the region serves
 //!    again. Regions whose replicas did not change never stop.
-//! 4. *Vote* (step 6): the primary sends each transaction's region vote
+//! 4. *Replicate* (step 5): the primary sends each replica that reported
+//!    no record of a recovering transaction the region's record of it
+//!    (REPLICATE-TX-STATE, with the strongest evidence the region had and
+//!    `write_ts`), resent until acknowledged; a primary that reported none
+//!    keeps it itself ([`meridian_txn::Participant::replicate_tx_state`]).
+//!    A new replica thus holds what the region's old replicas held before
+//!    it can be counted complete (swarm seed 3935).
+//! 5. *Vote* (step 6): the primary sends each transaction's region vote
 //!    ([`meridian_txn::recovery::region_vote`] over the replicas' evidence
 //!    and its own) to the transaction's recovery coordinator
 //!    ([`meridian_txn::recovery::recovery_coordinator`], rendezvous hashing
@@ -29,15 +36,17 @@
 //!    coordinator sends REQUEST-VOTE to the primaries of written regions
 //!    it has not heard from; a primary without records answers from its
 //!    own memory (aborted, truncated, or unknown).
-//! 5. *Decide* (step 7): [`meridian_txn::recovery::decide`]; then
+//! 6. *Decide* (step 7): [`meridian_txn::recovery::decide`]; then
 //!    COMMIT-RECOVERY (with the region's writes and `write_ts`) or
 //!    ABORT-RECOVERY to every replica of every written region, resent until
 //!    acknowledged; then TRUNCATE-RECOVERY, resent until acknowledged.
-//!    Records carry the writes, so Meridian folds FaRM's REPLICATE-TX-STATE
-//!    (step 5) into COMMIT-RECOVERY: a new replica gets the writes with the
-//!    decision.
-//! 6. *Data recovery* (§5.4): a new replica (listed as `filling` in the
+//!    Records carry the writes, so a new replica gets the writes with the
+//!    decision even if step 5 did not reach it.
+//! 7. *Data recovery* (§5.4): a new replica (listed as `filling` in the
 //!    placement) fetches the region's objects from the primary in chunks,
+//!    which the primary serves only after the region's lock recovery and
+//!    once that replica acknowledged every step-5 record (FaRM starts data
+//!    recovery after lock recovery),
 //!    pausing `limits.data_recovery_pace_us` between chunks unless the
 //!    region is down to its last complete replica, merges them with the
 //!    commits it already received, and tells the CM, which may promote it
@@ -128,6 +137,8 @@ pub struct RecoveryFlow {
     need: BTreeMap<RegionId, (NodeId, Vec<RecoveringTx>)>,
     /// Regions this node is primary of, waiting for replicas' reports.
     gathering: BTreeMap<RegionId, BTreeMap<NodeId, Vec<RecoveringTx>>>,
+    /// Step 5 records not yet acknowledged: (region, replica) → records.
+    replicating: BTreeMap<(RegionId, NodeId), BTreeMap<TxId, RecoveringTx>>,
     votes: BTreeMap<(TxId, RegionId), MyVote>,
     coord: BTreeMap<TxId, TxRecovery>,
     done: BTreeSet<TxId>,
@@ -153,6 +164,7 @@ impl RecoveryFlow {
             max_txns: config.limits.max_recovering_txns,
             need: BTreeMap::new(),
             gathering: BTreeMap::new(),
+            replicating: BTreeMap::new(),
             votes: BTreeMap::new(),
             coord: BTreeMap::new(),
             done: BTreeSet::new(),
@@ -174,6 +186,7 @@ impl RecoveryFlow {
     pub fn busy(&self) -> bool {
         !self.need.is_empty()
             || !self.gathering.is_empty()
+            || !self.replicating.is_empty()
             || !self.coord.is_empty()
             || !self.filling.is_empty()
             || self.votes.values().any(|v| !v.decided)
@@ -314,6 +327,19 @@ impl RecoveryFlow {
             };
             self.send(primary, msg);
         }
+        for ((region, to), txs) in self.replicating.clone() {
+            for tx in txs.into_values() {
+                self.send(
+                    to,
+                    RecoveryMessage::ReplicateTxState {
+                        config,
+                        region,
+                        from: me,
+                        tx,
+                    },
+                );
+            }
+        }
         for ((tx, region), v) in self.votes.clone() {
             if !v.decided {
                 self.send_vote(tx, region, &v);
@@ -374,6 +400,40 @@ impl RecoveryFlow {
             }
             RecoveryMessage::NeedRecoveryAck { config: c, region } if c == config => {
                 self.need.remove(&region);
+            }
+            RecoveryMessage::ReplicateTxState {
+                config: c,
+                region,
+                from,
+                tx,
+            } if c == config => {
+                if self.primary(region) != Some(from) || !self.replicas(region).contains(&me) {
+                    return;
+                }
+                let id = tx.record.tx;
+                p.replicate_tx_state(region, &tx);
+                self.send(
+                    from,
+                    RecoveryMessage::ReplicateTxStateAck {
+                        config,
+                        region,
+                        tx: id,
+                        from: me,
+                    },
+                );
+            }
+            RecoveryMessage::ReplicateTxStateAck {
+                config: c,
+                region,
+                tx,
+                from,
+            } if c == config => {
+                if let Some(txs) = self.replicating.get_mut(&(region, from)) {
+                    txs.remove(&tx);
+                    if txs.is_empty() {
+                        self.replicating.remove(&(region, from));
+                    }
+                }
             }
             RecoveryMessage::Vote {
                 config: c,
@@ -470,6 +530,14 @@ impl RecoveryFlow {
                 if self.primary(region) != Some(me) || !self.replicas(region).contains(&from) {
                     return;
                 }
+                if self.gathering.contains_key(&region)
+                    || self.replicating.contains_key(&(region, from))
+                {
+                    // Before lock recovery and step 5 reached `from`: the
+                    // copy could be complete without a recovering
+                    // transaction's record (seed 3935). It asks again.
+                    return;
+                }
                 if let Some((objects, done)) = p.copy_region(region, after.as_deref()) {
                     self.send(
                         from,
@@ -499,6 +567,7 @@ impl RecoveryFlow {
                 p.merge_copies(region, &objects);
                 self.stats.objects_copied += objects.len() as u64;
                 if done {
+                    p.mark_filled(region);
                     self.filling.remove(&region);
                     self.filled.insert(region);
                     self.stats.regions_filled += 1;
@@ -555,8 +624,10 @@ impl RecoveryFlow {
     ) {
         let mut by_tx: BTreeMap<TxId, (Vec<meridian_wire::Evidence>, RecoveringTx)> =
             BTreeMap::new();
-        for txs in got.into_values() {
+        let mut reported: BTreeSet<(TxId, NodeId)> = BTreeSet::new();
+        for (from, txs) in got {
             for t in txs {
+                reported.insert((t.record.tx, from));
                 let e = by_tx
                     .entry(t.record.tx)
                     .or_insert_with(|| (Vec::new(), t.clone()));
@@ -576,12 +647,48 @@ impl RecoveryFlow {
             evidence.push(p.evidence(tx, region));
             let v = MyVote {
                 vote: region_vote(&evidence),
-                record: Some(t.record),
+                record: Some(t.record.clone()),
                 write_ts: t.write_ts,
                 // The decision may have reached this replica before its
                 // lock recovery ended: no vote to resend then.
-                decided: p.outcome_known(tx),
+                decided: p.decided_in(tx, region),
             };
+            // Step 5: the region's record to every replica without one.
+            let evidence = match v.vote {
+                RecoveryVote::CommitPrimary => Some(meridian_wire::Evidence::CommitPrimary),
+                RecoveryVote::CommitBackup => Some(meridian_wire::Evidence::CommitBackup),
+                RecoveryVote::Lock => Some(meridian_wire::Evidence::Lock),
+                _ => None,
+            };
+            if let (Some(evidence), false) = (evidence, v.decided) {
+                let rt = RecoveringTx {
+                    record: t.record.clone(),
+                    evidence,
+                    write_ts: t.write_ts,
+                };
+                for n in self.replicas(region) {
+                    if reported.contains(&(tx, n)) {
+                        continue;
+                    }
+                    if n == self.me {
+                        p.replicate_tx_state(region, &rt);
+                        continue;
+                    }
+                    self.replicating
+                        .entry((region, n))
+                        .or_default()
+                        .insert(tx, rt.clone());
+                    self.send(
+                        n,
+                        RecoveryMessage::ReplicateTxState {
+                            config: self.config,
+                            region,
+                            from: self.me,
+                            tx: rt.clone(),
+                        },
+                    );
+                }
+            }
             self.send_vote(tx, region, &v);
             self.votes.insert((tx, region), v);
         }
@@ -787,5 +894,176 @@ impl RecoveryFlow {
                 "gathering a region not led here"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_wire::Evidence;
+
+    /// Configuration 2 of a 4-node, 3-way cluster after node 3 failed: a
+    /// region that node 3 held now has a new replica being filled.
+    /// Returns (configuration 2, region, primary, old backup, new replica).
+    fn refilled() -> (Configuration, RegionId, NodeId, NodeId, NodeId) {
+        let c1 = Configuration::local(4, 7000, 3, 4, std::path::Path::new("/nonexistent"));
+        let alive: BTreeSet<NodeId> = [0, 1, 2].into_iter().map(NodeId).collect();
+        let c2 = c1.remap(&alive, NodeId(0)).expect("remap");
+        let r = c2
+            .regions()
+            .into_iter()
+            .find(|r| r.filling.len() == 1)
+            .expect("a refilled region");
+        let fill = r.filling[0];
+        let old = r.backups.iter().copied().find(|b| *b != fill).expect("old");
+        (c2, r.id, r.primary, old, fill)
+    }
+
+    fn committed_backup_record(region: RegionId) -> RecoveringTx {
+        let tx = TxId {
+            config: ConfigId(1),
+            coordinator: 7,
+            thread: 0,
+            local: 1,
+        };
+        RecoveringTx {
+            record: LockRecord {
+                tx,
+                read_ts: Timestamp(10),
+                regions: vec![region],
+                writes: vec![WriteOp {
+                    region,
+                    key: b"k".to_vec(),
+                    value: Some(b"v".to_vec()),
+                }],
+            },
+            evidence: Evidence::CommitBackup,
+            write_ts: Some(Timestamp(20)),
+        }
+    }
+
+    /// FaRM §5.3 step 5 (swarm seed 3935): after lock recovery the primary
+    /// replicates a recovering transaction's record to the replicas that
+    /// reported none (itself included), and serves the new replica's
+    /// data-recovery FETCH only once it acknowledged. Without step 5 the
+    /// new replica is counted complete without the record, and once
+    /// promoted it votes unknown for a committed transaction.
+    #[test]
+    fn lock_recovery_replicates_records_before_the_copy() {
+        let (c2, region, primary, old, fill) = refilled();
+        let mut p = Participant::new(primary, &c2);
+        p.reconfigure(&c2);
+        let mut flow = RecoveryFlow::new(primary, &c2);
+        flow.start(0, &c2, &mut p);
+        flow.drain();
+        let fetch = |flow: &mut RecoveryFlow, p: &mut Participant| {
+            flow.on_message(
+                0,
+                RecoveryMessage::Fetch {
+                    config: c2.id(),
+                    region,
+                    from: fill,
+                    after: None,
+                },
+                p,
+            );
+            flow.drain()
+                .into_iter()
+                .any(|(to, m)| to == fill && matches!(m, RecoveryMessage::Chunk { .. }))
+        };
+        assert!(!fetch(&mut flow, &mut p), "copied before lock recovery");
+        let rt = committed_backup_record(region);
+        for (from, txs) in [(primary, vec![]), (old, vec![rt.clone()]), (fill, vec![])] {
+            flow.on_message(
+                0,
+                RecoveryMessage::NeedRecovery {
+                    config: c2.id(),
+                    region,
+                    from,
+                    txs,
+                },
+                &mut p,
+            );
+        }
+        let out = flow.drain();
+        let replicated: Vec<NodeId> = out
+            .iter()
+            .filter_map(|(to, m)| match m {
+                RecoveryMessage::ReplicateTxState { tx, .. } => {
+                    assert_eq!(tx.evidence, Evidence::CommitBackup);
+                    assert_eq!(tx.write_ts, Some(Timestamp(20)));
+                    Some(*to)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            replicated,
+            vec![fill],
+            "step 5 goes to the replicas without the record"
+        );
+        assert_eq!(p.evidence(rt.record.tx, region), Evidence::CommitBackup);
+        assert!(
+            !fetch(&mut flow, &mut p),
+            "copied before step 5 was acknowledged"
+        );
+        flow.on_message(
+            0,
+            RecoveryMessage::ReplicateTxStateAck {
+                config: c2.id(),
+                region,
+                tx: rt.record.tx,
+                from: fill,
+            },
+            &mut p,
+        );
+        assert!(fetch(&mut flow, &mut p), "no copy after step 5");
+        flow.check_invariants();
+    }
+
+    /// The new replica's side of step 5: it keeps the record with the
+    /// region's evidence, reports it in the next configuration, and applies
+    /// it on COMMIT-RECOVERY (or drops it on ABORT-RECOVERY).
+    #[test]
+    fn a_replicated_record_is_kept_reported_and_decided() {
+        let (c2, region, primary, _, fill) = refilled();
+        let mut p = Participant::new(fill, &c2);
+        p.reconfigure(&c2);
+        let mut flow = RecoveryFlow::new(fill, &c2);
+        flow.start(0, &c2, &mut p);
+        flow.drain();
+        let rt = committed_backup_record(region);
+        let tx = rt.record.tx;
+        flow.on_message(
+            0,
+            RecoveryMessage::ReplicateTxState {
+                config: c2.id(),
+                region,
+                from: primary,
+                tx: rt.clone(),
+            },
+            &mut p,
+        );
+        assert!(flow.drain().iter().any(|(to, m)| *to == primary
+            && matches!(m, RecoveryMessage::ReplicateTxStateAck { tx: t, .. } if *t == tx)));
+        assert_eq!(p.evidence(tx, region), Evidence::CommitBackup);
+        let next = p.recovering_records(ConfigId(3), region);
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].record, rt.record);
+        assert_eq!(next[0].write_ts, Some(Timestamp(20)));
+        let mut aborted = Participant::new(fill, &c2);
+        aborted.replicate_tx_state(region, &rt);
+        assert_eq!(aborted.evidence(tx, region), Evidence::CommitBackup);
+        aborted.abort_recovery(tx, region);
+        assert_eq!(aborted.evidence(tx, region), Evidence::Aborted);
+        assert!(aborted.recovering_records(ConfigId(3), region).is_empty());
+        p.commit_recovery(region, &rt.record, Timestamp(20));
+        let store = p.store(region).expect("the new replica's copy");
+        assert!(matches!(
+            store.read(b"k", Timestamp(25)),
+            Ok(Some(v)) if v.value == b"v".to_vec()
+        ));
+        assert!(p.recovering_records(ConfigId(3), region).is_empty());
+        p.check_invariants();
     }
 }

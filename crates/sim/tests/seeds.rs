@@ -740,7 +740,15 @@ fn restored_primaries_block_until_lock_recovery_swarm_seed_561() {
 /// the history now records the `write_ts` it would commit at, so the
 /// checker can place its writes (a transfer that read past it forms a
 /// cycle with it).
+///
+/// The window is rare: at the code of 2026-11-27's start only seed 561 of
+/// swarm seeds 0–2999 hit it, and the recovery fixes of that day (new
+/// REPLICATE-TX-STATE messages shift every later delivery) moved 561's
+/// schedule off it; no seed of 0–2999 or 5000–8999 hit it with the new
+/// code. Ignored
+/// until a seed that hits it is found.
 #[test]
+#[ignore = "no seed found yet that hits the window on the current code"]
 fn restored_primaries_serving_at_once_are_caught() {
     let cfg = SimConfig {
         read_lock_wait_us: 5_000,
@@ -779,44 +787,30 @@ fn swarm_seed_2562_finishes() {
     );
 }
 
-/// Open safety failure, on `main` since before 2026-11-27 (found that day by
-/// running swarm seeds 3000–3999 for the first time): a committed insert
-/// vanishes. T302 (client 5) commits in configuration 2, writing regions 3
-/// and 5; region 3's backup n4 holds its COMMIT-BACKUP record. Nodes crash
-/// and configurations 3–6 follow within ~70 ms; n4 leads region 3 from 3
-/// on, and n2 joins it as a new replica. n2's data recovery from n4
-/// finishes before n4's lock recovery of region 3 has found T302 (and T302
-/// is not decided in 3–5), so n2 is marked ready without T302's record.
-/// Promoted to region 3's primary in configuration 6 (n4 removed), n2
-/// votes unknown for T302, and recovery aborts a transaction the client
-/// was told committed. (Meridian folds FaRM's REPLICATE-TX-STATE, §5.3
-/// step 5, into COMMIT-RECOVERY, so an undecided transaction's record
-/// never reaches a new replica.) Tried on 2026-11-27: a primary that
-/// copies a region only after its lock recovery and reports the copy
-/// complete only when no recovering transaction holds locks there fixes
-/// this seed, but left whole-cluster-restart seeds 1259, 2784 and 2932
-/// stuck; not landed. Next: replicate the records of recovering
-/// transactions to new replicas at lock recovery, as FaRM's step 5 does.
-/// Run with `cargo test --release -p meridian-sim -- --ignored`.
+/// Safety, fixed 2026-11-27: a committed insert vanished. T302 (client 5)
+/// committed in configuration 2, writing regions 3 and 5; region 3's backup
+/// n4 held its COMMIT-BACKUP record. n4 led region 3 from configuration 3
+/// on, and n2 joined it as a new replica whose data recovery from n4
+/// finished before n4's lock recovery had found T302. Marked ready without
+/// T302's record and promoted once n4 was removed, n2 voted unknown, and
+/// recovery aborted a transaction the client was told committed. Fixed by
+/// FaRM §5.3 step 5 (REPLICATE-TX-STATE: after lock recovery the primary
+/// sends the replicas without a recovering transaction's record the
+/// region's record and evidence) and by serving a new replica's FETCH only
+/// after lock recovery and step 5 reached it. (The run now ends with the
+/// region lost: n4 goes before n2 is filled, beyond the fault model.)
 #[test]
-#[ignore = "open safety failure, pre-existing (docs/performance.md)"]
 fn swarm_seed_3935_loses_no_committed_write() {
     run_and_check(SimConfig::swarm(3935)).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Open liveness failure, pre-existing (found 2026-11-27 with seeds
-/// 3000–3999): with the read lock wait on (5 ms) and the simulator's GC
-/// window of 5 ms, reads that wait for a lock held through a recovery come
-/// back `TooOld` (GC passed their `read_ts` while they waited), and the
-/// run makes 42 commits against 1343 aborts in 3 s, ending by the time
-/// limit. It passes with the wait off. Keeping the versions held reads
-/// need (GC safe point at most the oldest held `read_ts`) made it pass,
-/// but made swarm seed 278 fail the checker (a row that recovery had
-/// committed read as absent later; not yet understood), so that change
-/// was not landed. (3234 also passes with the 3935 experiment, by a
-/// shifted schedule.)
+/// Liveness, found 2026-11-27 with seeds 3000–3999: with the read lock
+/// wait on (5 ms) and the simulator's GC window of 5 ms, reads that waited
+/// for a lock held through a recovery came back `TooOld` and the run made
+/// 42 commits against 1343 aborts. It finishes since the recovery fixes of
+/// that day (shorter recoveries), but the cause is not removed: a read
+/// that waits for a lock longer than the GC window still aborts TooOld.
 #[test]
-#[ignore = "open liveness failure, pre-existing (docs/performance.md)"]
 fn swarm_seed_3234_finishes() {
     let r = run_and_check(SimConfig::swarm(3234)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
@@ -827,26 +821,44 @@ fn swarm_seed_3234_finishes() {
     );
 }
 
-/// Open failures among swarm seeds 4000–4999 (first run 2026-11-27, read
-/// lock wait on), none diagnosed yet:
-/// - 4284 (bank audit 764 instead of 800; G-single with a promoted
-///   unknown-outcome transaction; crash-node, crash-client, partitions) and
-///   4639 (G-single-realtime among aborted transactions; crash-node,
-///   pause-node, wide drift) fail the same way on `main` as of the start
-///   of that day;
-/// - 4779 (bank audit 828 instead of 800; disk, whole-cluster crash)
-///   passed there and fails since the client's `Core::release` change,
-///   which ends waits that come due during a stalled call at once and so
-///   shifts this seed's schedule (ending a wait after its deadline cannot
-///   by itself break safety, so a latent bug is the likelier cause);
-/// - 4033 ends stuck on both; 4422 and 4899 (disk) end stuck since the
-///   same change.
-///
-/// Run with `cargo test --release -p meridian-sim -- --ignored`.
+/// Safety, fixed 2026-11-27 (found with swarm seeds 4000–4999):
+/// - 4284 (bank total 764) and 4779 (bank total 828; disk, whole-cluster
+///   crash): a primary that had no record of a recovering transaction (its
+///   LOCK lost in a restart, or it was promoted without the COMMIT-BACKUP)
+///   held the transaction's keys in two regions from other replicas'
+///   reports. COMMIT-RECOVERY for one region released the holds of both,
+///   so a read of the other region's key saw the old balance before that
+///   region's COMMIT-RECOVERY installed the write below the reader's
+///   `read_ts`, and the reader's transfer committed over it. Now a
+///   COMMIT-RECOVERY releases only the holds of regions whose writes it put
+///   in place, and lock recovery holds a region's keys unless that region's
+///   writes are in place (`Participant::commit_recovery`, `recover_locks`).
+/// - 4639 (G-single-realtime): a backup promoted by a configuration that
+///   never committed (no lock recovery ran) was unblocked by the next
+///   configuration, which kept the placement and its LastReplicaChange, and
+///   served a read from its old copy, missing a committed write. Now a
+///   region stays blocked until its lock recovery (`Participant::reconfigure`).
+/// - 3691 (a committed row read as absent), seen only with the step-5
+///   change alone, passes with these.
 #[test]
-#[ignore = "open failures, not diagnosed (docs/performance.md)"]
-fn swarm_seeds_4000_to_4999_open_failures() {
-    for seed in [4284, 4639, 4779, 4033, 4422, 4899] {
+fn swarm_seeds_4284_4779_4639_3691_keep_committed_writes() {
+    for seed in [4284, 4779, 4639, 3691] {
+        run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Liveness, fixed 2026-11-27: swarm seed 2802 (disk, whole-cluster crash)
+/// stuck once data recovery waited for lock recovery. n2 and n3 finished
+/// filling regions and reported ready, the CM recorded them complete, and
+/// the whole cluster crashed; restored in the configuration that listed
+/// them as filling, they refused every later NEW-CONFIG (it gave them
+/// complete replicas they did not have "when restored"). The participant
+/// now journals a finished fill (`Participant::mark_filled`), which counts
+/// as a complete replica. 4422 and 4899 (stuck since the client's
+/// `Core::release` change) and 4992 finish too.
+#[test]
+fn swarm_seeds_2802_4422_4899_4992_finish() {
+    for seed in [2802, 4422, 4899, 4992] {
         let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             r.region_lost || !r.timed_out,
@@ -855,4 +867,19 @@ fn swarm_seeds_4000_to_4999_open_failures() {
             r.stuck.join("\n")
         );
     }
+}
+
+/// Open liveness failure (found 2026-11-27): swarm seed 4033 ends stuck.
+/// Not diagnosed yet. Run with `cargo test --release -p meridian-sim --
+/// --ignored`.
+#[test]
+#[ignore = "open liveness failure, not diagnosed (docs/performance.md)"]
+fn swarm_seed_4033_finishes() {
+    let r = run_and_check(SimConfig::swarm(4033)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        r.region_lost || !r.timed_out,
+        "seed 4033 ({}): stuck:\n{}",
+        r.faults.describe(),
+        r.stuck.join("\n")
+    );
 }

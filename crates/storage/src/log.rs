@@ -10,10 +10,13 @@
 //! records with `Conflict::Overloaded` (FaRM reserves log space before
 //! commit for the same reason, §4 "log reservations").
 //!
-//! Recovery (FaRM §5.3) will read these records to find recovering
-//! transactions; that is why they carry the full LOCK payload.
+//! Recovery (FaRM §5.3) reads these records to find recovering
+//! transactions; that is why they carry the full LOCK payload. A replica
+//! that lacked a recovering transaction's record receives it from the
+//! region's primary (REPLICATE-TX-STATE, FaRM §5.3 step 5) and keeps it,
+//! with the evidence the region had for it, until the decision.
 
-use meridian_wire::{LockRecord, Timestamp, TxId};
+use meridian_wire::{Evidence, LockRecord, Timestamp, TxId};
 use std::collections::BTreeMap;
 
 /// State of a LOCK record at a primary.
@@ -32,12 +35,19 @@ pub struct TxLog {
     pub primary: BTreeMap<TxId, (LockRecord, LockState)>,
     /// COMMIT-BACKUP records at this node as backup, with `write_ts`.
     pub backup: BTreeMap<TxId, (LockRecord, Timestamp)>,
+    /// Records of recovering transactions replicated to this node by a
+    /// region's primary (FaRM §5.3 step 5, REPLICATE-TX-STATE): the
+    /// record (writes in the regions replicated here), the strongest
+    /// evidence the region had (`CommitPrimary`, `CommitBackup` or
+    /// `Lock`), and `write_ts` if known.
+    #[serde(default)]
+    pub replicated: BTreeMap<TxId, (LockRecord, Evidence, Option<Timestamp>)>,
 }
 
 impl TxLog {
-    /// Records held (both kinds).
+    /// Records held (all kinds).
     pub fn len(&self) -> usize {
-        self.primary.len() + self.backup.len()
+        self.primary.len() + self.backup.len() + self.replicated.len()
     }
 
     /// True if empty.

@@ -91,6 +91,15 @@ pub struct Participant {
     /// Transactions committed here by COMMIT-RECOVERY and not yet
     /// truncated, with their `write_ts` (their evidence is commit-primary).
     recovered: BTreeMap<TxId, Timestamp>,
+    /// (transaction, region) pairs whose writes COMMIT-RECOVERY put in
+    /// place here: until a region's pair is here, that region's recovery
+    /// holds stay (swarm seed 4779).
+    recovered_regions: std::collections::BTreeSet<(TxId, RegionId)>,
+    /// Regions this node was filling (FaRM §5.4) and finished filling under
+    /// the configuration it holds ([`Participant::mark_filled`]). Durable,
+    /// so that a node restored from disk knows its copy was complete when
+    /// a later configuration lists it so (swarm seed 2802).
+    filled: std::collections::BTreeSet<RegionId>,
     stats: ParticipantStats,
     /// The configuration last applied ([`Participant::reconfigure`]), kept
     /// for checkpoints.
@@ -162,6 +171,13 @@ pub enum Mutation {
     },
     /// [`Participant::truncate_recovery`].
     TruncateRecovery(TxId),
+    /// [`Participant::replicate_tx_state`].
+    ReplicateTxState {
+        /// Region.
+        region: RegionId,
+        /// The record, with the evidence and `write_ts` to keep.
+        tx: meridian_wire::RecoveringTx,
+    },
     /// [`Participant::merge_copies`].
     MergeCopies {
         /// Region.
@@ -171,6 +187,8 @@ pub enum Mutation {
     },
     /// [`Participant::gc`].
     Gc(Timestamp),
+    /// [`Participant::mark_filled`].
+    Filled(RegionId),
 }
 
 /// Errors of checkpoints and their restoration.
@@ -217,6 +235,10 @@ pub struct ParticipantSnapshot {
     recovery_held: BTreeMap<(TxId, RegionId), Vec<meridian_wire::Key>>,
     recovered: BTreeMap<TxId, Timestamp>,
     journaled_gc: Timestamp,
+    #[serde(default)]
+    recovered_regions: std::collections::BTreeSet<(TxId, RegionId)>,
+    #[serde(default)]
+    filled: std::collections::BTreeSet<RegionId>,
 }
 
 /// Shapes only: the state itself may be gigabytes.
@@ -307,6 +329,8 @@ impl Participant {
             recovery_held: self.recovery_held.clone(),
             recovered: self.recovered.clone(),
             journaled_gc: self.journaled_gc,
+            recovered_regions: self.recovered_regions.clone(),
+            filled: self.filled.clone(),
         })
     }
 
@@ -359,6 +383,8 @@ impl Participant {
                     blocked: c.blocked,
                     recovery_held: c.recovery_held,
                     recovered: c.recovered,
+                    filled: c.filled,
+                    recovered_regions: c.recovered_regions,
                     stats: ParticipantStats::default(),
                     config,
                     journal: None,
@@ -420,12 +446,20 @@ impl Participant {
                 self.truncate_recovery(*tx);
                 Ok(())
             }
+            Mutation::ReplicateTxState { region, tx } => {
+                self.replicate_tx_state(*region, tx);
+                Ok(())
+            }
             Mutation::MergeCopies { region, objects } => {
                 self.merge_copies(*region, objects);
                 Ok(())
             }
             Mutation::Gc(sp) => {
                 self.gc(*sp);
+                Ok(())
+            }
+            Mutation::Filled(region) => {
+                self.mark_filled(*region);
                 Ok(())
             }
         };
@@ -448,6 +482,8 @@ impl Participant {
             && self.blocked == other.blocked
             && self.recovery_held == other.recovery_held
             && self.recovered == other.recovered
+            && self.filled == other.filled
+            && self.recovered_regions == other.recovered_regions
     }
 
     /// The participant of `node` under configuration `cfg`, holding empty
@@ -480,6 +516,8 @@ impl Participant {
             blocked: Default::default(),
             recovery_held: BTreeMap::new(),
             recovered: BTreeMap::new(),
+            filled: Default::default(),
+            recovered_regions: Default::default(),
             stats: ParticipantStats::default(),
             config: cfg.clone(),
             journal: None,
@@ -514,7 +552,12 @@ impl Participant {
         self.config = cfg.clone();
         let map = Arc::new(RegionMap::new(cfg));
         let (mut primary_for, mut backup_for, mut added) = (Vec::new(), Vec::new(), Vec::new());
-        self.blocked.clear();
+        // A region still blocked here never had its lock recovery: the
+        // configuration that blocked it never committed at this node
+        // (swarm seed 4639: promoted in 2, which never committed, and kept
+        // with LastReplicaChange 2 by 3, it served reads before recovery).
+        // (A restored participant's blocks are the restore rule's.)
+        let unrecovered = std::mem::take(&mut self.blocked);
         for r in map.regions() {
             let is_primary = r.primary == self.node;
             if is_primary {
@@ -522,6 +565,7 @@ impl Participant {
                 if (self.restored && !self.broken_restore_forgotten)
                     || r.last_replica_change == cfg.id()
                     || r.last_replica_change > previous
+                    || (!self.restored && unrecovered.contains(&r.id))
                 {
                     self.blocked.insert(r.id);
                 }
@@ -548,6 +592,7 @@ impl Participant {
                 // experimental commit protocol that shifted its timing).
                 let id = r.id;
                 self.recovery_held.retain(|(_, region), _| *region != id);
+                self.filled.remove(&id);
                 added.push(r.id);
             } else if is_primary && self.backup_for.contains(&r.id) {
                 if let Some(s) = self.stores.get_mut(&r.id) {
@@ -558,10 +603,12 @@ impl Participant {
         let held: std::collections::BTreeSet<RegionId> =
             primary_for.iter().chain(&backup_for).copied().collect();
         self.stores.retain(|r, _| held.contains(r));
+        self.filled.retain(|r| held.contains(r));
         let needed =
             |rec: &meridian_wire::LockRecord| rec.writes.iter().any(|w| held.contains(&w.region));
         self.log.primary.retain(|_, (rec, _)| needed(rec));
         self.log.backup.retain(|_, (rec, _)| needed(rec));
+        self.log.replicated.retain(|_, (rec, _, _)| needed(rec));
         self.recovery_held.retain(|(_, r), _| held.contains(r));
         self.map = map;
         self.limits = cfg.limits.clone();
@@ -616,7 +663,12 @@ impl Participant {
             .backup
             .iter()
             .map(|(tx, (rec, w))| (tx, rec, Some(*w)));
-        for (tx, rec, wts) in primary.chain(backup) {
+        let replicated = self
+            .log
+            .replicated
+            .iter()
+            .map(|(tx, (rec, _, w))| (tx, rec, *w));
+        for (tx, rec, wts) in primary.chain(backup).chain(replicated) {
             if tx.config >= config || !rec.writes.iter().any(|w| w.region == region) {
                 continue;
             }
@@ -639,8 +691,12 @@ impl Participant {
             region,
             txs: txs.to_vec(),
         });
-        let (recovered, finished) = (&self.recovered, &self.finished);
-        let known = |tx: &TxId| recovered.contains_key(tx) || finished.contains_key(tx);
+        // Decided in this region here already: COMMIT-RECOVERY put the
+        // region's writes in place, or the transaction finished. A commit
+        // applied in another region only does not count: this region's
+        // writes are not in place yet (swarm seed 4779).
+        let (recovered, finished) = (&self.recovered_regions, &self.finished);
+        let known = |tx: &TxId| recovered.contains(&(*tx, region)) || finished.contains_key(tx);
         if let Some(store) = self.stores.get_mut(&region) {
             for t in txs {
                 if known(&t.record.tx) {
@@ -670,6 +726,12 @@ impl Participant {
     /// aborted, or truncated.
     pub fn outcome_known(&self, tx: TxId) -> bool {
         self.recovered.contains_key(&tx) || self.finished.contains_key(&tx)
+    }
+
+    /// True once `tx` is decided in `region` here: COMMIT-RECOVERY put the
+    /// region's writes in place, or it aborted or was truncated.
+    pub fn decided_in(&self, tx: TxId, region: RegionId) -> bool {
+        self.recovered_regions.contains(&(tx, region)) || self.finished.contains_key(&tx)
     }
 
     /// FaRM §5.3 step 7: COMMIT-RECOVERY of `record` (writes in `region`)
@@ -727,13 +789,37 @@ impl Participant {
         if let Some((rec, _)) = self.log.backup.get(&tx) {
             writes.extend(rec.writes.iter().cloned());
         }
+        if let Some((rec, _, _)) = self.log.replicated.remove(&tx) {
+            writes.extend(rec.writes);
+        }
+        let mut applied: std::collections::BTreeSet<RegionId> = [region].into_iter().collect();
+        if let Some((rec, LockState::Committed(_))) = self.log.primary.get(&tx) {
+            applied.extend(rec.writes.iter().map(|w| w.region));
+        }
         for w in &writes {
+            applied.insert(w.region);
             if let Some(store) = self.stores.get_mut(&w.region) {
                 store.apply_backup(&w.key, write_ts, w.value.clone());
                 store.recovery_unlock(tx, &w.key);
             }
         }
-        self.release_recovery_holds(tx);
+        // Release only the holds of regions whose writes are in place now:
+        // a hold lock recovery took from another replica's report for a
+        // region whose writes this node does not know (its own LOCK record
+        // was lost in a restart) stays until that region's COMMIT-RECOVERY
+        // (swarm seed 4779: the hold on the debited key went with the
+        // credited region's decision, a transfer read the old balance and
+        // committed over the debit).
+        for r in &applied {
+            if let Some(keys) = self.recovery_held.remove(&(tx, *r)) {
+                if let Some(store) = self.stores.get_mut(r) {
+                    for k in &keys {
+                        store.recovery_unlock(tx, k);
+                    }
+                }
+            }
+            self.recovered_regions.insert((tx, *r));
+        }
         if let Some((_, st)) = self.log.primary.get_mut(&tx) {
             *st = LockState::Committed(write_ts);
         }
@@ -758,6 +844,7 @@ impl Participant {
         self.release_recovery_holds(tx);
         self.abort(tx);
         self.log.backup.remove(&tx);
+        self.log.replicated.remove(&tx);
     }
 
     fn release_recovery_holds(&mut self, tx: TxId) {
@@ -784,7 +871,78 @@ impl Participant {
             return;
         }
         self.recovered.remove(&tx);
+        let done: Vec<(TxId, RegionId)> = self
+            .recovered_regions
+            .range((tx, RegionId(0))..=(tx, RegionId(u32::MAX)))
+            .copied()
+            .collect();
+        for k in done {
+            self.recovered_regions.remove(&k);
+        }
         self.truncate(&[tx]);
+    }
+
+    /// FaRM §5.3 step 5, at a replica of `region` that reported no record
+    /// of `t.record.tx`: keep the record the region's primary replicated,
+    /// with the evidence the region had (`t.evidence`: `CommitPrimary`,
+    /// `CommitBackup` or `Lock`; others are ignored) and `t.write_ts`, until
+    /// the decision. A new replica thus votes in later configurations as
+    /// the region's old replicas would have (swarm seed 3935: without it,
+    /// a promoted new replica voted unknown and recovery aborted a
+    /// committed transaction). Idempotent; a no-op if this node already
+    /// holds a record of the transaction or knows its outcome.
+    pub fn replicate_tx_state(&mut self, region: RegionId, t: &meridian_wire::RecoveringTx) {
+        use meridian_wire::Evidence;
+        let tx = t.record.tx;
+        if !matches!(
+            t.evidence,
+            Evidence::CommitPrimary | Evidence::CommitBackup | Evidence::Lock
+        ) || self.outcome_known(tx)
+            || self.is_finished(tx)
+            || !self.stores.contains_key(&region)
+        {
+            return;
+        }
+        let mine = |rec: &meridian_wire::LockRecord| rec.writes.iter().any(|w| w.region == region);
+        if self.log.primary.get(&tx).is_some_and(|(r, _)| mine(r))
+            || self.log.backup.get(&tx).is_some_and(|(r, _)| mine(r))
+        {
+            return;
+        }
+        self.journal(|| Mutation::ReplicateTxState {
+            region,
+            tx: t.clone(),
+        });
+        let writes: Vec<meridian_wire::WriteOp> = t
+            .record
+            .writes
+            .iter()
+            .filter(|w| w.region == region)
+            .cloned()
+            .collect();
+        let e = self.log.replicated.entry(tx).or_insert_with(|| {
+            (
+                meridian_wire::LockRecord {
+                    writes: Vec::new(),
+                    ..t.record.clone()
+                },
+                t.evidence,
+                None,
+            )
+        });
+        for w in writes {
+            if !e
+                .0
+                .writes
+                .iter()
+                .any(|x| x.region == w.region && x.key == w.key)
+            {
+                e.0.writes.push(w);
+            }
+        }
+        // Evidence orders strongest first.
+        e.1 = e.1.min(t.evidence);
+        e.2 = e.2.or(t.write_ts);
     }
 
     /// The primary's own vote-relevant evidence when asked for a vote on a
@@ -822,6 +980,25 @@ impl Participant {
                 s.merge_copy(o);
             }
         }
+    }
+
+    /// FaRM §5.4, new replica: data recovery of `region` finished here (the
+    /// last chunk merged). Journaled: a node restored from disk in a
+    /// configuration that lists it as filling `region` knows from this that
+    /// its copy was complete before the crash, as a later configuration
+    /// (whose CM heard its REPLICA-READY) may record.
+    pub fn mark_filled(&mut self, region: RegionId) {
+        if !self.stores.contains_key(&region) || self.filled.contains(&region) {
+            return;
+        }
+        self.journal(|| Mutation::Filled(region));
+        self.filled.insert(region);
+    }
+
+    /// True if this node finished filling `region` under the configuration
+    /// it holds ([`Participant::mark_filled`]).
+    pub fn is_filled(&self, region: RegionId) -> bool {
+        self.filled.contains(&region)
     }
 
     /// The participant of `node` holding no replicas: every request for a
@@ -1059,6 +1236,11 @@ impl Participant {
                 return Evidence::CommitBackup;
             }
         }
+        if let Some((rec, e, _)) = self.log.replicated.get(&tx) {
+            if touches(rec) {
+                return *e;
+            }
+        }
         match self.finished.get(&tx) {
             Some(Finish::Aborted) => Evidence::Aborted,
             Some(Finish::Truncated) => Evidence::Truncated,
@@ -1277,6 +1459,13 @@ impl Participant {
             if let Some((rec, wts)) = self.log.backup.remove(tx) {
                 self.apply_backup(&rec, wts);
             }
+            // Only committed transactions are truncated: a replicated
+            // record is applied like a COMMIT-BACKUP record, if its
+            // `write_ts` is known (else the primaries installed it, and
+            // data recovery brings it).
+            if let Some((rec, _, Some(wts))) = self.log.replicated.remove(tx) {
+                self.apply_backup(&rec, wts);
+            }
         }
     }
 
@@ -1298,6 +1487,7 @@ impl Participant {
             .backup
             .values()
             .map(|(_, wts)| *wts)
+            .chain(self.log.replicated.values().filter_map(|(_, _, w)| *w))
             .min()
             .map_or(safe_point, |w| Timestamp(w.0.saturating_sub(1)));
         let safe_point = safe_point.min(oldest_pending);
@@ -1450,6 +1640,54 @@ mod tests {
         broken.set_broken_restore_forgotten(true);
         broken.reconfigure(&renewed);
         assert!(broken.blocked_regions().is_empty());
+    }
+
+    /// A backup promoted to primary by a configuration that never
+    /// committed (so no lock recovery ran) stays blocked in the next
+    /// configuration even when that one keeps the placement and its
+    /// LastReplicaChange (swarm seed 4639: region 2 promoted at node 3 in
+    /// config 2, which never committed; config 3 kept it with
+    /// LastReplicaChange 2 and node 3 served a read from its old copy,
+    /// missing a committed transaction's COMMIT-BACKUP write).
+    #[test]
+    fn a_promotion_that_never_committed_stays_blocked_until_lock_recovery() {
+        let one = two_nodes();
+        let node = NodeId(1);
+        let mut p = Participant::new(node, &one);
+        let r = one
+            .regions()
+            .iter()
+            .find(|i| i.primary == NodeId(0) && i.backups.contains(&node))
+            .expect("a region node 1 backs up")
+            .id;
+        let key: Vec<u8> = (0u8..=255)
+            .map(|k| vec![k, 7])
+            .find(|k| p.region_of(k) == r)
+            .expect("a key of the region");
+        // Config 2 promotes node 1 (it never commits: no recover_locks).
+        let mut two = one.renewed();
+        let id = two.id();
+        let info = two.placement.iter_mut().find(|i| i.id == r).unwrap();
+        info.primary = node;
+        info.backups = vec![NodeId(0)];
+        info.last_primary_change = id;
+        info.last_replica_change = id;
+        p.reconfigure(&two);
+        assert!(p.blocked_regions().contains(&r));
+        // Config 3 keeps the placement (LastReplicaChange stays 2).
+        let three = two.renewed();
+        p.reconfigure(&three);
+        assert!(
+            p.blocked_regions().contains(&r),
+            "unblocked without lock recovery"
+        );
+        assert_eq!(
+            p.read(r, &key, Timestamp(100)),
+            TxnResponse::Read(Err(Conflict::Unavailable))
+        );
+        p.check_invariants();
+        p.recover_locks(r, &[]);
+        assert!(!p.blocked_regions().contains(&r));
     }
 
     /// Recovery holds live in a region's store: a configuration that
@@ -2055,6 +2293,105 @@ mod tests {
             matches!(store.read(key, Timestamp(20)), Ok(Some(_))),
             "the committed write is readable, not held"
         );
+        p.check_invariants();
+    }
+
+    /// A primary of two regions (keys `ka` in `ra`, `kb` in `rb`; `kb` has
+    /// version 5) and tx 2's record writing both at read_ts 6: the
+    /// participant, the keys, the regions, and the record restricted to a
+    /// region (for seed 4779's tests).
+    #[allow(clippy::type_complexity)]
+    fn two_region_recovery() -> (
+        Participant,
+        (&'static [u8], &'static [u8]),
+        (RegionId, RegionId),
+        impl Fn(RegionId) -> LockRecord,
+    ) {
+        let mut p = Participant::new(NodeId(0), &cfg());
+        let (ka, kb): (&'static [u8], &'static [u8]) = (&[1], &[200]);
+        let (ra, rb) = (p.region_of(ka), p.region_of(kb));
+        assert_ne!(ra, rb);
+        let old = record(&p, tx(1), 1, &[kb]);
+        commit_at_primary(&mut p, old, 5);
+        let rec = record(&p, tx(2), 6, &[ka, kb]);
+        let only = move |r: RegionId| LockRecord {
+            writes: rec
+                .writes
+                .iter()
+                .filter(|w| w.region == r)
+                .cloned()
+                .collect(),
+            ..rec.clone()
+        };
+        (p, (ka, kb), (ra, rb), only)
+    }
+
+    /// Swarm seed 4779: a restored primary of two regions lost its LOCK
+    /// record of a transaction; lock recovery held the transaction's keys
+    /// in both regions from a backup's report. COMMIT-RECOVERY for the first
+    /// region must not release the hold on the second region's key before
+    /// that key's write is applied (its own COMMIT-RECOVERY), or a read at
+    /// a later read_ts sees the old version and a new writer commits over it.
+    #[test]
+    fn commit_recovery_of_one_region_keeps_the_holds_of_another() {
+        let (mut p, (_, kb), (ra, rb), only) = two_region_recovery();
+        for r in [ra, rb] {
+            p.recover_locks(
+                r,
+                &[meridian_wire::RecoveringTx {
+                    record: only(r),
+                    evidence: meridian_wire::Evidence::CommitBackup,
+                    write_ts: Some(Timestamp(10)),
+                }],
+            );
+        }
+        assert_eq!(
+            p.read(rb, kb, Timestamp(20)),
+            TxnResponse::Read(Err(Conflict::Locked))
+        );
+        p.commit_recovery(ra, &only(ra), Timestamp(10));
+        assert_eq!(
+            p.read(rb, kb, Timestamp(20)),
+            TxnResponse::Read(Err(Conflict::Locked)),
+            "kb released before its write was applied"
+        );
+        p.commit_recovery(rb, &only(rb), Timestamp(10));
+        assert!(matches!(
+            p.read(rb, kb, Timestamp(20)),
+            TxnResponse::Read(Ok(Some(meridian_wire::Versioned {
+                version: Timestamp(10),
+                ..
+            })))
+        ));
+    }
+
+    /// Seed 4779, the other order: COMMIT-RECOVERY for region A reaches a
+    /// primary that lost its record before region B's lock recovery ends;
+    /// B's lock recovery must still hold B's key until B's COMMIT-RECOVERY.
+    #[test]
+    fn lock_recovery_after_another_regions_decision_still_holds() {
+        let (mut p, (_, kb), (ra, rb), only) = two_region_recovery();
+        let rt = |r: RegionId| meridian_wire::RecoveringTx {
+            record: only(r),
+            evidence: meridian_wire::Evidence::CommitBackup,
+            write_ts: Some(Timestamp(10)),
+        };
+        p.recover_locks(ra, &[rt(ra)]);
+        p.commit_recovery(ra, &only(ra), Timestamp(10));
+        p.recover_locks(rb, &[rt(rb)]);
+        assert_eq!(
+            p.read(rb, kb, Timestamp(20)),
+            TxnResponse::Read(Err(Conflict::Locked)),
+            "kb served before its write was applied"
+        );
+        p.commit_recovery(rb, &only(rb), Timestamp(10));
+        assert!(matches!(
+            p.read(rb, kb, Timestamp(20)),
+            TxnResponse::Read(Ok(Some(meridian_wire::Versioned {
+                version: Timestamp(10),
+                ..
+            })))
+        ));
         p.check_invariants();
     }
 }

@@ -511,6 +511,34 @@ pub enum RecoveryMessage {
         /// The region.
         region: RegionId,
     },
+    /// Step 5 (REPLICATE-TX-STATE): after lock recovery, a region's
+    /// primary sends a replica that reported no record of a recovering
+    /// transaction the region's record of it, with the strongest evidence
+    /// the region had (`CommitPrimary`, `CommitBackup` or `Lock`) and
+    /// `write_ts` if known. Resent until acknowledged; the primary copies
+    /// the region to a new replica only after it acknowledged every such
+    /// record (FaRM starts data recovery after lock recovery, §5.4).
+    ReplicateTxState {
+        /// Configuration.
+        config: ConfigId,
+        /// The region.
+        region: RegionId,
+        /// The primary.
+        from: NodeId,
+        /// The record (writes in `region`), evidence and `write_ts`.
+        tx: RecoveringTx,
+    },
+    /// A replica stored a REPLICATE-TX-STATE record.
+    ReplicateTxStateAck {
+        /// Configuration.
+        config: ConfigId,
+        /// The region.
+        region: RegionId,
+        /// The transaction.
+        tx: TxId,
+        /// The replica.
+        from: NodeId,
+    },
     /// Step 6: a region's vote, from its primary to the transaction's
     /// recovery coordinator.
     Vote {
