@@ -556,6 +556,12 @@ pub struct NodeProcess {
     /// The highest configuration whose probe this node answered as empty
     /// (restarted without memory): it accepts only newer NEW-CONFIGs.
     probed_empty_in: ConfigId,
+    /// The newest configuration a read of the coordination service
+    /// returned that is newer than this node's (a restored node that hosts
+    /// no replica asks, see `renew_unapplied_proposal`).
+    service_read: Option<Box<Configuration>>,
+    /// When a restored node without a replica next reads the service, ns.
+    next_service_read_ns: u64,
     /// The clock was disabled when effects were last drained (the
     /// `ClockDisabled`/`ClockEnabled` events report its changes).
     clock_was_disabled: bool,
@@ -730,6 +736,8 @@ impl NodeProcess {
             takeover_bound_ns: 0,
             time_bound_asked_ns: 0,
             probed_empty_in: ConfigId(0),
+            service_read: None,
+            next_service_read_ns: 0,
             clock_was_disabled: false,
             proposal_sent_ns: 0,
             regions_active_reported: true,
@@ -882,6 +890,16 @@ impl NodeProcess {
                 CasOutput::Send { to, msg } => self.send_oneway(to, Request::Coord(msg)),
                 CasOutput::Done(result) => self.on_cas_result(now, result),
                 CasOutput::TimeBound { bound_ns, cm } => self.on_time_bound(now, bound_ns, cm),
+                CasOutput::Current(c) => {
+                    if c.id() > self.config.id()
+                        && self.service_read.as_ref().is_none_or(|s| s.id() < c.id())
+                    {
+                        self.service_read = Some(c);
+                    }
+                    if self.standing == Standing::Restarted && self.restored {
+                        self.renew_unapplied_proposal(now);
+                    }
+                }
             }
         }
     }
@@ -892,6 +910,7 @@ impl NodeProcess {
         match m {
             CoordMessage::Raft { .. }
             | CoordMessage::Cas { .. }
+            | CoordMessage::Read { .. }
             | CoordMessage::RaiseTimeBound { .. } => {
                 if let Some(s) = &mut self.service {
                     s.on_message(now, m);
@@ -1190,7 +1209,16 @@ impl NodeProcess {
     /// precise membership: no configuration after the restored one ran a
     /// transaction on those replicas without it).
     fn renew_unapplied_proposal(&mut self, now: u64) {
-        let Some(base) = self.service.as_ref().map(|s| s.current()) else {
+        // The service's configuration: the replica hosted here, else what
+        // a read of the service returned (a node without a replica never
+        // sees the register otherwise: swarm seed 4033, where n3's CAS of
+        // 2 won, its answer was lost, and n3 crashed and was restored).
+        let Some(base) = self
+            .service
+            .as_ref()
+            .map(|s| s.current().clone())
+            .or_else(|| self.service_read.as_deref().cloned())
+        else {
             return;
         };
         if base.cm() != self.id || base.id() <= self.config.id() || !self.reconfig.may_start() {
@@ -1200,7 +1228,6 @@ impl NodeProcess {
         if !complete_replicas(&next, self.id).is_subset(&self.restored_complete()) {
             return;
         }
-        let base = base.clone();
         self.reconfig.propose_over(now, &base, next);
         self.after_engines(now);
     }
@@ -2463,6 +2490,12 @@ impl NodeProcess {
         self.cas.tick(now, &self.config);
         self.after_cas(now);
         if self.standing == Standing::Restarted && self.restored {
+            if self.service.is_none() && !self.cas.is_external() && now >= self.next_service_read_ns
+            {
+                self.next_service_read_ns = now + self.lease_params.lease_ns;
+                self.cas.read(now);
+                self.after_cas(now);
+            }
             self.renew_unapplied_proposal(now);
         }
         if self.standing == Standing::Member {
@@ -2504,6 +2537,9 @@ impl NodeProcess {
         timers.extend(self.cas.next_wake_ns());
         if self.standing != Standing::Member {
             timers.push(self.next_join_ns);
+            if self.restored && self.service.is_none() {
+                timers.push(self.next_service_read_ns);
+            }
         } else {
             timers.push(self.lease.read(|r| match r {
                 LeaseRole::Member(c) => c.next_wake_ns(),
@@ -2918,6 +2954,71 @@ mod tests {
                 assert!(seen.insert(embedded_coordinator_id(NodeId(n), incarnation)));
             }
         }
+    }
+
+    /// Swarm seed 4033: n3 won the CAS of 2 (CM n3, members 2-4), its
+    /// answer was lost, and n3 crashed before applying 2. Restored in 1, it
+    /// hosts no coordination replica (the group is n0-n2), so it never saw
+    /// that the service names it the CM of 2; the old CM (removed by 2) and
+    /// the survivors (a minority of 1 without the restored, silent nodes)
+    /// could not replace it either. It must read the service and renew 2.
+    #[test]
+    fn a_restored_node_without_a_replica_renews_the_configuration_it_won() {
+        let c1 = Configuration::local(5, 7000, 3, 6, std::path::Path::new("/nonexistent"));
+        assert!(!c1.coordination_group().contains(&NodeId(3)));
+        let alive = [2, 3, 4].into_iter().map(NodeId).collect();
+        let c2 = c1.remap(&alive, NodeId(3)).unwrap();
+        let mut n3 = NodeProcess::restore(c1.clone(), NodeId(3), 2, None, &[]).unwrap();
+        n3.tick(1_000);
+        let read = n3.drain_effects().into_iter().find_map(|e| match e {
+            NodeEffect::Send {
+                to: Peer::Node(to),
+                frame:
+                    Frame::OneWay {
+                        req: Request::Coord(CoordMessage::Read { req, .. }),
+                        ..
+                    },
+            } => Some((to, req)),
+            _ => None,
+        });
+        let (to, req) = read.expect("a restored node without a replica reads the service");
+        let answer = CoordMessage::CasReply {
+            req,
+            swapped: false,
+            current_toml: c2.to_toml().unwrap(),
+            time_bound_ns: 0,
+            cm: NodeId(3),
+        };
+        n3.on_message(
+            2_000,
+            Peer::Node(to),
+            Frame::OneWay {
+                config: ConfigId(1),
+                truncate: Default::default(),
+                req: Request::Coord(answer),
+            },
+        );
+        let cas = n3.drain_effects().into_iter().find_map(|e| match e {
+            NodeEffect::Send {
+                frame:
+                    Frame::OneWay {
+                        req:
+                            Request::Coord(CoordMessage::Cas {
+                                expected,
+                                proposed_toml,
+                                ..
+                            }),
+                        ..
+                    },
+                ..
+            } => Some((expected, proposed_toml)),
+            _ => None,
+        });
+        let (expected, proposed) = cas.expect("it renews the stored configuration");
+        assert_eq!(expected, ConfigId(2));
+        let next = Configuration::from_toml(&proposed).unwrap();
+        assert_eq!((next.id(), next.cm()), (ConfigId(3), NodeId(3)));
+        assert_eq!(next.members(), c2.members());
     }
 
     #[test]

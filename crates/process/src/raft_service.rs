@@ -545,6 +545,10 @@ impl ServiceReplica {
                     self.propose(now, from, req, Command::RaiseTimeBound { from, req, to_ns });
                 }
             }
+            // Any replica answers from its applied state: every value it
+            // applied was committed, so stored (a stale one only delays
+            // the reader, who asks again).
+            CoordMessage::Read { from, req } => self.reply(from, req, false),
             // Answers go to CasClient, not here.
             CoordMessage::CasReply { .. }
             | CoordMessage::NotLeader { .. }
@@ -831,9 +835,21 @@ struct BoundRequest {
     tries: u32,
 }
 
+/// A read of the stored configuration in flight from this node.
+#[derive(Clone, Debug)]
+struct ReadRequest {
+    req: u64,
+    target: usize,
+    deadline_ns: u64,
+    tries: u32,
+}
+
 /// What [`CasClient`] asks of its node.
 #[derive(Clone, Debug, PartialEq)]
 pub enum CasOutput {
+    /// The answer to [`CasClient::read`]: a configuration the service
+    /// stored.
+    Current(Box<Configuration>),
     /// Send `msg` to group member `to`.
     Send {
         /// Destination.
@@ -865,6 +881,7 @@ pub struct CasClient {
     next_req: u64,
     pending: Option<(CasRequest, Configuration)>,
     bound: Option<BoundRequest>,
+    reading: Option<ReadRequest>,
     out: Vec<CasOutput>,
 }
 
@@ -879,6 +896,7 @@ impl CasClient {
             next_req: 1,
             pending: None,
             bound: None,
+            reading: None,
             out: Vec::new(),
         }
     }
@@ -952,6 +970,46 @@ impl CasClient {
         self.send_bound(now);
     }
 
+    /// Ask a replica for the configuration the service stores; answered
+    /// by [`CasOutput::Current`]. Any replica answers (no leader needed);
+    /// a read in flight is kept; one that goes unanswered is dropped after
+    /// the same number of tries as a CAS (the caller asks again).
+    pub fn read(&mut self, now: u64) {
+        if self.reading.is_some() || self.group.is_empty() {
+            return;
+        }
+        let target = self
+            .leader_hint
+            .and_then(|l| self.group.iter().position(|n| *n == l))
+            .unwrap_or(0);
+        let req = self.next_req;
+        self.next_req += 1;
+        self.reading = Some(ReadRequest {
+            req,
+            target,
+            deadline_ns: now,
+            tries: 0,
+        });
+        self.send_read(now);
+    }
+
+    fn send_read(&mut self, now: u64) {
+        let timeout = self.params.request_timeout_ns();
+        let Some(r) = &mut self.reading else {
+            return;
+        };
+        let Some(&to) = self.group.get(r.target) else {
+            return;
+        };
+        r.deadline_ns = now + timeout;
+        r.tries += 1;
+        let msg = CoordMessage::Read {
+            from: self.me,
+            req: r.req,
+        };
+        self.out.push(CasOutput::Send { to, msg });
+    }
+
     /// The bound a raise in flight asks for, global ns.
     pub fn raising_time_bound_to(&self) -> Option<u64> {
         self.bound.as_ref().map(|b| b.to_ns)
@@ -1005,6 +1063,21 @@ impl CasClient {
                 bound_ns: *time_bound_ns,
                 cm: *cm,
             });
+        }
+        if let (
+            Some(r),
+            CoordMessage::CasReply {
+                req, current_toml, ..
+            },
+        ) = (&self.reading, msg)
+        {
+            if *req == r.req {
+                self.reading = None;
+                if let Ok(c) = Configuration::from_toml(current_toml) {
+                    self.out.push(CasOutput::Current(Box::new(c)));
+                }
+                return;
+            }
         }
         if let Some(b) = &mut self.bound {
             match msg {
@@ -1104,6 +1177,16 @@ impl CasClient {
                 }
             }
         }
+        if let Some(r) = &mut self.reading {
+            if now >= r.deadline_ns {
+                if r.tries as usize >= tries {
+                    self.reading = None;
+                } else {
+                    r.target = (r.target + 1) % self.group.len().max(1);
+                    self.send_read(now);
+                }
+            }
+        }
         let Some((r, _)) = &mut self.pending else {
             return;
         };
@@ -1124,10 +1207,8 @@ impl CasClient {
     pub fn next_wake_ns(&self) -> Option<u64> {
         let cas = self.pending.as_ref().map(|(r, _)| r.deadline_ns);
         let bound = self.bound.as_ref().map(|b| b.deadline_ns);
-        match (cas, bound) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let read = self.reading.as_ref().map(|r| r.deadline_ns);
+        [cas, bound, read].into_iter().flatten().min()
     }
 
     /// Outputs so far, in order.
@@ -1153,6 +1234,7 @@ mod tests {
         disks: Vec<Option<Vec<u8>>>,
         done: Vec<Vec<Result<(), Box<Configuration>>>>,
         bounds: Vec<Vec<u64>>,
+        reads: Vec<Vec<ConfigId>>,
         now: u64,
     }
 
@@ -1175,6 +1257,7 @@ mod tests {
                 disks: vec![None; 3],
                 done: vec![Vec::new(); 3],
                 bounds: vec![Vec::new(); 3],
+                reads: vec![Vec::new(); 3],
                 now: 0,
             }
         }
@@ -1196,6 +1279,7 @@ mod tests {
                         }
                         CasOutput::Done(r) => self.done[i].push(r),
                         CasOutput::TimeBound { bound_ns, .. } => self.bounds[i].push(bound_ns),
+                        CasOutput::Current(c) => self.reads[i].push(c.id()),
                     }
                 }
             }
@@ -1219,6 +1303,7 @@ mod tests {
                     match msg {
                         CoordMessage::Raft { .. }
                         | CoordMessage::Cas { .. }
+                        | CoordMessage::Read { .. }
                         | CoordMessage::RaiseTimeBound { .. } => {
                             self.replicas[t].on_message(self.now, msg)
                         }
@@ -1274,6 +1359,26 @@ mod tests {
             );
             r.check_invariants();
         }
+    }
+
+    /// A read returns the stored configuration, from a follower too (the
+    /// group's replicas here; the node that reads in swarm seed 4033 hosts
+    /// none).
+    #[test]
+    fn a_read_returns_the_stored_configuration_from_any_replica() {
+        let mut net = Net::new();
+        net.run(40);
+        net.clients[1].start(net.now, ConfigId(1), successor(1));
+        net.run(20);
+        assert_eq!(net.done[1], vec![Ok(())]);
+        let leader = net.leader().unwrap();
+        let follower = (leader + 1) % 3;
+        // Point the reader at the follower: it answers without the leader.
+        net.clients[2].hint_leader(Some(NodeId(follower as u32)));
+        net.cut.insert(NodeId(leader as u32));
+        net.clients[2].read(net.now);
+        net.run(5);
+        assert_eq!(net.reads[2], vec![ConfigId(2)]);
     }
 
     #[test]

@@ -454,6 +454,17 @@ pub enum CoordMessage {
         /// The CM of the configuration stored with it (see `CasReply`).
         cm: NodeId,
     },
+    /// Tell `from` the configuration this replica has applied (a value
+    /// the service stored; possibly not the newest), answered by a
+    /// `CasReply` with `swapped: false`. A node restored from disk that
+    /// hosts no replica learns this way whether the service names it the
+    /// CM of a configuration it never applied.
+    Read {
+        /// The requesting node (the answer goes there).
+        from: NodeId,
+        /// The requester's number for this request.
+        req: u64,
+    },
     /// This replica is not the leader; try `leader` (if known).
     NotLeader {
         /// The request answered.
