@@ -746,7 +746,7 @@ fn restored_primaries_block_until_lock_recovery_swarm_seed_561() {
 /// REPLICATE-TX-STATE messages shift every later delivery) moved 561 off
 /// it; no seed of 0–8999 hit it then, and seeds 9528 and 10297 did,
 /// until the service read of seed 4033's fix shifted restart schedules
-/// again. The test asserts that the checker catches at least one of the
+/// again (a scan of seeds 9000–19999 with that fix found none). The test asserts that the checker catches at least one of the
 /// listed seeds and that the fixed rule passes them. Ignored while no
 /// listed seed hits the window (the participant's unit tests still check
 /// the restore rule and its broken variant).
