@@ -21,6 +21,19 @@ fn seeds(default: u64) -> Vec<u64> {
     (0..n).collect()
 }
 
+/// Runs `cfg` through the checker and asserts it finished (or lost a
+/// region, beyond the fault model) instead of ending by the time limit.
+fn assert_finishes(cfg: SimConfig) {
+    let seed = cfg.seed;
+    let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        r.region_lost || !r.timed_out,
+        "seed {seed} ({}): stuck:\n{}",
+        r.faults.describe(),
+        r.stuck.join("\n")
+    );
+}
+
 #[test]
 fn bank_seeds_pass_the_checker() {
     let mut committed = 0;
@@ -97,13 +110,7 @@ fn once_stuck_swarm_seeds_finish() {
             read_lock_wait_us: wait_us,
             ..SimConfig::swarm(seed)
         };
-        let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            r.region_lost || !r.timed_out,
-            "seed {seed} ({}): stuck:\n{}",
-            r.faults.describe(),
-            r.stuck.join("\n")
-        );
+        assert_finishes(cfg);
     }
 }
 
@@ -790,13 +797,7 @@ fn restored_primaries_serving_at_once_are_caught() {
 /// serializability (a lease to n2 the new CM did not outwait).
 #[test]
 fn swarm_seed_2562_finishes() {
-    let r = run_and_check(SimConfig::swarm(2562)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        r.region_lost || !r.timed_out,
-        "seed 2562 ({}): stuck:\n{}",
-        r.faults.describe(),
-        r.stuck.join("\n")
-    );
+    assert_finishes(SimConfig::swarm(2562));
 }
 
 /// Safety, fixed 2026-11-27: a committed insert vanished. T302 (client 5)
@@ -824,13 +825,7 @@ fn swarm_seed_3935_loses_no_committed_write() {
 /// that waits for a lock longer than the GC window still aborts TooOld.
 #[test]
 fn swarm_seed_3234_finishes() {
-    let r = run_and_check(SimConfig::swarm(3234)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        r.region_lost || !r.timed_out,
-        "seed 3234 ({}): stuck:\n{}",
-        r.faults.describe(),
-        r.stuck.join("\n")
-    );
+    assert_finishes(SimConfig::swarm(3234));
 }
 
 /// Safety, fixed 2026-11-27 (found with swarm seeds 4000–4999):
@@ -871,13 +866,7 @@ fn swarm_seeds_4284_4779_4639_3691_keep_committed_writes() {
 #[test]
 fn swarm_seeds_2802_4422_4899_4992_finish() {
     for seed in [2802, 4422, 4899, 4992] {
-        let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            r.region_lost || !r.timed_out,
-            "seed {seed} ({}): stuck:\n{}",
-            r.faults.describe(),
-            r.stuck.join("\n")
-        );
+        assert_finishes(SimConfig::swarm(seed));
     }
 }
 
@@ -891,11 +880,5 @@ fn swarm_seeds_2802_4422_4899_4992_finish() {
 /// configuration it won (`renew_unapplied_proposal`).
 #[test]
 fn swarm_seed_4033_finishes() {
-    let r = run_and_check(SimConfig::swarm(4033)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        r.region_lost || !r.timed_out,
-        "seed 4033 ({}): stuck:\n{}",
-        r.faults.describe(),
-        r.stuck.join("\n")
-    );
+    assert_finishes(SimConfig::swarm(4033));
 }
