@@ -825,23 +825,45 @@ struct CasRequest {
     tries: u32,
 }
 
-/// A time-bound raise in flight from this node.
+/// One request to the service in flight from this node (a time-bound
+/// raise or a read): its id, the group member it goes to (index), when it
+/// times out (ns), and how often it was sent.
 #[derive(Clone, Debug)]
-struct BoundRequest {
+struct Attempt {
     req: u64,
-    to_ns: u64,
     target: usize,
     deadline_ns: u64,
     tries: u32,
 }
 
-/// A read of the stored configuration in flight from this node.
+impl Attempt {
+    /// Count one more send at `now`: the destination, if `target` names one.
+    fn arm(&mut self, group: &[NodeId], now: u64, timeout_ns: u64) -> Option<NodeId> {
+        let to = *group.get(self.target)?;
+        self.deadline_ns = now + timeout_ns;
+        self.tries += 1;
+        Some(to)
+    }
+
+    /// At a tick: `None` while not timed out; `Some(false)` to give up
+    /// after `max_tries`; else `Some(true)` with the next member targeted.
+    fn timed_out(&mut self, now: u64, max_tries: usize, group_len: usize) -> Option<bool> {
+        if now < self.deadline_ns {
+            return None;
+        }
+        if self.tries as usize >= max_tries {
+            return Some(false);
+        }
+        self.target = (self.target + 1) % group_len.max(1);
+        Some(true)
+    }
+}
+
+/// A time-bound raise in flight from this node.
 #[derive(Clone, Debug)]
-struct ReadRequest {
-    req: u64,
-    target: usize,
-    deadline_ns: u64,
-    tries: u32,
+struct BoundRequest {
+    to_ns: u64,
+    at: Attempt,
 }
 
 /// What [`CasClient`] asks of its node.
@@ -881,7 +903,7 @@ pub struct CasClient {
     next_req: u64,
     pending: Option<(CasRequest, Configuration)>,
     bound: Option<BoundRequest>,
-    reading: Option<ReadRequest>,
+    reading: Option<Attempt>,
     out: Vec<CasOutput>,
 }
 
@@ -954,19 +976,8 @@ impl CasClient {
         if self.bound.as_ref().is_some_and(|b| b.to_ns >= to_ns) {
             return;
         }
-        let target = self
-            .leader_hint
-            .and_then(|l| self.group.iter().position(|n| *n == l))
-            .unwrap_or(0);
-        let req = self.next_req;
-        self.next_req += 1;
-        self.bound = Some(BoundRequest {
-            req,
-            to_ns,
-            target,
-            deadline_ns: now,
-            tries: 0,
-        });
+        let at = self.new_attempt(now);
+        self.bound = Some(BoundRequest { to_ns, at });
         self.send_bound(now);
     }
 
@@ -978,19 +989,25 @@ impl CasClient {
         if self.reading.is_some() || self.group.is_empty() {
             return;
         }
+        self.reading = Some(self.new_attempt(now));
+        self.send_read(now);
+    }
+
+    /// A new request id, aimed at the last known leader (else the first
+    /// member).
+    fn new_attempt(&mut self, now: u64) -> Attempt {
         let target = self
             .leader_hint
             .and_then(|l| self.group.iter().position(|n| *n == l))
             .unwrap_or(0);
         let req = self.next_req;
         self.next_req += 1;
-        self.reading = Some(ReadRequest {
+        Attempt {
             req,
             target,
             deadline_ns: now,
             tries: 0,
-        });
-        self.send_read(now);
+        }
     }
 
     fn send_read(&mut self, now: u64) {
@@ -998,11 +1015,9 @@ impl CasClient {
         let Some(r) = &mut self.reading else {
             return;
         };
-        let Some(&to) = self.group.get(r.target) else {
+        let Some(to) = r.arm(&self.group, now, timeout) else {
             return;
         };
-        r.deadline_ns = now + timeout;
-        r.tries += 1;
         let msg = CoordMessage::Read {
             from: self.me,
             req: r.req,
@@ -1020,14 +1035,12 @@ impl CasClient {
         let Some(b) = &mut self.bound else {
             return;
         };
-        let Some(&to) = self.group.get(b.target) else {
+        let Some(to) = b.at.arm(&self.group, now, timeout) else {
             return;
         };
-        b.deadline_ns = now + timeout;
-        b.tries += 1;
         let msg = CoordMessage::RaiseTimeBound {
             from: self.me,
-            req: b.req,
+            req: b.at.req,
             to_ns: b.to_ns,
         };
         self.out.push(CasOutput::Send { to, msg });
@@ -1081,8 +1094,8 @@ impl CasClient {
         }
         if let Some(b) = &mut self.bound {
             match msg {
-                CoordMessage::TimeBound { req, bound_ns, cm } if *req == b.req => {
-                    if let Some(l) = self.group.get(b.target) {
+                CoordMessage::TimeBound { req, bound_ns, cm } if *req == b.at.req => {
+                    if let Some(l) = self.group.get(b.at.target) {
                         self.leader_hint = Some(*l);
                     }
                     self.bound = None;
@@ -1092,17 +1105,17 @@ impl CasClient {
                     });
                     return;
                 }
-                CoordMessage::NotLeader { req, leader } if *req == b.req => {
+                CoordMessage::NotLeader { req, leader } if *req == b.at.req => {
                     let next = leader.and_then(|l| self.group.iter().position(|n| *n == l));
                     match next {
-                        Some(i) if i != b.target => {
-                            b.target = i;
+                        Some(i) if i != b.at.target => {
+                            b.at.target = i;
                             self.leader_hint = *leader;
                             self.send_bound(now);
                         }
                         _ => {
-                            b.target = (b.target + 1) % self.group.len().max(1);
-                            b.deadline_ns =
+                            b.at.target = (b.at.target + 1) % self.group.len().max(1);
+                            b.at.deadline_ns =
                                 now + self.params.heartbeat_ticks as u64 * self.params.tick_ns;
                         }
                     }
@@ -1167,25 +1180,24 @@ impl CasClient {
     /// Resend after a timeout, or give up (the reconfiguration starts over).
     pub fn tick(&mut self, now: u64, expected_config: &Configuration) {
         let tries = 4 * self.group.len().max(1);
-        if let Some(b) = &mut self.bound {
-            if now >= b.deadline_ns {
-                if b.tries as usize >= tries {
-                    self.bound = None;
-                } else {
-                    b.target = (b.target + 1) % self.group.len().max(1);
-                    self.send_bound(now);
-                }
-            }
+        let n = self.group.len();
+        match self
+            .bound
+            .as_mut()
+            .and_then(|b| b.at.timed_out(now, tries, n))
+        {
+            Some(true) => self.send_bound(now),
+            Some(false) => self.bound = None,
+            None => {}
         }
-        if let Some(r) = &mut self.reading {
-            if now >= r.deadline_ns {
-                if r.tries as usize >= tries {
-                    self.reading = None;
-                } else {
-                    r.target = (r.target + 1) % self.group.len().max(1);
-                    self.send_read(now);
-                }
-            }
+        match self
+            .reading
+            .as_mut()
+            .and_then(|r| r.timed_out(now, tries, n))
+        {
+            Some(true) => self.send_read(now),
+            Some(false) => self.reading = None,
+            None => {}
         }
         let Some((r, _)) = &mut self.pending else {
             return;
@@ -1206,7 +1218,7 @@ impl CasClient {
     /// When the pending request times out, ns.
     pub fn next_wake_ns(&self) -> Option<u64> {
         let cas = self.pending.as_ref().map(|(r, _)| r.deadline_ns);
-        let bound = self.bound.as_ref().map(|b| b.deadline_ns);
+        let bound = self.bound.as_ref().map(|b| b.at.deadline_ns);
         let read = self.reading.as_ref().map(|r| r.deadline_ns);
         [cas, bound, read].into_iter().flatten().min()
     }
