@@ -318,6 +318,30 @@ impl Core {
         self.with(|p, now| p.on_message(now, from, frame))
     }
 
+    /// Frames that arrived together from `from` (one read of a link), in
+    /// order, under one hold of the process: each is handled at a fresh
+    /// clock reading, as [`Core::on_message`] would, but the lock is taken
+    /// and the effects are carried out once for the batch, so the sends
+    /// they cause leave together. Drains `frames`.
+    pub fn on_messages(&self, from: NodeId, frames: &mut Vec<Frame>) {
+        match frames.len() {
+            0 => {}
+            1 => {
+                if let Some(f) = frames.pop() {
+                    self.on_message(from, f)
+                }
+            }
+            _ => self.with(|p, mut now| {
+                for (i, f) in frames.drain(..).enumerate() {
+                    if i > 0 {
+                        now = self.io.now_ns();
+                    }
+                    p.on_message(now, from, f);
+                }
+            }),
+        }
+    }
+
     /// The link to `node` broke.
     pub fn on_disconnect(&self, node: NodeId) {
         self.with(|p, now| p.on_disconnect(now, node))
