@@ -753,28 +753,21 @@ fn restored_primaries_block_until_lock_recovery_swarm_seed_561() {
 /// REPLICATE-TX-STATE messages shift every later delivery) moved 561 off
 /// it; no seed of 0–8999 hit it then, and seeds 9528 and 10297 did,
 /// until the service read of seed 4033's fix shifted restart schedules
-/// again (a scan of seeds 9000–19999 with that fix found none). The test asserts that the checker catches at least one of the
-/// listed seeds and that the fixed rule passes them. Ignored while no
-/// listed seed hits the window (the participant's unit tests still check
-/// the restore rule and its broken variant).
+/// again (a scan of seeds 9000–19999 with that fix found none). So the
+/// test no longer draws from the swarm: it runs the bank workload with a
+/// whole-cluster crash as the only fault ([`restore_config`]), where the
+/// window is reached without the other faults' noise, and asserts that
+/// the checker catches at least one of [`RESTORE_SEEDS`] and that the
+/// fixed rule passes every seed it catches. The participant's unit tests
+/// check the restore rule and its broken variant without a schedule.
 #[test]
-#[ignore = "no listed seed hits the window on the current code"]
 fn restored_primaries_serving_at_once_are_caught() {
     let mut caught = Vec::new();
-    for seed in [9528, 10297, 561] {
-        let cfg = SimConfig {
-            read_lock_wait_us: 5_000,
-            broken_restore_forgotten: true,
-            ..SimConfig::swarm(seed)
-        };
-        let report = Sim::new(cfg).run();
+    for seed in RESTORE_SEEDS {
+        let report = Sim::new(restore_config(seed, true)).run();
         let check = meridian_checker::check(&report.history);
         if !check.is_ok() {
-            let fixed = SimConfig {
-                read_lock_wait_us: 5_000,
-                ..SimConfig::swarm(seed)
-            };
-            run_and_check(fixed).unwrap_or_else(|e| panic!("{e}"));
+            run_and_check(restore_config(seed, false)).unwrap_or_else(|e| panic!("{e}"));
             caught.push(seed);
         }
     }
@@ -782,6 +775,33 @@ fn restored_primaries_serving_at_once_are_caught() {
         !caught.is_empty(),
         "the checker passed every history of a restored primary serving before lock recovery"
     );
+}
+
+/// Bank seeds whose only fault is a whole-cluster crash (disk
+/// durability) and whose crash falls in the window of
+/// [`restored_primaries_serving_at_once_are_caught`]: a primary restarted
+/// without a transfer's LOCK record (answered before its fsync) while a
+/// backup holds its COMMIT-BACKUP. Found by scanning seeds 0–1499 of
+/// [`restore_config`] with the broken rule on 2026-11-27 (third session):
+/// 417 and 1404 were caught, no other. A change of the message schedule
+/// can move them off the window (as it moved the swarm seeds 561, 9528 and
+/// 10297); scan again then (`meridian sim` does not take this fault mix,
+/// so change the seeds here and run the test).
+const RESTORE_SEEDS: [u64; 2] = [417, 1404];
+
+/// The bank workload with only a whole-cluster crash from disk, the read
+/// lock wait on, and the broken restore rule if `broken`.
+fn restore_config(seed: u64, broken: bool) -> SimConfig {
+    SimConfig {
+        read_lock_wait_us: 5_000,
+        broken_restore_forgotten: broken,
+        faults: Faults {
+            disk: true,
+            cluster_crash: true,
+            ..Faults::none()
+        },
+        ..SimConfig::bank(seed)
+    }
 }
 
 /// Swarm seed 2562, with the read lock wait on (the default), used to end
