@@ -1507,7 +1507,7 @@ impl Participant {
         for (region, store) in &self.stores {
             store.check_invariants();
             for (key, obj) in store.iter() {
-                if let Some(tx) = obj.lock {
+                if let Some(&tx) = obj.lock.as_deref() {
                     locks += 1;
                     let rec = self.log.primary.get(&tx);
                     assert!(
@@ -1550,11 +1550,11 @@ impl Participant {
             self.primary_for,
             self.stores
                 .iter()
-                .flat_map(|(r, s)| s.iter().filter_map(move |(k, o)| o.lock.map(|t| (
-                    *r,
-                    k.to_vec(),
-                    t
-                ))))
+                .flat_map(|(r, s)| s.iter().filter_map(move |(k, o)| o
+                    .lock
+                    .as_deref()
+                    .copied()
+                    .map(|t| (*r, k.to_vec(), t))))
                 .collect::<Vec<_>>()
         );
         assert!(
