@@ -2276,12 +2276,16 @@ impl Sim {
         // A reconfiguration the last client crash started may still be
         // recovering: let the nodes finish it (their ticks and messages
         // only, for at most a simulated second).
+        // A client that crashed near the end may also have left commit
+        // records its lease has not yet timed out on: the CM suspects it
+        // only when the lease expires, and the next configuration recovers
+        // (and truncates) its transactions (FaRM §5.3). Wait for that too.
         let until = lock(&self.world).now_ns.saturating_add(1_000_000_000);
         while self
             .nodes
             .iter()
             .filter_map(|n| n.process.as_ref())
-            .any(|p| p.recovering())
+            .any(|p| p.recovering() || (p.is_member() && p.participant().log_len() > 0))
         {
             let Some(Reverse((at, seq))) = self.queue.pop() else {
                 break;
@@ -2295,6 +2299,9 @@ impl Sim {
             if matches!(
                 ev,
                 Event::NodeTick(..)
+                    | Event::Fsync(..)
+                    | Event::CasReply(..)
+                    | Event::TimeBoundReply(..)
                     | Event::Deliver {
                         to: Addr::Node(_),
                         ..
