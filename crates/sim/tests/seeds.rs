@@ -795,12 +795,7 @@ fn restore_config(seed: u64, broken: bool) -> SimConfig {
     SimConfig {
         read_lock_wait_us: 5_000,
         broken_restore_forgotten: broken,
-        faults: Faults {
-            disk: true,
-            cluster_crash: true,
-            ..Faults::none()
-        },
-        ..SimConfig::bank(seed)
+        ..cluster_crash_bank(seed)
     }
 }
 
