@@ -129,6 +129,14 @@ pub struct Limits {
     /// primary serving before lock recovery, which the wait only exposed
     /// (fixed in `Participant::restore`; docs/performance.md).
     pub read_lock_wait_us: u64,
+    /// Disk durability: how long a log record that no reply waits for
+    /// may stay written but not fsynced, µs (default 5 000). Records a
+    /// reply depends on are fsynced as soon as it waits; the others (a
+    /// LOCK whose LOCK-REPLY went before its fsync, a backup's apply at
+    /// TRUNCATE) ride on the next such fsync, or on this timer when none
+    /// comes (issue 7: one fsync per record cost disk-mode TATP most of
+    /// its CPU).
+    pub log_idle_sync_us: u64,
 }
 
 impl Default for Limits {
@@ -164,6 +172,7 @@ impl Default for Limits {
             max_client_leases: 1 << 16,
             max_deferred_reads: 1 << 16,
             read_lock_wait_us: 5_000,
+            log_idle_sync_us: 5_000,
         }
     }
 }

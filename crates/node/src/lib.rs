@@ -28,7 +28,9 @@
 
 use meridian_config::Configuration;
 use meridian_process::lease::{LeaseDesk, LeaseFrom, LeaseOutcome};
-use meridian_process::node::{split_held, NodeEffect, NodeProcess, Peer};
+use meridian_process::node::{
+    held_waits_for_log, split_held, DurableRecord, NodeEffect, NodeProcess, Peer,
+};
 use meridian_runtime::{mono_ns, wait};
 use meridian_transport::lease_udp::{lease_frame, resolve_nodes, LeaseEndpoint, Outgoing};
 use meridian_transport::{FrameReader, Outbox};
@@ -476,14 +478,14 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         process.participant_mut().disable_journal();
     }
     let wal = match &disk_dir {
-        Some(d) => {
-            Some(
-                wal::Wal::open(d, last_seq, log_end).map_err(|e| NodeError::Durability {
+        Some(d) => Some(
+            wal::Wal::open(d, last_seq, log_end, config.limits.log_idle_sync_us).map_err(|e| {
+                NodeError::Durability {
                     path: d.display().to_string(),
                     why: e.to_string(),
-                })?,
-            )
-        }
+                }
+            })?,
+        ),
         None => None,
     };
     // The coordination replica's Raft state is always on disk.
@@ -612,13 +614,15 @@ fn route(
 async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
     let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
     match split_held(effects, shell.wal.is_some(), lock_free) {
-        (free, Some((seq, held))) => {
+        (free, Some((seq, held))) if held_waits_for_log(&held) => {
             send_effects(shell, free).await;
             if let Some(wal) = &shell.wal {
                 wal.durable(seq).await;
             }
             send_effects(shell, held).await;
         }
+        // Nothing waits for the records: no fsync is asked for.
+        (free, Some(_)) => send_effects(shell, free).await,
         (all, None) => send_effects(shell, all).await,
     }
 }
@@ -639,13 +643,16 @@ type HeldQueue = mpsc::Sender<(u64, Vec<NodeEffect>)>;
 async fn route_queued(shell: &Arc<Shell>, effects: Vec<NodeEffect>, held: &HeldQueue) {
     let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
     match split_held(effects, shell.wal.is_some(), lock_free) {
-        (free, Some(h)) => {
+        (free, Some(h)) if held_waits_for_log(&h.1) => {
             send_effects(shell, free).await;
             if held.send(h).await.is_err() {
                 tracing::error!("a connection's sender stopped; stopping");
                 std::process::exit(3);
             }
         }
+        // Nothing waits for the records: no fsync is asked for, and
+        // nothing joins the queue (a later batch's wait covers them).
+        (free, Some(_)) => send_effects(shell, free).await,
         (all, None) => send_effects(shell, all).await,
     }
 }
@@ -930,6 +937,9 @@ fn drain(p: &mut NodeProcess, shell: &Shell) -> Vec<NodeEffect> {
                 Ok(bytes) => {
                     let last = *first_seq + records.len() as u64 - 1;
                     wal.append(bytes, last);
+                    if records.iter().any(DurableRecord::wants_prompt_sync) {
+                        wal.sync(last);
+                    }
                     // Kept (without its records) so `route` waits for it.
                     records.clear();
                     *first_seq = last;

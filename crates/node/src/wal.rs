@@ -9,10 +9,25 @@
 //! **Algorithm.** The engine hands the shell its state changes as
 //! [`NodeEffect::AppendLog`] (numbered records) at the front of a drain.
 //! The shell encodes them and queues them to the writer threads; the frames
-//! of that drain are sent only once a writer reports the last record
-//! durable ([`Wal::durable`]). A writer takes everything queued, writes
-//! it, fsyncs once and publishes the highest durable sequence number:
-//! group commit, so one fsync covers every reply that arrived meanwhile.
+//! of that drain that depend on them are sent only once a writer reports
+//! the last record durable ([`Wal::durable`]). A writer takes everything
+//! queued, writes it, fsyncs once and publishes the highest durable
+//! sequence number: group commit, so one fsync covers every reply that
+//! arrived meanwhile.
+//!
+//! **Fsyncs on demand.** A record is written at once but fsynced only
+//! when someone waits for it ([`Wal::durable`], [`Wal::sync`]) or when it
+//! has waited [`Limits::log_idle_sync_us`] with no one asking. Many
+//! records have no reply waiting for them: a LOCK record whose
+//! LOCK-REPLY went before its fsync (`NodeProcess::lock_replies_skip_fsync`
+//! argues why that is safe), a backup's apply at TRUNCATE. Their loss in
+//! a crash is already allowed for, so they need no fsync of their own;
+//! the next fsync a reply needs covers them (the log is written in
+//! order). Eager fsyncs gave each read-write TATP transaction about five
+//! fsyncs across its three nodes, each costing CPU in the kernel and
+//! queueing on one shared disk (docs/performance.md).
+//!
+//! [`Limits::log_idle_sync_us`]: meridian_config::Limits::log_idle_sync_us
 //! There are [`WRITERS`] writer threads, and their fsyncs overlap: while
 //! one waits for its fsync, the next takes the records queued since, so a
 //! record written while an fsync is in progress gets one of its own at
@@ -51,7 +66,8 @@
 //! `[seq u64 LE][state]`.
 //!
 //! **Invariants.** Published durable sequence numbers only grow; a record
-//! is published only after the fsync that covers it returned; the writer
+//! is published only after the fsync that covers it returned; a record
+//! someone waits for gets an fsync that began after it was written; the writer
 //! only writes at or past the end of the last good record, and only within
 //! space already zero-filled (or extending it); a segment is
 //! deleted only after a durable checkpoint covers it; an I/O error stops
@@ -75,7 +91,6 @@ pub const PREALLOC_BYTES: u64 = 4 << 20;
 enum Cmd {
     Append {
         bytes: Vec<u8>,
-        last_seq: u64,
     },
     Checkpoint {
         through_seq: u64,
@@ -86,8 +101,50 @@ enum Cmd {
 /// The log of one node: a queue to its writer threads and the durable
 /// sequence number it publishes.
 pub struct Wal {
-    tx: std::sync::mpsc::Sender<Cmd>,
+    shared: std::sync::Arc<Shared>,
     durable: watch::Receiver<u64>,
+}
+
+/// What the node's thread and the writer threads share.
+struct Shared {
+    queue: std::sync::Mutex<Queue>,
+    /// Signalled when a waiter asks for an fsync, a checkpoint is queued,
+    /// or the log closes.
+    wake: std::sync::Condvar,
+    /// How long a record no one waits for may stay un-fsynced.
+    idle_sync: std::time::Duration,
+}
+
+/// Records and checkpoints not yet taken by a writer, and how far fsyncs
+/// were asked for and begun.
+struct Queue {
+    cmds: std::collections::VecDeque<Cmd>,
+    /// The last record queued (taken or not).
+    queued_seq: u64,
+    /// The last record an fsync has begun for (it covers every earlier one
+    /// once it returns).
+    syncing_seq: u64,
+    /// The highest record a waiter asked to be durable.
+    wanted_seq: u64,
+    /// When the oldest record no fsync has begun for was queued.
+    unsynced_since: Option<std::time::Instant>,
+    /// The node is stopping: write and fsync what is queued, then stop.
+    closed: bool,
+}
+
+impl Queue {
+    /// Whether a writer has work now: an fsync asked for and not begun, a
+    /// checkpoint, a record that waited `idle` with no one asking, or the
+    /// end.
+    fn due(&self, idle: std::time::Duration) -> bool {
+        self.closed
+            || (self.wanted_seq > self.syncing_seq && !self.cmds.is_empty())
+            || self
+                .cmds
+                .iter()
+                .any(|c| matches!(c, Cmd::Checkpoint { .. }))
+            || self.unsynced_since.is_some_and(|t| t.elapsed() >= idle)
+    }
 }
 
 /// What a node finds on disk when it starts.
@@ -258,44 +315,91 @@ pub fn read(dir: &Path) -> std::io::Result<Recovered> {
 }
 
 impl Wal {
-    /// Start the writer thread for the log in `dir`, continuing after
+    /// Start the writer threads for the log in `dir`, continuing after
     /// sequence number `last_seq` and at byte `log_end` of `wal.log` (both
-    /// as [`read`] found them; 0 and 0 for a fresh log).
+    /// as [`read`] found them; 0 and 0 for a fresh log). Records no one
+    /// waits for are fsynced within about `idle_sync_us` of being queued
+    /// (`limits.log_idle_sync_us`; see the module doc).
     ///
     /// Errors: the log cannot be opened.
-    pub fn open(dir: &Path, last_seq: u64, log_end: u64) -> std::io::Result<Wal> {
+    pub fn open(
+        dir: &Path,
+        last_seq: u64,
+        log_end: u64,
+        idle_sync_us: u64,
+    ) -> std::io::Result<Wal> {
         let log = LogFile::open(&log_path(dir), log_end)?;
-        let (tx, rx) = std::sync::mpsc::channel::<Cmd>();
         let (pub_tx, durable) = watch::channel(last_seq);
-        let dir = dir.to_path_buf();
-        start_writers(dir, log, rx, pub_tx)?;
-        Ok(Wal { tx, durable })
+        let shared = std::sync::Arc::new(Shared {
+            queue: std::sync::Mutex::new(Queue {
+                cmds: std::collections::VecDeque::new(),
+                queued_seq: last_seq,
+                syncing_seq: last_seq,
+                wanted_seq: last_seq,
+                unsynced_since: None,
+                closed: false,
+            }),
+            wake: std::sync::Condvar::new(),
+            idle_sync: std::time::Duration::from_micros(idle_sync_us.max(1)),
+        });
+        start_writers(dir.to_path_buf(), log, shared.clone(), pub_tx)?;
+        Ok(Wal { shared, durable })
     }
 
-    /// Queue encoded records ending at `last_seq`.
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queue encoded records ending at `last_seq`. No writer is woken:
+    /// the records are written with the next fsync someone asks for, or
+    /// the idle sync's.
     pub fn append(&self, bytes: Vec<u8>, last_seq: u64) {
-        if self.tx.send(Cmd::Append { bytes, last_seq }).is_err() {
-            fatal("the write-ahead log writer is gone");
-        }
+        let mut q = self.queue();
+        q.cmds.push_back(Cmd::Append { bytes });
+        q.queued_seq = q.queued_seq.max(last_seq);
+        q.unsynced_since.get_or_insert_with(std::time::Instant::now);
     }
 
     /// Queue a checkpoint covering records up to `through_seq`.
     pub fn checkpoint(&self, through_seq: u64, state: NodeSnapshot) {
-        if self
-            .tx
-            .send(Cmd::Checkpoint { through_seq, state })
-            .is_err()
-        {
-            fatal("the write-ahead log writer is gone");
-        }
+        self.queue()
+            .cmds
+            .push_back(Cmd::Checkpoint { through_seq, state });
+        self.shared.wake.notify_one();
     }
 
-    /// Wait until every record up to `seq` is durable.
+    /// Wait until every record up to `seq` is durable, asking the writers
+    /// for an fsync if none covering it has begun.
     pub async fn durable(&self, seq: u64) {
         let mut rx = self.durable.clone();
+        if *rx.borrow() >= seq {
+            return;
+        }
+        self.sync(seq);
         if rx.wait_for(|d| *d >= seq).await.is_err() {
             fatal("the write-ahead log writer stopped");
         }
+    }
+
+    /// Ask for every record up to `seq` to be made durable soon, without
+    /// waiting (a record whose loss would matter although no reply waits
+    /// for it, such as the clock master's offset).
+    pub fn sync(&self, seq: u64) {
+        let mut q = self.queue();
+        if seq <= q.syncing_seq.max(q.wanted_seq) {
+            return;
+        }
+        q.wanted_seq = seq;
+        drop(q);
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for Wal {
+    /// The writers write and fsync what is queued, then stop.
+    fn drop(&mut self) {
+        self.queue().closed = true;
+        self.shared.wake.notify_all();
     }
 }
 
@@ -354,17 +458,11 @@ impl LogFile {
     }
 }
 
-/// The log's state behind the writers' lock: the queue and the file.
-struct WriterState {
-    rx: std::sync::mpsc::Receiver<Cmd>,
-    log: LogFile,
-}
-
 /// Start the [`WRITERS`] writer threads and the checkpoint thread.
 fn start_writers(
     dir: PathBuf,
     log: LogFile,
-    rx: std::sync::mpsc::Receiver<Cmd>,
+    shared: std::sync::Arc<Shared>,
     durable: watch::Sender<u64>,
 ) -> std::io::Result<()> {
     // Checkpoints are encoded and written by a thread of their own so
@@ -375,16 +473,18 @@ fn start_writers(
     std::thread::Builder::new()
         .name("meridian-checkpoint".into())
         .spawn(move || checkpointer(ckpt_dir, &ckpt_pending))?;
-    let state = std::sync::Arc::new(std::sync::Mutex::new(WriterState { rx, log }));
+    // The file, behind the lock that orders the writers' writes.
+    let file = std::sync::Arc::new(std::sync::Mutex::new(log));
     let durable = std::sync::Arc::new(durable);
     let live = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(WRITERS));
     for i in 0..WRITERS {
-        let (state, durable, dir) = (state.clone(), durable.clone(), dir.clone());
+        let (file, shared, durable, dir) =
+            (file.clone(), shared.clone(), durable.clone(), dir.clone());
         let (pending, live) = (pending.clone(), live.clone());
         std::thread::Builder::new()
             .name(format!("meridian-wal-{i}"))
             .spawn(move || {
-                writer(&dir, &state, &durable, &pending);
+                writer(&dir, &file, &shared, &durable, &pending);
                 // The last writer out stops the checkpoint thread.
                 if live.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
                     pending.close();
@@ -394,86 +494,93 @@ fn start_writers(
     Ok(())
 }
 
-/// One writer thread: under the lock, take everything queued and write
-/// it; outside it, fsync and publish. While one writer waits for its
-/// fsync, another takes the next records, so a record never waits for an
-/// fsync that began before it was written (module doc). Publishing is
-/// safe because the lock orders the writes: every record written before
-/// this writer's fsync began (its own, and every earlier writer's) is
-/// covered when the fsync returns, and the published number only grows.
+/// One writer thread. Holding the file's lock, it waits until work is
+/// due ([`Queue::due`]), takes everything queued, writes it and releases
+/// the lock; then it fsyncs and publishes. While one writer waits for its
+/// fsync, the other takes the next records, so a record a reply waits
+/// for never waits for an fsync that began before it was written (module
+/// doc). Publishing is safe because the file's lock orders the writes:
+/// every record written before this writer's fsync began (its own, and
+/// every earlier writer's) is covered when the fsync returns, and the
+/// published number only grows.
 fn writer(
     dir: &Path,
-    state: &std::sync::Mutex<WriterState>,
+    file: &std::sync::Mutex<LogFile>,
+    shared: &Shared,
     durable: &watch::Sender<u64>,
     pending: &PendingCheckpoint,
 ) {
     loop {
-        let (file, last) = {
-            let mut guard = match state.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            let st = &mut *guard;
-            let Ok(first) = st.rx.recv() else {
-                return;
-            };
-            // Group commit: everything queued meanwhile goes under one fsync.
-            let mut batch = vec![first];
-            while let Ok(more) = st.rx.try_recv() {
-                batch.push(more);
+        let mut log = file.lock().unwrap_or_else(|p| p.into_inner());
+        let (cmds, last, closed) = {
+            let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            while !q.due(shared.idle_sync) {
+                // Timed, so that a record no one asks for is noticed
+                // without waking a writer at every append.
+                q = match shared.wake.wait_timeout(q, shared.idle_sync) {
+                    Ok((q, _)) => q,
+                    Err(p) => p.into_inner().0,
+                };
             }
-            let mut last = None;
-            let mut dirty = false;
-            for cmd in batch {
-                match cmd {
-                    Cmd::Append { bytes, last_seq } => {
-                        if let Err(e) = st.log.append(&bytes) {
-                            fatal(&format!("cannot append to the write-ahead log: {e}"));
-                        }
-                        dirty = true;
-                        last = Some(last_seq);
+            let cmds: Vec<Cmd> = q.cmds.drain(..).collect();
+            let last = q.queued_seq;
+            q.syncing_seq = q.syncing_seq.max(last);
+            q.unsynced_since = None;
+            (cmds, last, q.closed)
+        };
+        // Whether this pass wrote records, and whether it fsynced (only
+        // then may it publish: an empty pass must not publish records
+        // another writer is still fsyncing).
+        let (mut dirty, mut synced) = (false, false);
+        for cmd in cmds {
+            match cmd {
+                Cmd::Append { bytes, .. } => {
+                    if let Err(e) = log.append(&bytes) {
+                        fatal(&format!("cannot append to the write-ahead log: {e}"));
                     }
-                    Cmd::Checkpoint { through_seq, state } => {
-                        // Close the log as a segment the checkpoint covers
-                        // and go on in a fresh one. The segment is cut to
-                        // its records (a segment holds no zeros: reading
-                        // one treats anything after its last record as
-                        // corrupt). Its fsync covers every record before
-                        // it, so what this writer wrote so far is
-                        // published here.
-                        if let Err(e) = st
-                            .log
-                            .file
-                            .set_len(st.log.end)
-                            .and_then(|()| st.log.file.sync_data())
-                        {
-                            fatal(&format!("cannot fsync the write-ahead log: {e}"));
-                        }
-                        dirty = false;
-                        if let Some(seq) = last.take() {
-                            durable.send_modify(|d| *d = (*d).max(seq));
-                        }
-                        let seg = segment_path(dir, through_seq);
-                        st.log = match std::fs::rename(log_path(dir), &seg)
-                            .and_then(|()| LogFile::open(&log_path(dir), 0))
-                            .and_then(|f| sync_dir(dir).map(|()| f))
-                        {
-                            Ok(f) => f,
-                            Err(e) => fatal(&format!("cannot start a new log segment: {e}")),
-                        };
-                        pending.offer(through_seq, state);
+                    dirty = true;
+                }
+                Cmd::Checkpoint { through_seq, state } => {
+                    // Close the log as a segment the checkpoint covers and
+                    // go on in a fresh one. The segment is cut to its
+                    // records (a segment holds no zeros: reading one
+                    // treats anything after its last record as corrupt).
+                    // Its fsync covers every record before it.
+                    if let Err(e) = log
+                        .file
+                        .set_len(log.end)
+                        .and_then(|()| log.file.sync_data())
+                    {
+                        fatal(&format!("cannot fsync the write-ahead log: {e}"));
                     }
+                    synced = true;
+                    let seg = segment_path(dir, through_seq);
+                    *log = match std::fs::rename(log_path(dir), &seg)
+                        .and_then(|()| LogFile::open(&log_path(dir), 0))
+                        .and_then(|f| sync_dir(dir).map(|()| f))
+                    {
+                        Ok(f) => f,
+                        Err(e) => fatal(&format!("cannot start a new log segment: {e}")),
+                    };
+                    pending.offer(through_seq, state);
                 }
             }
-            (dirty.then(|| st.log.file.clone()), last)
-        };
-        if let Some(file) = file {
-            if let Err(e) = file.sync_data() {
+        }
+        let handle = log.file.clone();
+        drop(log);
+        if dirty {
+            if let Err(e) = handle.sync_data() {
                 fatal(&format!("cannot fsync the write-ahead log: {e}"));
             }
+            synced = true;
         }
-        if let Some(seq) = last {
-            durable.send_modify(|d| *d = (*d).max(seq));
+        if synced {
+            durable.send_modify(|d| *d = (*d).max(last));
+        }
+        if closed {
+            // Wake the other writer, which sees the end too.
+            shared.wake.notify_all();
+            return;
         }
     }
 }
@@ -596,7 +703,7 @@ mod tests {
             .map(|i| DurableRecord::Participant(Mutation::Gc(Timestamp(i))))
             .collect();
         {
-            let wal = Wal::open(&d, 0, 0).expect("open");
+            let wal = Wal::open(&d, 0, 0, 1000).expect("open");
             wal.append(encode(1, &recs[..3]).expect("encode"), 3);
             wal.append(encode(4, &recs[3..]).expect("encode"), 5);
             wal.durable(5).await;
@@ -636,7 +743,7 @@ mod tests {
         );
         // The torn tail is gone: a later append is readable.
         {
-            let wal = Wal::open(&d, 5, got.log_end).expect("open");
+            let wal = Wal::open(&d, 5, got.log_end, 1000).expect("open");
             wal.append(encode(6, &recs[..1]).expect("encode"), 6);
             wal.durable(6).await;
         }
@@ -652,7 +759,7 @@ mod tests {
         let bytes = state.encode().expect("encode");
         {
             let end = read(&d).expect("read").log_end;
-            let wal = Wal::open(&d, 6, end).expect("open");
+            let wal = Wal::open(&d, 6, end, 1000).expect("open");
             wal.checkpoint(6, state);
             wal.append(encode(7, &recs[..1]).expect("encode"), 7);
             wal.durable(7).await;
@@ -687,6 +794,55 @@ mod tests {
         // A corrupt segment is an error, not a silently shorter log.
         std::fs::write(segment_path(&d, 10), b"\x05\x00\x00\x00garbage!!").expect("write");
         assert!(read(&d).is_err());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Fsyncs on demand: a record no one waits for is not published
+    /// durable until someone asks or the idle sync comes; asking makes it
+    /// durable at once; the idle sync covers a record no one asks for.
+    #[tokio::test]
+    async fn records_are_fsynced_when_asked_for_or_after_the_idle_sync() {
+        let d = dir("demand");
+        let recs: Vec<DurableRecord> = (0..3)
+            .map(|i| DurableRecord::Participant(Mutation::Gc(Timestamp(i))))
+            .collect();
+        let published = |wal: &Wal| *wal.durable.borrow();
+        {
+            // An idle sync far away: only asking makes records durable.
+            let wal = Wal::open(&d, 0, 0, 60_000_000).expect("open");
+            wal.append(encode(1, &recs[..1]).expect("encode"), 1);
+            wal.append(encode(2, &recs[1..2]).expect("encode"), 2);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert_eq!(published(&wal), 0, "nothing was asked for, nothing fsynced");
+            tokio::time::timeout(std::time::Duration::from_secs(10), wal.durable(2))
+                .await
+                .expect("asking for record 2 fsyncs it");
+            assert_eq!(published(&wal), 2);
+            // A record queued later is not covered by that fsync.
+            wal.append(encode(3, &recs[2..]).expect("encode"), 3);
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            assert_eq!(published(&wal), 2);
+        }
+        // Dropping the log writes and fsyncs what was queued.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while read(&d).expect("read").records.len() < 3 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "record 3 never written"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        {
+            // A short idle sync: a record no one asks for becomes durable.
+            let end = read(&d).expect("read").log_end;
+            let wal = Wal::open(&d, 3, end, 1_000).expect("open");
+            wal.append(encode(4, &recs[..1]).expect("encode"), 4);
+            let mut rx = wal.durable.clone();
+            tokio::time::timeout(std::time::Duration::from_secs(10), rx.wait_for(|d| *d >= 4))
+                .await
+                .expect("the idle sync fsyncs record 4")
+                .expect("writer alive");
+        }
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -266,6 +266,18 @@ pub fn split_held(
     }
 }
 
+/// Whether a drain's held effects ([`split_held`]) wait for anything:
+/// false when they are only the drain's log markers
+/// ([`NodeEffect::AppendLog`] without records), that is, no reply or
+/// message depends on the drain's records. Such records need no fsync of
+/// their own: the next fsync a reply asks for covers them, or the log's
+/// idle sync (`limits.log_idle_sync_us`). Both the tokio shell and the
+/// simulator use this one rule.
+pub fn held_waits_for_log(held: &[NodeEffect]) -> bool {
+    held.iter()
+        .any(|e| !matches!(e, NodeEffect::AppendLog { .. }))
+}
+
 /// One record of a node's write-ahead log (disk durability).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum DurableRecord {
@@ -277,6 +289,18 @@ pub enum DurableRecord {
         /// Offset, ns.
         offset_ns: i64,
     },
+}
+
+impl DurableRecord {
+    /// Whether the shell fsyncs this record at once even if no reply
+    /// waits for it ([`held_waits_for_log`]). The clock master's offset
+    /// is: the master answers clock syncs before its fsync, so global
+    /// time handed out from it should reach the disk without waiting for
+    /// the idle sync. Participant records are not (their loss in a crash
+    /// before any reply depended on them is allowed for).
+    pub fn wants_prompt_sync(&self) -> bool {
+        matches!(self, DurableRecord::MasterClock { .. })
+    }
 }
 
 /// A READ or SCAN waiting for its `read_ts` to pass
@@ -2904,6 +2928,46 @@ mod tests {
         let one = Configuration::local(3, 7000, 1, 6, std::path::Path::new("/nonexistent"));
         let mut q = NodeProcess::new(one, NodeId(0), 1).unwrap();
         assert!(!q.lock_replies_skip_fsync(), "1 copy: no backup");
+    }
+
+    /// A drain's records need an fsync of their own only when something
+    /// held waits for them: its log markers alone wait for nothing, a
+    /// COMMIT-BACKUP's ACK does, and a LOCK-REPLY that goes before its
+    /// fsync leaves only the marker held.
+    #[test]
+    fn only_held_replies_ask_for_an_fsync() {
+        let marker = || NodeEffect::AppendLog {
+            first_seq: 7,
+            records: Vec::new(),
+        };
+        let reply = |resp: TxnResponse| NodeEffect::Send {
+            to: Peer::Conn(1),
+            frame: Frame::Response {
+                id: 1,
+                resp: Response::Txn(resp),
+            },
+        };
+        let lock = reply(TxnResponse::Lock(Ok(())));
+        let (free, held) = split_held(vec![marker(), lock], true, true);
+        let (seq, held) = held.expect("logged");
+        assert_eq!((seq, free.len()), (7, 1), "the LOCK-REPLY goes at once");
+        assert!(!held_waits_for_log(&held), "nothing waits: no fsync asked");
+        let lock = reply(TxnResponse::Lock(Ok(())));
+        let (_, held) = split_held(vec![marker(), lock], true, false);
+        assert!(
+            held_waits_for_log(&held.expect("logged").1),
+            "no complete backup: the reply waits"
+        );
+        let (_, held) = split_held(vec![marker(), reply(TxnResponse::Ack)], true, true);
+        assert!(
+            held_waits_for_log(&held.expect("logged").1),
+            "an ACK waits for its record"
+        );
+        assert!(
+            DurableRecord::MasterClock { offset_ns: 1 }.wants_prompt_sync()
+                && !DurableRecord::Participant(meridian_txn::Mutation::Gc(Timestamp(1)))
+                    .wants_prompt_sync()
+        );
     }
 
     fn register(p: &mut NodeProcess) -> u64 {

@@ -58,7 +58,8 @@ use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::ClientProcess;
 use meridian_process::coordination::CoordinationService;
 use meridian_process::node::{
-    answer_clock_sync, split_held, NodeEffect, NodeEvent, NodeProcess, Peer,
+    answer_clock_sync, held_waits_for_log, split_held, DurableRecord, NodeEffect, NodeEvent,
+    NodeProcess, Peer,
 };
 use meridian_wire::{
     ClockRequest, ClockResponse, ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId,
@@ -1843,15 +1844,19 @@ impl Sim {
             }
         }
         let mut rest = Vec::with_capacity(effects.len());
+        // The drain's last record, and whether it must be fsynced even if
+        // no reply waits for it (`DurableRecord::wants_prompt_sync`).
+        let mut appended: Option<(u64, bool)> = None;
         for e in effects {
             match e {
                 NodeEffect::AppendLog { first_seq, records } => {
                     let last = first_seq + records.len().saturating_sub(1) as u64;
+                    let prompt = records.iter().any(DurableRecord::wants_prompt_sync);
                     let slot = &mut self.nodes[n as usize];
                     for (i, r) in records.into_iter().enumerate() {
                         slot.volatile.push((first_seq + i as u64, r));
                     }
-                    self.schedule_fsync(n, last);
+                    appended = Some((last, prompt));
                     // Kept without its records, so `split_held` holds
                     // what depends on them.
                     rest.push(NodeEffect::AppendLog {
@@ -1873,6 +1878,9 @@ impl Sim {
             }
         }
         let (mut free, held) = split_held(rest, self.cfg.faults.disk, lock_free);
+        if let (Some((last, _)), None) = (appended, &held) {
+            self.schedule_fsync(n, last);
+        }
         if let Some((seq, mut held)) = held {
             if self.cfg.broken_ack_before_fsync {
                 let (acks, rest): (Vec<_>, Vec<_>) = held.into_iter().partition(|e| {
@@ -1890,9 +1898,30 @@ impl Sim {
                 free.extend(acks);
                 held = rest;
             }
-            self.nodes[n as usize].held.push_back((seq, held));
+            // As the shell's log does: an fsync is asked for only when
+            // something waits for the records (or a record wants one);
+            // otherwise they are fsynced by the idle sync, or by an
+            // earlier fsync someone asks for.
+            let waits = held_waits_for_log(&held);
+            if waits || appended.is_some_and(|(_, prompt)| prompt) {
+                self.schedule_fsync(n, seq);
+            } else {
+                self.schedule_idle_fsync(n, seq);
+            }
+            if waits {
+                self.nodes[n as usize].held.push_back((seq, held));
+            }
         }
         self.node_effects(n, free);
+    }
+
+    /// Node `n`'s records through `seq` that no one waits for are fsynced
+    /// `limits.log_idle_sync_us` later unless an fsync asked for covers
+    /// them first (the shell's idle sync, `meridian_node::wal`).
+    fn schedule_idle_fsync(&mut self, n: u32, seq: u64) {
+        let at = self.now() + self.config.limits.log_idle_sync_us * 1000;
+        let inc = self.nodes[n as usize].inc;
+        self.schedule(at, Event::Fsync(n, inc, seq));
     }
 
     /// Ask for node `n`'s log to be fsynced through `seq`: done after a
