@@ -576,6 +576,7 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
     if let Some(dir) = &me.data_dir {
         tokio::spawn(write_stats(Arc::downgrade(&shell), dir.join("stats.jsonl")));
     }
+    tokio::spawn(stop_on_sigterm(Arc::downgrade(&shell)));
     let effects = {
         let mut p = lock_process(&shell, "first tick");
         p.tick(mono_ns());
@@ -599,6 +600,29 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
             }
         });
     }
+}
+
+/// A clean stop (`SIGTERM`, as `meridian cluster stop` sends): fsync the
+/// log's queued records, which no reply waited for and which would
+/// otherwise be lost with the process (`wal` fsyncs on demand), then
+/// exit. A `kill -9` loses them, as a crash does; that is allowed for.
+async fn stop_on_sigterm(shell: std::sync::Weak<Shell>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot catch SIGTERM ({e}); a stop loses the log's unsynced tail");
+            return;
+        }
+    };
+    if term.recv().await.is_none() {
+        return;
+    }
+    if let Some(wal) = shell.upgrade().as_ref().and_then(|s| s.wal.as_ref()) {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), wal.flush()).await;
+    }
+    tracing::info!("stopping (SIGTERM)");
+    std::process::exit(0);
 }
 
 /// Carry out effects: batch the frames per destination, then send them

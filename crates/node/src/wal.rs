@@ -381,6 +381,13 @@ impl Wal {
         }
     }
 
+    /// Make every record queued so far durable (a clean stop: records no
+    /// reply waited for would otherwise be lost with the process).
+    pub async fn flush(&self) {
+        let seq = self.queue().queued_seq;
+        self.durable(seq).await;
+    }
+
     /// Ask for every record up to `seq` to be made durable soon, without
     /// waiting (a record whose loss would matter although no reply waits
     /// for it, such as the clock master's offset).
