@@ -1453,10 +1453,17 @@ impl Participant {
     fn truncate(&mut self, txs: &[TxId]) {
         for tx in txs {
             self.finish(*tx, Finish::Truncated);
+            // Regions whose writes of `tx` are in place here once the
+            // records below are applied.
+            let mut applied: std::collections::BTreeSet<RegionId> =
+                std::collections::BTreeSet::new();
             if let Some((_, LockState::Committed(_))) = self.log.primary.get(tx) {
-                self.log.primary.remove(tx);
+                if let Some((rec, _)) = self.log.primary.remove(tx) {
+                    applied.extend(rec.writes.iter().map(|w| w.region));
+                }
             }
             if let Some((rec, wts)) = self.log.backup.remove(tx) {
+                applied.extend(rec.writes.iter().map(|w| w.region));
                 self.apply_backup(&rec, wts);
             }
             // Only committed transactions are truncated: a replicated
@@ -1464,7 +1471,26 @@ impl Participant {
             // `write_ts` is known (else the primaries installed it, and
             // data recovery brings it).
             if let Some((rec, _, Some(wts))) = self.log.replicated.remove(tx) {
+                applied.extend(rec.writes.iter().map(|w| w.region));
                 self.apply_backup(&rec, wts);
+            }
+            // A truncated transaction committed (its coordinator truncates
+            // only after every COMMIT-PRIMARY was acknowledged), so lock
+            // recovery's holds of it in regions whose writes are now in
+            // place here go: the recovery that took them may never decide
+            // it (its coordinator left before deciding, and the next
+            // configuration finds no record of it here to vote on: swarm
+            // seed 1569 kept a key held for good). A hold in a region
+            // whose writes this node does not know stays until that
+            // region's COMMIT-RECOVERY (swarm seed 4779).
+            for r in applied {
+                if let Some(keys) = self.recovery_held.remove(&(*tx, r)) {
+                    if let Some(store) = self.stores.get_mut(&r) {
+                        for k in &keys {
+                            store.recovery_unlock(*tx, k);
+                        }
+                    }
+                }
             }
         }
     }
@@ -2107,6 +2133,39 @@ mod tests {
         assert_eq!(store.read(key, Timestamp(20)), Err(Conflict::Locked));
         p.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
         p.commit_recovery(region, &rec, Timestamp(10));
+        let store = p.stores.get(&region).expect("store");
+        assert!(
+            matches!(store.read(key, Timestamp(20)), Ok(Some(_))),
+            "the hold is released"
+        );
+        p.check_invariants();
+    }
+
+    /// Swarm seed 1569: lock recovery held the key of a transaction this
+    /// primary had committed (COMMIT-PRIMARY) but not yet truncated; its
+    /// recovery coordinator left before deciding, the client's TRUNCATE
+    /// arrived in the next configuration, and that configuration's
+    /// recovery found no record to vote on, so no COMMIT-RECOVERY ever
+    /// came and readers waited on the hold forever. The truncation
+    /// releases the holds of regions whose writes are in place.
+    #[test]
+    fn truncation_releases_the_recovery_holds_of_a_transaction_in_place() {
+        let mut p = Participant::new(NodeId(0), &two_nodes());
+        let key: &[u8] = &[1];
+        let rec = record(&p, tx(1), 5, &[key]);
+        let region = rec.writes[0].region;
+        commit_at_primary(&mut p, rec.clone(), 10);
+        p.recover_locks(
+            region,
+            &[meridian_wire::RecoveringTx {
+                record: rec.clone(),
+                evidence: meridian_wire::Evidence::CommitPrimary,
+                write_ts: Some(Timestamp(10)),
+            }],
+        );
+        let store = p.stores.get(&region).expect("store");
+        assert_eq!(store.read(key, Timestamp(20)), Err(Conflict::Locked));
+        p.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
         let store = p.stores.get(&region).expect("store");
         assert!(
             matches!(store.read(key, Timestamp(20)), Ok(Some(_))),
