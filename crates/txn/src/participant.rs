@@ -2116,26 +2116,39 @@ mod tests {
     /// hold was never released (readers saw `Locked` forever).
     #[test]
     fn commit_recovery_of_a_truncated_transaction_releases_its_recovery_holds() {
+        let (mut p, rec) = committed_and_held(meridian_wire::Evidence::CommitBackup);
+        p.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
+        p.commit_recovery(rec.writes[0].region, &rec, Timestamp(10));
+        assert_hold_released(&p, &rec);
+    }
+
+    /// A primary that committed `tx(1)` (a write of key `[1]` at 10), and
+    /// lock recovery's hold on that key, reported with `evidence`: a read
+    /// meets the hold.
+    fn committed_and_held(
+        evidence: meridian_wire::Evidence,
+    ) -> (Participant, meridian_wire::LockRecord) {
         let mut p = Participant::new(NodeId(0), &two_nodes());
-        let key: &[u8] = &[1];
-        let rec = record(&p, tx(1), 5, &[key]);
+        let rec = record(&p, tx(1), 5, &[&[1]]);
         let region = rec.writes[0].region;
         commit_at_primary(&mut p, rec.clone(), 10);
         p.recover_locks(
             region,
             &[meridian_wire::RecoveringTx {
                 record: rec.clone(),
-                evidence: meridian_wire::Evidence::CommitBackup,
+                evidence,
                 write_ts: Some(Timestamp(10)),
             }],
         );
         let store = p.stores.get(&region).expect("store");
-        assert_eq!(store.read(key, Timestamp(20)), Err(Conflict::Locked));
-        p.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
-        p.commit_recovery(region, &rec, Timestamp(10));
-        let store = p.stores.get(&region).expect("store");
+        assert_eq!(store.read(&[1], Timestamp(20)), Err(Conflict::Locked));
+        (p, rec)
+    }
+
+    fn assert_hold_released(p: &Participant, rec: &meridian_wire::LockRecord) {
+        let store = p.stores.get(&rec.writes[0].region).expect("store");
         assert!(
-            matches!(store.read(key, Timestamp(20)), Ok(Some(_))),
+            matches!(store.read(&[1], Timestamp(20)), Ok(Some(_))),
             "the hold is released"
         );
         p.check_invariants();
@@ -2150,28 +2163,9 @@ mod tests {
     /// releases the holds of regions whose writes are in place.
     #[test]
     fn truncation_releases_the_recovery_holds_of_a_transaction_in_place() {
-        let mut p = Participant::new(NodeId(0), &two_nodes());
-        let key: &[u8] = &[1];
-        let rec = record(&p, tx(1), 5, &[key]);
-        let region = rec.writes[0].region;
-        commit_at_primary(&mut p, rec.clone(), 10);
-        p.recover_locks(
-            region,
-            &[meridian_wire::RecoveringTx {
-                record: rec.clone(),
-                evidence: meridian_wire::Evidence::CommitPrimary,
-                write_ts: Some(Timestamp(10)),
-            }],
-        );
-        let store = p.stores.get(&region).expect("store");
-        assert_eq!(store.read(key, Timestamp(20)), Err(Conflict::Locked));
+        let (mut p, rec) = committed_and_held(meridian_wire::Evidence::CommitPrimary);
         p.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
-        let store = p.stores.get(&region).expect("store");
-        assert!(
-            matches!(store.read(key, Timestamp(20)), Ok(Some(_))),
-            "the hold is released"
-        );
-        p.check_invariants();
+        assert_hold_released(&p, &rec);
     }
 
     /// Seed 27: a node removed from the configuration and added back kept
