@@ -541,7 +541,7 @@ fn writer(
         let (mut dirty, mut synced) = (false, false);
         for cmd in cmds {
             match cmd {
-                Cmd::Append { bytes, .. } => {
+                Cmd::Append { bytes } => {
                     if let Err(e) = log.append(&bytes) {
                         fatal(&format!("cannot append to the write-ahead log: {e}"));
                     }
@@ -825,29 +825,36 @@ mod tests {
                 .await
                 .expect("asking for record 2 fsyncs it");
             assert_eq!(published(&wal), 2);
-            // A record queued later is not covered by that fsync.
+            // A record queued later is not covered by that fsync; a
+            // flush (a node's clean stop, SIGTERM) makes it durable.
             wal.append(encode(3, &recs[2..]).expect("encode"), 3);
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             assert_eq!(published(&wal), 2);
+            tokio::time::timeout(std::time::Duration::from_secs(10), wal.flush())
+                .await
+                .expect("a flush fsyncs record 3");
+            assert_eq!(published(&wal), 3);
+            // One more, left for the drop.
+            wal.append(encode(4, &recs[..1]).expect("encode"), 4);
         }
         // Dropping the log writes and fsyncs what was queued.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while read(&d).expect("read").records.len() < 3 {
+        while read(&d).expect("read").records.len() < 4 {
             assert!(
                 std::time::Instant::now() < deadline,
-                "record 3 never written"
+                "record 4 never written"
             );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         {
             // A short idle sync: a record no one asks for becomes durable.
             let end = read(&d).expect("read").log_end;
-            let wal = Wal::open(&d, 3, end, 1_000).expect("open");
-            wal.append(encode(4, &recs[..1]).expect("encode"), 4);
+            let wal = Wal::open(&d, 4, end, 1_000).expect("open");
+            wal.append(encode(5, &recs[..1]).expect("encode"), 5);
             let mut rx = wal.durable.clone();
-            tokio::time::timeout(std::time::Duration::from_secs(10), rx.wait_for(|d| *d >= 4))
+            tokio::time::timeout(std::time::Duration::from_secs(10), rx.wait_for(|d| *d >= 5))
                 .await
-                .expect("the idle sync fsyncs record 4")
+                .expect("the idle sync fsyncs record 5")
                 .expect("writer alive");
         }
         let _ = std::fs::remove_dir_all(&d);
