@@ -235,6 +235,15 @@ pub fn read_holds(
         sum.lock_waited += h.lock_waited.saturating_sub(before.lock_waited);
         sum.lock_wait_ns += h.lock_wait_ns.saturating_sub(before.lock_wait_ns);
         sum.lock_wait_expired += h.lock_wait_expired.saturating_sub(before.lock_wait_expired);
+        sum.blind_locks_waited += h
+            .blind_locks_waited
+            .saturating_sub(before.blind_locks_waited);
+        sum.blind_lock_wait_ns += h
+            .blind_lock_wait_ns
+            .saturating_sub(before.blind_lock_wait_ns);
+        sum.blind_lock_wait_expired += h
+            .blind_lock_wait_expired
+            .saturating_sub(before.blind_lock_wait_expired);
     }
     Ok(any.then_some(sum))
 }

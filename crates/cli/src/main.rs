@@ -321,6 +321,12 @@ struct BenchOpts {
     /// fault are counted from the nodes' `events.jsonl`.
     #[arg(long)]
     lease_ms: Option<u64>,
+    /// Set a limit of the local cluster's nodes, as `[limits] NAME = VALUE`
+    /// in its configuration would (repeatable), e.g. `--limit
+    /// blind_lock_wait_us=0` for an A/B of that wait. A name that is not a
+    /// limit is refused before the cluster starts.
+    #[arg(long = "limit", value_name = "NAME=VALUE")]
+    limits: Vec<String>,
     /// Write the 1 ms throughput timeline here (`.json` and `.png` are
     /// added), with the nodes' reconfiguration milestones as markers.
     #[arg(long)]
@@ -571,6 +577,7 @@ fn failover(
                 spares: 0,
                 join_at: None,
                 lease_ms,
+                limits: Vec::new(),
                 timeline: Some(dir.join(format!("timeline-{i}"))),
                 durability: Some(durability),
                 bank_sessions,
@@ -1315,6 +1322,18 @@ fn add_read_holds(
                 "node_reads_lock_wait_expired".into(),
                 h.lock_wait_expired as f64,
             );
+            e.insert(
+                "node_blind_locks_waited".into(),
+                h.blind_locks_waited as f64,
+            );
+            e.insert(
+                "node_blind_lock_wait_mean_us".into(),
+                h.blind_lock_wait_ns as f64 / 1000.0 / h.blind_locks_waited.max(1) as f64,
+            );
+            e.insert(
+                "node_blind_lock_wait_expired".into(),
+                h.blind_lock_wait_expired as f64,
+            );
         }
         Ok(None) => {}
         Err(e) => eprintln!("the nodes' read counters cannot be read: {e}"),
@@ -1389,6 +1408,15 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
             get("node_read_lock_wait_mean_us"),
             get("node_reads_lock_wait_expired"),
         );
+        }
+        // Only when single blind writes waited (`[limits] blind_lock_wait_us` > 0).
+        if get("node_blind_locks_waited") + get("node_blind_lock_wait_expired") > 0.0 {
+            println!(
+                "blind LOCKs that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
+                get("node_blind_locks_waited"),
+                get("node_blind_lock_wait_mean_us"),
+                get("node_blind_lock_wait_expired"),
+            );
         }
     }
     if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
@@ -1469,6 +1497,11 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             );
             let (lease_ms, durability) = (opts.lease_ms, opts.durability);
             let (members, spares) = (opts.nodes, opts.spares);
+            // Refuse a bad `--limit` before anything starts.
+            let mut checked = meridian_config::Limits::default();
+            for spec in &opts.limits {
+                checked.set_from_spec(spec).map_err(|e| e.to_string())?;
+            }
             Some(
                 cluster::LocalCluster::start_tuned(
                     &opts.dir,
@@ -1481,6 +1514,12 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                         }
                         if let Some(l) = lease_ms {
                             c.lease.lease_ms = l;
+                        }
+                        for spec in &opts.limits {
+                            // Checked above: the same specs parse here.
+                            if let Err(e) = c.limits.set_from_spec(spec) {
+                                eprintln!("{e}");
+                            }
                         }
                         match durability {
                             Some(DurabilityArg::Memory) => {

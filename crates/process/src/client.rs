@@ -2098,7 +2098,7 @@ mod tests {
         assert_eq!(locks.len(), 2);
         assert!(locks
             .iter()
-            .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::Lock(_)))));
+            .all(|(_, _, r, _)| matches!(r, Request::Txn(t) if t.lock_record().is_some())));
         locks
     }
 
@@ -2179,7 +2179,7 @@ mod tests {
         let locks = sent(&p.drain_effects());
         assert!(locks
             .iter()
-            .any(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::Lock(_)))));
+            .any(|(_, _, r, _)| matches!(r, Request::Txn(t) if t.lock_record().is_some())));
         p.check_invariants();
     }
 

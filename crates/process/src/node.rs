@@ -305,7 +305,8 @@ impl DurableRecord {
 
 /// A READ or SCAN waiting for its `read_ts` to pass
 /// ([`NodeProcess`] with `clock.reads_wait_at_server`), or for another
-/// transaction's lock to go (`limits.read_lock_wait_us`).
+/// transaction's lock to go (`limits.read_lock_wait_us`); or a LOCK of one
+/// blind write waiting for a lock to go (`limits.blind_lock_wait_us`).
 #[derive(Debug)]
 struct DeferredRead {
     from: Peer,
@@ -350,6 +351,17 @@ pub struct ReadHoldStats {
     /// answered `Conflict::Locked` (an early abort, FaRMv2 §4.7).
     #[serde(default)]
     pub lock_wait_expired: u64,
+    /// LOCKs of a single blind write that met another transaction's lock
+    /// and waited for it to go (`limits.blind_lock_wait_us`), then took it.
+    #[serde(default)]
+    pub blind_locks_waited: u64,
+    /// The time those waited, in all, local ns.
+    #[serde(default)]
+    pub blind_lock_wait_ns: u64,
+    /// Such LOCKs whose key was still locked when their wait ran out:
+    /// answered `Conflict::Locked` (the transaction aborts).
+    #[serde(default)]
+    pub blind_lock_wait_expired: u64,
 }
 
 /// A READ's or SCAN's answer that met another transaction's lock
@@ -358,8 +370,25 @@ fn met_lock(resp: &Response) -> bool {
     matches!(
         resp,
         Response::Txn(
-            TxnResponse::Read(Err(Conflict::Locked)) | TxnResponse::Scan(Err(Conflict::Locked))
+            TxnResponse::Read(Err(Conflict::Locked))
+                | TxnResponse::Scan(Err(Conflict::Locked))
+                | TxnResponse::Lock(Err(Conflict::Locked))
         )
+    )
+}
+
+/// A LOCK that may wait for another transaction's lock instead of failing
+/// at once (`limits.blind_lock_wait_us`): the LOCK of a transaction whose
+/// whole write set is one blind write. One write in one written region
+/// means this is the transaction's only LOCK, so while it waits its
+/// transaction holds no lock anyone could wait for (no cycle), and a blind
+/// write has no version to check, so taking the lock later is exactly
+/// what a LOCK sent later would do (`TxnRequest::LockBlind`).
+fn lock_may_wait(r: &TxnRequest) -> bool {
+    matches!(
+        r,
+        TxnRequest::LockBlind { record, blind }
+            if record.writes.len() == 1 && record.regions.len() == 1 && blind[..] == [true]
     )
 }
 
@@ -371,7 +400,7 @@ fn unavailable(r: &TxnRequest) -> Option<Response> {
     Some(match r {
         TxnRequest::Read { .. } => TxnResponse::Read(Err(Conflict::Unavailable)).into(),
         TxnRequest::Scan { .. } => TxnResponse::Scan(Err(Conflict::Unavailable)).into(),
-        TxnRequest::Lock(_) => TxnResponse::Lock(e).into(),
+        TxnRequest::Lock(_) | TxnRequest::LockBlind { .. } => TxnResponse::Lock(e).into(),
         TxnRequest::Validate { .. } => TxnResponse::Validate(e).into(),
         _ => return None,
     })
@@ -1331,6 +1360,9 @@ impl NodeProcess {
                 Some(r @ (TxnRequest::Read { .. } | TxnRequest::Scan { .. })) => {
                     return self.serve_read(now, from, id, config, r, now);
                 }
+                Some(r) if lock_may_wait(&r) => {
+                    return self.serve_read(now, from, id, config, r, now);
+                }
                 Some(r) => {
                     // COMMIT-PRIMARY and ABORT release locks.
                     self.lock_waits_dirty |= !self.lock_waits.is_empty()
@@ -1432,9 +1464,9 @@ impl NodeProcess {
             });
         }
         let tx_config = match &r {
-            TxnRequest::Lock(rec) | TxnRequest::CommitBackup { record: rec, .. } => {
-                Some(rec.tx.config)
-            }
+            TxnRequest::Lock(rec)
+            | TxnRequest::LockBlind { record: rec, .. }
+            | TxnRequest::CommitBackup { record: rec, .. } => Some(rec.tx.config),
             TxnRequest::Validate { tx, .. }
             | TxnRequest::CommitPrimary { tx, .. }
             | TxnRequest::Abort { tx } => Some(tx.config),
@@ -1460,21 +1492,26 @@ impl NodeProcess {
         self.participant.handle(&[], r)
     }
 
-    /// Serve a READ or SCAN whose `read_ts` has passed (it arrived at
-    /// `since`). One that meets another transaction's lock whose holder
-    /// may still commit at or below `read_ts` waits for the lock to go, at
-    /// most `limits.read_lock_wait_us` from `since`, instead of aborting
-    /// at once as FaRMv2 §4.7 does: it is answered as soon as the holder's
+    /// Serve a READ or SCAN whose `read_ts` has passed, or a LOCK that may
+    /// wait ([`lock_may_wait`]); it arrived at `since`. A READ or SCAN
+    /// that meets another transaction's lock whose holder may still commit
+    /// at or below `read_ts` waits for the lock to go, at most
+    /// `limits.read_lock_wait_us` from `since`, instead of aborting at once
+    /// as FaRMv2 §4.7 does: it is answered as soon as the holder's
     /// COMMIT-PRIMARY, ABORT or recovery releases the lock
     /// ([`NodeProcess::retry_lock_waits`]), served at its `read_ts` then.
+    /// Such a LOCK waits the same way, at most `limits.blind_lock_wait_us`.
     ///
     /// Why waiting is as safe as aborting: a read touches no state, so
     /// serving it later is serving a new read at the same `read_ts`, whose
     /// wait for `read_ts` has passed already; its answer is the version at
     /// `read_ts` among those installed then, and any writer still to come
-    /// at or below `read_ts` holds a lock it meets again. The wait cannot
-    /// deadlock: a lock holder is committing and waits for nobody's read
-    /// (reads precede a transaction's own locks), and the wait is bounded.
+    /// at or below `read_ts` holds a lock it meets again. A failed LOCK
+    /// changed nothing either, and a blind one checks no version, so
+    /// granting it later is granting a LOCK that came later. The wait
+    /// cannot deadlock: a lock holder is committing and waits for nobody's
+    /// read (reads precede a transaction's own locks), a waiting LOCK's
+    /// transaction holds no lock, and the wait is bounded.
     fn serve_read(
         &mut self,
         now: u64,
@@ -1485,7 +1522,13 @@ impl NodeProcess {
         since: u64,
     ) {
         let resp = self.txn_request(now, config, &r);
-        let wait_ns = self.config.limits.read_lock_wait_us.saturating_mul(1000);
+        let is_lock = r.lock_record().is_some();
+        let wait_us = if is_lock {
+            self.config.limits.blind_lock_wait_us
+        } else {
+            self.config.limits.read_lock_wait_us
+        };
+        let wait_ns = wait_us.saturating_mul(1000);
         let until = since.saturating_add(wait_ns);
         if met_lock(&resp)
             && until > now
@@ -1513,20 +1556,35 @@ impl NodeProcess {
         // that long) is an expiry; one refused because the bound is full
         // is not counted here.
         if met_lock(&resp) && wait_ns > 0 && until <= now {
-            self.read_holds.lock_wait_expired += 1;
+            if is_lock {
+                self.read_holds.blind_lock_wait_expired += 1;
+            } else {
+                self.read_holds.lock_wait_expired += 1;
+            }
         }
         self.reply(from, id, resp);
     }
 
-    /// Try every READ and SCAN waiting for a lock again (a lock may have
-    /// gone, or the configuration changed): answer those served now or
-    /// whose wait ran out, keep the rest (in arrival order) and ask for a
-    /// tick when the next wait runs out.
+    /// Try every READ, SCAN and LOCK waiting for a lock again (a lock may
+    /// have gone, or the configuration changed): answer those served now
+    /// or whose wait ran out, keep the rest (in arrival order) and ask for
+    /// a tick when the next wait runs out. A LOCK whose key another
+    /// transaction still holds is kept without being tried, so a wait
+    /// journals one failed LOCK at most, not one per retry.
     fn retry_lock_waits(&mut self, now: u64) {
         self.lock_waits_dirty = false;
         let waits = std::mem::take(&mut self.lock_waits);
         let mut next: Option<u64> = None;
         for (seq, (until, d)) in waits {
+            let lock = d.req.lock_record().map(|(rec, _)| rec);
+            if until > now
+                && d.config == self.config.id()
+                && lock.is_some_and(|rec| self.participant.locked_by_another(rec))
+            {
+                next = Some(next.map_or(until, |n| n.min(until)));
+                self.lock_waits.insert(seq, (until, d));
+                continue;
+            }
             let mut resp = self.txn_request(now, d.config, &d.req);
             if let (
                 true,
@@ -1552,7 +1610,11 @@ impl NodeProcess {
                     self.lock_waits.insert(seq, (until, d));
                     continue;
                 }
-                self.read_holds.lock_wait_expired += 1;
+                if lock.is_some() {
+                    self.read_holds.blind_lock_wait_expired += 1;
+                } else {
+                    self.read_holds.lock_wait_expired += 1;
+                }
             } else if matches!(
                 resp,
                 Response::Txn(TxnResponse::Read(Ok(_)) | TxnResponse::Scan(Ok(_)))
@@ -1561,6 +1623,9 @@ impl NodeProcess {
                 // lost lease is not counted as a wait that paid off).
                 self.read_holds.lock_waited += 1;
                 self.read_holds.lock_wait_ns += now.saturating_sub(d.since);
+            } else if matches!(resp, Response::Txn(TxnResponse::Lock(Ok(())))) {
+                self.read_holds.blind_locks_waited += 1;
+                self.read_holds.blind_lock_wait_ns += now.saturating_sub(d.since);
             }
             self.reply(d.from, d.id, resp);
         }
@@ -2801,6 +2866,14 @@ impl NodeProcess {
     #[doc(hidden)]
     pub fn set_broken_restore_forgotten(&mut self, on: bool) {
         self.participant.set_broken_restore_forgotten(on);
+    }
+
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_locks_unchecked`, see
+    /// `Participant::set_broken_locks_unchecked`).
+    #[doc(hidden)]
+    pub fn set_broken_locks_unchecked(&mut self, on: bool) {
+        self.participant.set_broken_locks_unchecked(on);
     }
 
     /// What the `read_ts` wait at this node did since it started

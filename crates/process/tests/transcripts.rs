@@ -349,7 +349,15 @@ fn node_transcript(file: &str, read_lock_wait_us: u64) {
                     writes: w,
                 };
                 if cmd == "lock" {
-                    Request::Txn(TxnRequest::Lock(record))
+                    // `blind=1,0`: per write, written without being read
+                    // (TxnRequest::LockBlind); absent: a plain LOCK.
+                    match a.opt("blind") {
+                        Some(flags) => Request::Txn(TxnRequest::LockBlind {
+                            record,
+                            blind: flags.split(',').map(|f| f == "1").collect(),
+                        }),
+                        None => Request::Txn(TxnRequest::Lock(record)),
+                    }
                 } else {
                     Request::Txn(TxnRequest::CommitBackup {
                         record,

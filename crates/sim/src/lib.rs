@@ -305,6 +305,10 @@ pub struct SimConfig {
     /// configuration, only the regions whose replicas changed
     /// (`NodeProcess::set_broken_restore_forgotten`).
     pub broken_restore_forgotten: bool,
+    /// Deliberately broken: every LOCK skips LockAtTs's version check, as
+    /// if every write were blind, also for keys the transaction read
+    /// (`NodeProcess::set_broken_locks_unchecked`).
+    pub broken_locks_unchecked: bool,
     /// The nodes' `limits.read_lock_wait_us` (reads that meet a lock wait
     /// for it, by default as long as `Limits::default()` says; 0 aborts
     /// them at once as FaRMv2 §4.7 does).
@@ -344,6 +348,7 @@ impl SimConfig {
             broken_reads_unwaited: false,
             broken_lock_waits_read_past_locks: false,
             broken_restore_forgotten: false,
+            broken_locks_unchecked: false,
             read_lock_wait_us: meridian_config::Limits::default().read_lock_wait_us,
         }
     }
@@ -462,6 +467,10 @@ pub struct SimReport {
     pub last_config: u64,
     /// Transactions decided by recovery (FaRM §5.3): (committed, aborted).
     pub recovered: (u64, u64),
+    /// LOCKs of a single blind write that waited at a primary for another
+    /// transaction's lock and then took it (`limits.blind_lock_wait_us`),
+    /// summed over the nodes alive at the end (a restart zeroes a node's).
+    pub blind_locks_waited: u64,
     /// Reconfiguration milestones: (true time ns, node, event).
     pub node_events: Vec<(u64, u32, NodeEvent)>,
 }
@@ -1041,6 +1050,7 @@ fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> 
     p.map(|mut p| {
         p.set_broken_lock_waits_read_past_locks(cfg.broken_lock_waits_read_past_locks);
         p.set_broken_restore_forgotten(cfg.broken_restore_forgotten);
+        p.set_broken_locks_unchecked(cfg.broken_locks_unchecked);
         p
     })
 }
@@ -2265,6 +2275,12 @@ impl Sim {
             .filter_map(|n| n.process.as_ref())
             .map(|p| p.recovery_stats())
             .fold((0, 0), |(c, a), s| (c + s.committed, a + s.aborted));
+        let blind_locks_waited = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.process.as_ref())
+            .map(|p| p.read_hold_stats().blind_locks_waited)
+            .sum();
         let count = |o: Outcome| history.txns.iter().filter(|t| t.outcome == o).count() as u64;
         let (committed, aborted, unknown) = (
             count(Outcome::Committed) + unrecorded_committed,
@@ -2294,6 +2310,7 @@ impl Sim {
             thin_committed,
             last_config,
             recovered,
+            blind_locks_waited,
             node_events: std::mem::take(&mut self.node_events),
         }
     }

@@ -944,3 +944,48 @@ fn swarm_seeds_2802_4422_4899_4992_finish() {
 fn swarm_seed_4033_finishes() {
     assert_finishes(SimConfig::swarm(4033));
 }
+
+/// Blind writes (keys written without being read) are locked without
+/// LockAtTs's version check (`TxnRequest::LockBlind`), and a transaction
+/// whose only write is one blind write waits at the primary for a lock it
+/// meets (`limits.blind_lock_wait_us`) instead of aborting. The register
+/// workload (reads, then writes of fresh ids, some to keys it read, some
+/// blind) reaches both on contended keys; the checker must pass every
+/// seed, and the waits must have happened.
+#[test]
+fn blind_writes_lock_unchecked_and_wait_and_the_checker_passes() {
+    let mut waited = 0;
+    for seed in 0..12 {
+        let r = run_and_check(SimConfig::register(seed)).unwrap_or_else(|e| panic!("{e}"));
+        waited += r.blind_locks_waited;
+    }
+    assert!(
+        waited > 0,
+        "no blind LOCK waited for a lock in 12 register runs: {waited}"
+    );
+}
+
+/// The broken variant: every LOCK skips the version check, also for keys
+/// the transaction read (`SimConfig::broken_locks_unchecked`). A transfer
+/// then overwrites a balance it never saw; the bank audit or the checker
+/// must catch it, and the real rule must pass the seed that does.
+#[test]
+fn locks_that_skip_the_version_check_for_read_keys_are_caught() {
+    let mut caught = None;
+    for seed in 0..40 {
+        let broken = SimConfig {
+            broken_locks_unchecked: true,
+            ..SimConfig::bank(seed)
+        };
+        if let Err(e) = run_and_check(broken) {
+            run_and_check(SimConfig::bank(seed)).unwrap_or_else(|e| panic!("{e}"));
+            caught = Some((seed, e));
+            break;
+        }
+    }
+    let (seed, e) = caught.expect("no seed caught LOCKs that skip the version check");
+    assert!(
+        e.contains("audit") || e.contains("violation") || e.contains("total"),
+        "seed {seed}: {e}"
+    );
+}

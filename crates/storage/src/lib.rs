@@ -290,17 +290,19 @@ impl RegionStore {
     }
 
     /// LockAtTs (FaRMv2 Algorithm 2): lock `key` for `tx` unless it is locked
-    /// by another transaction or has a version newer than `read_ts`.
-    /// Idempotent for the same `tx`.
+    /// by another transaction or, with `check = Some(read_ts)`, has a
+    /// version newer than `read_ts`. `check = None` locks a blind write
+    /// (the transaction did not read `key`; `TxnRequest::LockBlind` says
+    /// why no version check is needed). Idempotent for the same `tx`.
     ///
-    /// A `read_ts` below the GC safe point is refused, exactly as validation
-    /// refuses it: GC may have removed a deleted object entirely, and an
-    /// absent object would then look unchanged since `read_ts` (a lost update
-    /// over a concurrent delete, review finding 1).
+    /// A checked `read_ts` below the GC safe point is refused, exactly as
+    /// validation refuses it: GC may have removed a deleted object
+    /// entirely, and an absent object would then look unchanged since
+    /// `read_ts` (a lost update over a concurrent delete, review finding 1).
     ///
     /// Errors: [`Conflict::Locked`], [`Conflict::Changed`], [`Conflict::TooOld`].
-    pub fn lock(&mut self, tx: TxId, key: &[u8], read_ts: Timestamp) -> Result<(), Conflict> {
-        if read_ts < self.safe_point {
+    pub fn lock(&mut self, tx: TxId, key: &[u8], check: Option<Timestamp>) -> Result<(), Conflict> {
+        if check.is_some_and(|read_ts| read_ts < self.safe_point) {
             return Err(Conflict::TooOld);
         }
         if self.recovery_locked(key) {
@@ -315,11 +317,23 @@ impl RegionStore {
             Some(_) => return Err(Conflict::Locked),
             None => {}
         }
-        if obj.head_ts() > read_ts {
+        if check.is_some_and(|read_ts| obj.head_ts() > read_ts) {
             return Err(Conflict::Changed);
         }
         obj.lock = Some(Box::new(tx));
         Ok(())
+    }
+
+    /// True if `key` is locked by a transaction other than `tx`, or held
+    /// by lock recovery: [`RegionStore::lock`] would fail with
+    /// [`Conflict::Locked`].
+    pub fn locked_by_another(&self, tx: TxId, key: &[u8]) -> bool {
+        self.recovery_locked(key)
+            || self
+                .objects
+                .get(key)
+                .and_then(|o| o.lock.as_deref())
+                .is_some_and(|&holder| holder != tx)
     }
 
     /// Release `tx`'s lock on `key` (no-op if not held by `tx`); removes a
@@ -735,7 +749,7 @@ mod tests {
         };
         s.recovery_unlock(tx(1), b"k");
         assert_eq!(s.read(b"k", ts(20)), Err(Conflict::Locked));
-        assert_eq!(s.lock(tx(3), b"k", ts(20)), Err(Conflict::Locked));
+        assert_eq!(s.lock(tx(3), b"k", Some(ts(20))), Err(Conflict::Locked));
         assert_eq!(s.validate_key(tx(3), b"k", ts(20)), Err(Conflict::Locked));
         assert_eq!(
             s.scan(&all, ts(20), 10, 1 << 20).map(|_| ()),
@@ -794,10 +808,10 @@ mod tests {
     #[test]
     fn reads_see_the_version_at_read_ts() {
         let mut s = RegionStore::new(8);
-        s.lock(tx(1), b"k", ts(0)).unwrap();
+        s.lock(tx(1), b"k", Some(ts(0))).unwrap();
         assert_eq!(s.read(b"k", ts(5)), Err(Conflict::Locked));
         s.install(tx(1), b"k", ts(10), Some(b"a".to_vec()));
-        s.lock(tx(2), b"k", ts(15)).unwrap();
+        s.lock(tx(2), b"k", Some(ts(15))).unwrap();
         s.install(tx(2), b"k", ts(20), Some(b"b".to_vec()));
         assert_eq!(s.read(b"k", ts(9)).unwrap(), None);
         assert_eq!(s.read(b"k", ts(10)).unwrap().unwrap().value, b"a");
@@ -816,7 +830,7 @@ mod tests {
         let mut s = RegionStore::new(8);
         s.install(tx(1), b"k", ts(10), Some(vec![1]));
         s.install(tx(2), b"k", ts(20), Some(vec![2]));
-        s.lock(tx(3), b"k", ts(25)).unwrap();
+        s.lock(tx(3), b"k", Some(ts(25))).unwrap();
         // read_ts 15 < head 20: the version at 15 is final.
         let v = s.read(b"k", ts(15)).unwrap().unwrap();
         assert_eq!((v.version, v.value), (ts(10), vec![1]));
@@ -832,7 +846,7 @@ mod tests {
         assert_eq!(rows[0].1.version, ts(10));
         assert_eq!(s.scan(&all, ts(20), 10, usize::MAX), Err(Conflict::Locked));
         // An insert's lock placeholder has no head: always locked.
-        s.lock(tx(4), b"new", ts(1)).unwrap();
+        s.lock(tx(4), b"new", Some(ts(1))).unwrap();
         assert_eq!(s.read(b"new", ts(1)), Err(Conflict::Locked));
         // Validation is unchanged: a read-write reader at 15 fails on the
         // newer head anyway.
@@ -844,18 +858,43 @@ mod tests {
     fn lock_at_ts_rejects_newer_versions_and_other_holders() {
         let mut s = RegionStore::new(8);
         s.install(tx(1), b"k", ts(10), Some(vec![1]));
-        assert_eq!(s.lock(tx(2), b"k", ts(9)), Err(Conflict::Changed));
-        s.lock(tx(2), b"k", ts(10)).unwrap();
-        s.lock(tx(2), b"k", ts(10)).unwrap();
-        assert_eq!(s.lock(tx(3), b"k", ts(50)), Err(Conflict::Locked));
+        assert_eq!(s.lock(tx(2), b"k", Some(ts(9))), Err(Conflict::Changed));
+        s.lock(tx(2), b"k", Some(ts(10))).unwrap();
+        s.lock(tx(2), b"k", Some(ts(10))).unwrap();
+        assert_eq!(s.lock(tx(3), b"k", Some(ts(50))), Err(Conflict::Locked));
         assert_eq!(s.validate_key(tx(3), b"k", ts(50)), Err(Conflict::Locked));
         assert_eq!(s.validate_key(tx(2), b"k", ts(50)), Ok(()));
         s.unlock(tx(2), b"k");
         assert_eq!(s.validate_key(tx(3), b"k", ts(9)), Err(Conflict::Changed));
         // Lock placeholder for an insert disappears on unlock.
-        s.lock(tx(4), b"new", ts(1)).unwrap();
+        s.lock(tx(4), b"new", Some(ts(1))).unwrap();
         s.unlock(tx(4), b"new");
         assert!(s.object(b"new").is_none());
+        s.check_invariants();
+    }
+
+    /// A blind write (`check = None`) locks past a newer version and below
+    /// the safe point, but never past another holder; its install still
+    /// lands above the head, and a scan's validation still sees the change.
+    #[test]
+    fn blind_locks_skip_the_version_check_but_not_the_lock() {
+        let mut s = RegionStore::new(8);
+        s.install(tx(1), b"k", ts(10), Some(vec![1]));
+        s.gc(ts(8));
+        assert_eq!(s.lock(tx(2), b"k", Some(ts(5))), Err(Conflict::TooOld));
+        assert_eq!(s.lock(tx(2), b"k", Some(ts(9))), Err(Conflict::Changed));
+        assert!(!s.locked_by_another(tx(3), b"k"));
+        s.lock(tx(2), b"k", None).unwrap();
+        assert_eq!(s.lock(tx(3), b"k", None), Err(Conflict::Locked));
+        assert!(s.locked_by_another(tx(3), b"k"));
+        assert!(!s.locked_by_another(tx(2), b"k"));
+        let all = KeyRange {
+            start: Vec::new(),
+            end: None,
+        };
+        assert_eq!(s.validate_range(tx(2), &all, ts(9)), Err(Conflict::Changed));
+        s.install(tx(2), b"k", ts(20), Some(vec![2]));
+        s.lock(tx(3), b"k", None).unwrap();
         s.check_invariants();
     }
 
@@ -930,18 +969,18 @@ mod tests {
         // T reads k at 20 and sees version 10.
         assert_eq!(s.read(b"k", ts(20)).unwrap().unwrap().version, ts(10));
         // A concurrent transaction deletes k at 30; GC collects the tombstone.
-        s.lock(tx(2), b"k", ts(25)).unwrap();
+        s.lock(tx(2), b"k", Some(ts(25))).unwrap();
         s.install(tx(2), b"k", ts(30), None);
         s.gc(ts(40));
         assert!(s.object(b"k").is_none(), "tombstone collected");
         // T now tries to write k: it must not succeed.
-        assert_eq!(s.lock(tx(3), b"k", ts(20)), Err(Conflict::TooOld));
+        assert_eq!(s.lock(tx(3), b"k", Some(ts(20))), Err(Conflict::TooOld));
         assert!(
             s.object(b"k").is_none(),
             "a refused lock leaves no placeholder"
         );
         // A transaction with a fresh snapshot can.
-        s.lock(tx(4), b"k", ts(41)).unwrap();
+        s.lock(tx(4), b"k", Some(ts(41))).unwrap();
         s.check_invariants();
     }
 

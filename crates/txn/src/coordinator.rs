@@ -14,7 +14,9 @@
 //!    transaction only ever sees one consistent snapshot (opacity).
 //! 2. Read-only transactions commit with no messages (FaRMv2 §4.2).
 //! 3. `Lock` to each primary of the write set (LockAtTs: fail if locked or if
-//!    a version newer than `read_ts` exists).
+//!    a version newer than `read_ts` exists). A key written without being
+//!    read (a blind write) is only locked (`LockBlind`, no version check:
+//!    its version enters at a `write_ts` taken while the lock is held).
 //! 4. `write_ts = GET_TS()` while the locks are held ([`CommitStep::GetWriteTs`]).
 //! 5. `Validate` keys read but not written, and every scanned range, at their
 //!    primaries: unlocked and unchanged since `read_ts`.
@@ -736,15 +738,25 @@ impl Transaction {
         let msgs: Vec<(NodeId, TxnRequest)> = by
             .into_iter()
             .map(|(n, writes)| {
-                (
-                    n,
-                    TxnRequest::Lock(LockRecord {
-                        tx: self.id,
-                        read_ts: self.read_ts,
-                        regions: regions.clone(),
-                        writes,
-                    }),
-                )
+                // A key written but never read (a blind write) needs no
+                // check against `read_ts` (TxnRequest::LockBlind); FaRM's
+                // plain LOCK goes when every written key was read.
+                let blind: Vec<bool> = writes
+                    .iter()
+                    .map(|w| !self.reads.contains_key(&w.key))
+                    .collect();
+                let record = LockRecord {
+                    tx: self.id,
+                    read_ts: self.read_ts,
+                    regions: regions.clone(),
+                    writes,
+                };
+                let req = if blind.contains(&true) {
+                    TxnRequest::LockBlind { record, blind }
+                } else {
+                    TxnRequest::Lock(record)
+                };
+                (n, req)
             })
             .collect();
         self.lock_targets = msgs.iter().map(|(n, _)| *n).collect();

@@ -124,6 +124,9 @@ pub struct Participant {
     /// The simulator's deliberately broken variant
     /// ([`Participant::set_broken_restore_forgotten`]).
     broken_restore_forgotten: bool,
+    /// The simulator's deliberately broken variant
+    /// ([`Participant::set_broken_locks_unchecked`]).
+    broken_locks_unchecked: bool,
 }
 
 /// One input that changed a participant's state: the unit of the
@@ -391,6 +394,7 @@ impl Participant {
                     journaled_gc: c.journaled_gc,
                     restored: false,
                     broken_restore_forgotten: false,
+                    broken_locks_unchecked: false,
                 }
             }
         };
@@ -524,6 +528,7 @@ impl Participant {
             journaled_gc: Timestamp::ZERO,
             restored: false,
             broken_restore_forgotten: false,
+            broken_locks_unchecked: false,
         }
     }
 
@@ -625,6 +630,17 @@ impl Participant {
     #[doc(hidden)]
     pub fn set_broken_restore_forgotten(&mut self, on: bool) {
         self.broken_restore_forgotten = on;
+    }
+
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_locks_unchecked`): every LOCK treats every write
+    /// as blind, skipping LockAtTs's check for a version newer than
+    /// `read_ts` even for keys the transaction read. A read-modify-write
+    /// then overwrites a version it never saw (a lost update); the bank
+    /// audit and the checker must catch it.
+    #[doc(hidden)]
+    pub fn set_broken_locks_unchecked(&mut self, on: bool) {
+        self.broken_locks_unchecked = on;
     }
 
     /// Regions blocked by recovery at this primary.
@@ -1080,6 +1096,18 @@ impl Participant {
         )
     }
 
+    /// True if another transaction (or lock recovery) holds the lock of a
+    /// key `rec` writes here: a LOCK of `rec` would fail with
+    /// `Conflict::Locked` now. For a waiting LOCK, which is tried again
+    /// only once this is false (and journals nothing meanwhile).
+    pub fn locked_by_another(&self, rec: &meridian_wire::LockRecord) -> bool {
+        rec.writes.iter().any(|w| {
+            self.stores
+                .get(&w.region)
+                .is_some_and(|s| s.locked_by_another(rec.tx, &w.key))
+        })
+    }
+
     /// Serve a scan straight from storage, clamped to the region's range.
     pub fn scan(
         &self,
@@ -1104,6 +1132,7 @@ impl Participant {
             || matches!(
                 req,
                 TxnRequest::Lock(_)
+                    | TxnRequest::LockBlind { .. }
                     | TxnRequest::CommitBackup { .. }
                     | TxnRequest::CommitPrimary { .. }
                     | TxnRequest::Abort { .. }
@@ -1132,9 +1161,23 @@ impl Participant {
                 read_ts,
             } => ok(self.scan(*region, range, *limit, *read_ts)),
             TxnRequest::Lock(rec) => match self.check_record(rec, true) {
-                Ok(()) => ok(TxnResponse::Lock(self.lock(rec))),
+                Ok(()) => ok(TxnResponse::Lock(self.lock(rec, &[]))),
                 Err(r) => Response::Rejected(r),
             },
+            TxnRequest::LockBlind { record, blind } => {
+                let flags = if blind.len() == record.writes.len() {
+                    Ok(())
+                } else {
+                    Err(Rejection::BlindFlagsMismatch {
+                        writes: record.writes.len(),
+                        flags: blind.len(),
+                    })
+                };
+                match self.check_record(record, true).and(flags) {
+                    Ok(()) => ok(TxnResponse::Lock(self.lock(record, blind))),
+                    Err(r) => Response::Rejected(r),
+                }
+            }
             TxnRequest::Validate {
                 tx,
                 read_ts,
@@ -1321,7 +1364,11 @@ impl Participant {
         }
     }
 
-    fn lock(&mut self, rec: &meridian_wire::LockRecord) -> Result<(), Conflict> {
+    /// LOCK (FaRM §4 step 1, FaRMv2 Algorithm 2 LockAtTs): lock every
+    /// write of `rec` or none. A write whose `blind` flag is set (missing
+    /// flags count as unset: plain [`TxnRequest::Lock`]) is locked without
+    /// the check against `rec.read_ts` ([`TxnRequest::LockBlind`]).
+    fn lock(&mut self, rec: &meridian_wire::LockRecord, blind: &[bool]) -> Result<(), Conflict> {
         if self.log.primary.contains_key(&rec.tx) {
             return Ok(()); // duplicate delivery
         }
@@ -1338,12 +1385,14 @@ impl Participant {
         }
         let mut locked = 0;
         let mut result = Ok(());
-        for w in &rec.writes {
+        for (i, w) in rec.writes.iter().enumerate() {
             let store = self
                 .stores
                 .get_mut(&w.region)
                 .ok_or(Conflict::UnknownRegion)?;
-            if let Err(c) = store.lock(rec.tx, &w.key, rec.read_ts) {
+            let unchecked = self.broken_locks_unchecked || blind.get(i).copied().unwrap_or(false);
+            let check = (!unchecked).then_some(rec.read_ts);
+            if let Err(c) = store.lock(rec.tx, &w.key, check) {
                 result = Err(c);
                 break;
             }

@@ -258,6 +258,14 @@ pub enum Rejection {
     },
     /// The sender is not a member of this node's configuration.
     NotMember(String),
+    /// A [`TxnRequest::LockBlind`] whose `blind` flags do not match its
+    /// writes one for one. Appended last, as the variant it checks.
+    BlindFlagsMismatch {
+        /// Writes in the record.
+        writes: usize,
+        /// Flags sent.
+        flags: usize,
+    },
 }
 
 impl fmt::Display for Rejection {
@@ -285,6 +293,9 @@ impl fmt::Display for Rejection {
                 sent.0, current.0
             ),
             Rejection::NotMember(s) => write!(f, "not a member: {s}"),
+            Rejection::BlindFlagsMismatch { writes, flags } => {
+                write!(f, "LOCK with {flags} blind-write flags for {writes} writes")
+            }
         }
     }
 }
@@ -955,6 +966,40 @@ pub enum TxnRequest {
         /// Transactions whose records can be dropped (and applied at backups).
         txs: Vec<TxId>,
     },
+    /// LOCK record of a write set with blind writes (FaRM §4 step 1). As
+    /// [`TxnRequest::Lock`], except that a write with `blind[i]` set (the
+    /// transaction wrote `record.writes[i]` without reading it) is only
+    /// locked: LockAtTs's check for a version newer than `read_ts`
+    /// (FaRMv2 §7 Algorithm 2 line 6) is skipped for it. FaRM's objects are
+    /// always read before they are written, so its LOCK has no such case.
+    ///
+    /// Why skipping is safe: a blind write's version enters at `write_ts`,
+    /// which GET_TS takes after this lock is held, so above every version
+    /// committed before (whose writer held the lock at its own `write_ts`,
+    /// FaRMv2 §7 Lemma 1); nothing of the object was read, so nothing read
+    /// can be stale. A key in a scanned range is still checked by the
+    /// range's VALIDATE. `blind.len()` must equal `record.writes.len()`
+    /// (a mismatch is rejected as malformed). Appended last, so frames and
+    /// log records of the variants above decode as before.
+    LockBlind {
+        /// The LOCK record, logged as for [`TxnRequest::Lock`].
+        record: LockRecord,
+        /// Per write of `record.writes`: written without being read.
+        blind: Vec<bool>,
+    },
+}
+
+impl TxnRequest {
+    /// The LOCK record of a [`TxnRequest::Lock`] or [`TxnRequest::LockBlind`]
+    /// and its blind-write flags (empty for a plain LOCK: every write was
+    /// read); `None` for other requests.
+    pub fn lock_record(&self) -> Option<(&LockRecord, &[bool])> {
+        match self {
+            TxnRequest::Lock(record) => Some((record, &[])),
+            TxnRequest::LockBlind { record, blind } => Some((record, blind)),
+            _ => None,
+        }
+    }
 }
 
 /// The transaction protocol's replies.
