@@ -640,6 +640,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,meridian_node=info")),
         )
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: a node's stderr is its `node.log`.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

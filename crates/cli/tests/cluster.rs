@@ -885,3 +885,93 @@ fn a_partition_of_2_of_5_nodes_stops_the_minority_while_the_majority_goes_on() {
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The number after "through record " in the last line of `log` that
+/// contains `marker`.
+fn through_record(log: &str, marker: &str) -> Option<u64> {
+    let line = log.lines().rev().find(|l| l.contains(marker))?;
+    let rest = &line[line.find("through record ")? + "through record ".len()..];
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A clean stop (`meridian cluster stop`: SIGTERM) makes every log record
+/// durable, also those no reply waited for and that the log would only
+/// have fsynced after `limits.log_idle_sync_us` (here an hour): GC and
+/// truncation records. The node says through which record its log is
+/// durable when it stops, and the restarted node must restore through at
+/// least that record. Without the flush at SIGTERM the queued records are
+/// lost, as in a crash, and the restore ends short of it.
+#[test]
+fn a_sigterm_stop_makes_the_records_no_reply_waited_for_durable() {
+    let _one = one_cluster();
+    let dir = test_dir("sigterm");
+    watchdog(&dir, 120);
+    let exe = Path::new(env!("CARGO_BIN_EXE_meridian"));
+    let cfg = cluster::start_tuned(&dir, exe, 1, 1, 4, None, |c| {
+        c.durability.mode = meridian_config::DurabilityMode::Disk;
+        c.limits.log_idle_sync_us = 3_600_000_000;
+    })
+    .expect("start a one-node cluster");
+    // Stops the node whichever way the test ends.
+    struct StopOnDrop(PathBuf);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            let _ = cluster::stop(&self.0);
+        }
+    }
+    let _stop = StopOnDrop(dir.clone());
+    let cm = cfg
+        .node(meridian_wire::NodeId(cfg.cm))
+        .map(|n| n.addr.clone())
+        .expect("the CM's address");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let bank = meridian_workload::bank::BankConfig {
+        accounts: 8,
+        initial_balance: 100,
+        audit_percent: 20,
+    };
+    let out = rt.block_on(async {
+        let client = meridian_client::Client::connect(&cm)
+            .await
+            .expect("connect");
+        meridian_bench::run::bank(&client, bank, 2, 2)
+            .await
+            .expect("bank run")
+    });
+    assert!(out.failures.is_empty(), "{:?}", out.failures);
+    // GC records (every `gc_interval_us`) queue up with no one asking.
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(cluster::stop(&dir).expect("stop"), vec![0]);
+    let log_path = dir.join("node0").join("node.log");
+    let log = std::fs::read_to_string(&log_path).expect("node.log");
+    let stopped = through_record(&log, "stopping (SIGTERM)")
+        .unwrap_or_else(|| panic!("no durable-through line at the stop:\n{}", tail(&log, 20)));
+    cluster::restart_nodes_with_exe(&dir, exe, &[0]).expect("restart");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let restored = loop {
+        let log = std::fs::read_to_string(&log_path).expect("node.log");
+        if let Some(r) = through_record(&log, "restoring from disk") {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the restarted node never restored:\n{}",
+            tail(&log, 20)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("stopped durable through record {stopped}, restored through {restored}");
+    assert!(stopped > 0, "no record was logged");
+    assert!(
+        restored >= stopped,
+        "records lost at a clean stop: durable through {stopped} claimed, {restored} restored"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -384,8 +384,13 @@ impl Wal {
     /// Make every record queued so far durable (a clean stop: records no
     /// reply waited for would otherwise be lost with the process).
     pub async fn flush(&self) {
-        let seq = self.queue().queued_seq;
+        let seq = self.queued_seq();
         self.durable(seq).await;
+    }
+
+    /// The number of the last record queued (appended, durable or not).
+    pub fn queued_seq(&self) -> u64 {
+        self.queue().queued_seq
     }
 
     /// Ask for every record up to `seq` to be made durable soon, without
