@@ -1233,8 +1233,9 @@ impl Participant {
             }
             // Records below the bound can only be stale duplicates (a LOCK
             // re-delivered after its ABORT once the finished set forgot
-            // it): the coordinator has finished those transactions, so
-            // release them.
+            // it) or records of a transaction whose ABORT this node refused
+            // (its configuration had changed): the coordinator has finished
+            // those transactions, so release them.
             let stale: Vec<TxId> = self
                 .log
                 .primary
@@ -1243,10 +1244,35 @@ impl Participant {
                 .copied()
                 .collect();
             for tx in stale {
+                if matches!(self.log.primary.get(&tx), Some((_, LockState::Locked))) {
+                    self.release_aborted_holds(tx);
+                }
                 self.abort(tx);
                 self.truncate(&[tx]);
             }
         }
+    }
+
+    /// Release lock recovery's holds (FaRM §5.3 step 4) of `tx`, whose
+    /// LOCK record here is still `Locked` below its coordinator's low bound
+    /// (FaRM Table 1), in every region.
+    ///
+    /// Such a transaction was aborted by its coordinator: the bound passes
+    /// a committed transaction only once its TRUNCATEs went out, and those
+    /// go only after every COMMIT-PRIMARY was acknowledged (FaRM §4 step
+    /// 5), which leaves no LOCK record `Locked`; and a coordinator aborts
+    /// only before any COMMIT-BACKUP is sent
+    /// ([`crate::Transaction::abandon`]). So no replica holds COMMIT-BACKUP
+    /// or COMMIT-PRIMARY evidence of it and recovery can only decide abort
+    /// (FaRM §5.3 steps 6–7): its holds guard no write a read could miss
+    /// (unlike swarm seed 4779's, whose transaction committed). They must
+    /// go with the records, not wait for ABORT-RECOVERY: once the records
+    /// are gone everywhere, no later configuration finds the transaction
+    /// to recover, and a hold left behind would stay for good (swarm seed
+    /// 291 dropped such a record while holding its key; ABORT-RECOVERY
+    /// happened to follow in the same configuration).
+    fn release_aborted_holds(&mut self, tx: TxId) {
+        self.release_recovery_holds(tx);
     }
 
     /// The low bound received from `coordinator` (0 if none).
@@ -1516,9 +1542,20 @@ impl Participant {
                 self.apply_backup(&rec, wts);
             }
             // Only committed transactions are truncated: a replicated
-            // record is applied like a COMMIT-BACKUP record, if its
-            // `write_ts` is known (else the primaries installed it, and
-            // data recovery brings it).
+            // record is applied like a COMMIT-BACKUP record. One without
+            // `write_ts` (evidence Lock) is never left here holding a key:
+            // the coordinator's TRUNCATE names only transactions whose
+            // every COMMIT-PRIMARY was acknowledged, so in their
+            // configuration every replica of every written region logged
+            // a COMMIT-BACKUP or committed LOCK record with `write_ts`, and
+            // every later report and REPLICATE-TX-STATE of them carries it
+            // (FaRM §5.3 steps 3–5); any other transaction is truncated
+            // only by TRUNCATE-RECOVERY, sent once every replica of every
+            // region with a record acknowledged its COMMIT-RECOVERY, which
+            // takes the replicated record, installs it and releases its
+            // regions' holds (step 7); and the low bound's release of an
+            // aborted transaction's records releases its holds first
+            // (`release_aborted_holds`).
             if let Some((rec, _, Some(wts))) = self.log.replicated.remove(tx) {
                 applied.extend(rec.writes.iter().map(|w| w.region));
                 self.apply_backup(&rec, wts);
@@ -2215,6 +2252,63 @@ mod tests {
         let (mut p, rec) = committed_and_held(meridian_wire::Evidence::CommitPrimary);
         p.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
         assert_hold_released(&p, &rec);
+    }
+
+    /// Swarm seed 291: lock recovery held the keys of a transaction whose
+    /// LOCK record this primary still had (evidence Lock) and, in another
+    /// region, of one known here only from a replicated record without
+    /// `write_ts` (FaRM §5.3 step 5); the coordinator had aborted it (its
+    /// ABORT refused in the new configuration) and its low bound passed
+    /// it. The bound drops the records; the holds must go too, or no later
+    /// configuration finds a record to recover and the keys stay held.
+    #[test]
+    fn a_low_bound_releases_the_recovery_holds_of_an_aborted_transaction() {
+        let mut p = Participant::new(NodeId(0), &cfg());
+        let (ka, kb): (&[u8], &[u8]) = (&[1], &[200]);
+        let (ra, rb) = (p.region_of(ka), p.region_of(kb));
+        assert_ne!(ra, rb);
+        let rec = LockRecord {
+            regions: vec![ra, rb],
+            ..record(&p, tx(1), 5, &[ka])
+        };
+        assert_eq!(
+            p.handle(&[], &TxnRequest::Lock(rec.clone())),
+            Response::Txn(TxnResponse::Lock(Ok(())))
+        );
+        let in_b = LockRecord {
+            writes: record(&p, tx(1), 5, &[kb]).writes,
+            ..rec.clone()
+        };
+        let lock_evidence = |record: LockRecord| meridian_wire::RecoveringTx {
+            record,
+            evidence: meridian_wire::Evidence::Lock,
+            write_ts: None,
+        };
+        p.recover_locks(ra, &[lock_evidence(rec)]);
+        p.replicate_tx_state(rb, &lock_evidence(in_b.clone()));
+        p.recover_locks(rb, &[lock_evidence(in_b)]);
+        for (r, k) in [(ra, ka), (rb, kb)] {
+            assert_eq!(
+                p.read(r, k, Timestamp(20)),
+                TxnResponse::Read(Err(Conflict::Locked))
+            );
+        }
+        p.truncate_piggybacked(&meridian_wire::Truncation {
+            txs: Vec::new(),
+            low: Some(meridian_wire::TruncateLow {
+                coordinator: tx(1).coordinator,
+                local: 2,
+            }),
+        });
+        assert_eq!(p.log_len(), 0, "the stale records are dropped");
+        for (r, k) in [(ra, ka), (rb, kb)] {
+            assert_eq!(
+                p.read(r, k, Timestamp(20)),
+                TxnResponse::Read(Ok(None)),
+                "{k:?} still held"
+            );
+        }
+        p.check_invariants();
     }
 
     /// Seed 27: a node removed from the configuration and added back kept
