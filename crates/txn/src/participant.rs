@@ -61,6 +61,16 @@ pub struct ParticipantStats {
     pub commits: u64,
     /// Backup records applied.
     pub backup_applied: u64,
+    /// Keys whose lock-recovery hold a COMMIT-RECOVERY of an already
+    /// truncated transaction released although this replica's copy of
+    /// the key is older than the transaction's `write_ts`: its committed
+    /// write is not in place here, so a read could miss it (the shape of
+    /// swarm seed 4779). The truncated branch of
+    /// [`Participant::commit_recovery`] is safe only while no hold outlives
+    /// the truncation of a write it guards; the simulator fails a run in
+    /// which this is not 0. Keys absent here (a collected tombstone) are
+    /// not counted: their history cannot be told.
+    pub holds_released_unapplied: u64,
 }
 
 /// One node's participant engine.
@@ -770,6 +780,21 @@ impl Participant {
             // Applied and truncated here already; the holds lock recovery
             // took from other replicas' reports still go (seed 369 kept a
             // key locked forever).
+            let unapplied = self
+                .recovery_held
+                .range((tx, RegionId(0))..=(tx, RegionId(u32::MAX)))
+                .map(|((_, r), keys)| {
+                    let store = self.stores.get(r);
+                    keys.iter()
+                        .filter(|k| {
+                            store
+                                .and_then(|s| s.object(k))
+                                .is_some_and(|o| o.head_ts() < write_ts)
+                        })
+                        .count() as u64
+                })
+                .sum::<u64>();
+            self.stats.holds_released_unapplied += unapplied;
             self.release_recovery_holds(tx);
             return;
         }
@@ -2252,6 +2277,55 @@ mod tests {
         let (mut p, rec) = committed_and_held(meridian_wire::Evidence::CommitPrimary);
         p.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
         assert_hold_released(&p, &rec);
+    }
+
+    /// The count behind the simulator's check on COMMIT-RECOVERY's
+    /// truncated branch (`ParticipantStats::holds_released_unapplied`): a
+    /// hold that outlived the truncation of a transaction, in a region
+    /// whose write this replica never had, released by a COMMIT-RECOVERY
+    /// for another region while the key is still older than `write_ts`,
+    /// is counted; the release itself is unchanged.
+    #[test]
+    fn a_hold_released_over_a_missing_write_is_counted() {
+        let mut p = Participant::new(NodeId(0), &cfg());
+        let (ka, kb): (&[u8], &[u8]) = (&[1], &[200]);
+        let (ra, rb) = (p.region_of(ka), p.region_of(kb));
+        assert_ne!(ra, rb);
+        // kb has an old version (5) here.
+        let old = record(&p, tx(1), 1, &[kb]);
+        p.handle(&[], &TxnRequest::Lock(old));
+        p.handle(
+            &[],
+            &TxnRequest::CommitPrimary {
+                tx: tx(1),
+                write_ts: Timestamp(5),
+            },
+        );
+        // Transaction 2 wrote ka and kb at 10; lock recovery holds kb here
+        // from another replica's report, and this node knows only ka.
+        let in_b = LockRecord {
+            regions: vec![ra, rb],
+            ..record(&p, tx(2), 6, &[kb])
+        };
+        p.recover_locks(
+            rb,
+            &[meridian_wire::RecoveringTx {
+                record: in_b,
+                evidence: meridian_wire::Evidence::Lock,
+                write_ts: None,
+            }],
+        );
+        p.truncate_piggybacked(&meridian_wire::Truncation {
+            txs: vec![tx(2)],
+            low: None,
+        });
+        assert_eq!(p.stats().holds_released_unapplied, 0);
+        let in_a = LockRecord {
+            regions: vec![ra, rb],
+            ..record(&p, tx(2), 6, &[ka])
+        };
+        p.commit_recovery(ra, &in_a, Timestamp(10));
+        assert_eq!(p.stats().holds_released_unapplied, 1, "kb is still at 5");
     }
 
     /// Swarm seed 291: lock recovery held the keys of a transaction whose
