@@ -43,7 +43,7 @@
 //! to the server: [`NodeProcess::hold_until_read_ts_passed`]), and then,
 //! if it meets another transaction's lock, until that lock goes, at most
 //! `limits.read_lock_wait_us` after it arrived (instead of FaRMv2 §4.7's
-//! abort at once; 0 restores the abort: `NodeProcess::serve_read`). Either way the read is
+//! abort at once; 0 restores the abort: `NodeProcess::serve_or_wait`). Either way the read is
 //! served as a read arriving then would be, so its snapshot is unchanged.
 //!
 //! **Coordinator ids** (review finding 6). Transaction ids embed the
@@ -1358,10 +1358,10 @@ impl NodeProcess {
         let resp = match req {
             Request::Txn(r) => match self.hold_until_read_ts_passed(now, from, id, config, r) {
                 Some(r @ (TxnRequest::Read { .. } | TxnRequest::Scan { .. })) => {
-                    return self.serve_read(now, from, id, config, r, now);
+                    return self.serve_or_wait(now, from, id, config, r, now);
                 }
                 Some(r) if lock_may_wait(&r) => {
-                    return self.serve_read(now, from, id, config, r, now);
+                    return self.serve_or_wait(now, from, id, config, r, now);
                 }
                 Some(r) => {
                     // COMMIT-PRIMARY and ABORT release locks.
@@ -1512,7 +1512,7 @@ impl NodeProcess {
     /// cannot deadlock: a lock holder is committing and waits for nobody's
     /// read (reads precede a transaction's own locks), a waiting LOCK's
     /// transaction holds no lock, and the wait is bounded.
-    fn serve_read(
+    fn serve_or_wait(
         &mut self,
         now: u64,
         from: Peer,
@@ -1717,7 +1717,7 @@ impl NodeProcess {
             self.read_holds.held += 1;
             self.read_holds.held_ns += held_ns;
             self.read_holds.held_long += u64::from(held_ns > READ_HOLD_LONG_NS);
-            self.serve_read(now, d.from, d.id, d.config, d.req, d.since);
+            self.serve_or_wait(now, d.from, d.id, d.config, d.req, d.since);
         }
     }
 

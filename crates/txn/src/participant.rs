@@ -2279,6 +2279,21 @@ mod tests {
         assert_hold_released(&p, &rec);
     }
 
+    /// A one-node participant and two keys in different regions it leads.
+    fn two_region_keys() -> (
+        Participant,
+        &'static [u8],
+        RegionId,
+        &'static [u8],
+        RegionId,
+    ) {
+        let p = Participant::new(NodeId(0), &cfg());
+        let (ka, kb): (&'static [u8], &'static [u8]) = (&[1], &[200]);
+        let (ra, rb) = (p.region_of(ka), p.region_of(kb));
+        assert_ne!(ra, rb);
+        (p, ka, ra, kb, rb)
+    }
+
     /// The count behind the simulator's check on COMMIT-RECOVERY's
     /// truncated branch (`ParticipantStats::holds_released_unapplied`): a
     /// hold that outlived the truncation of a transaction, in a region
@@ -2287,10 +2302,7 @@ mod tests {
     /// is counted; the release itself is unchanged.
     #[test]
     fn a_hold_released_over_a_missing_write_is_counted() {
-        let mut p = Participant::new(NodeId(0), &cfg());
-        let (ka, kb): (&[u8], &[u8]) = (&[1], &[200]);
-        let (ra, rb) = (p.region_of(ka), p.region_of(kb));
-        assert_ne!(ra, rb);
+        let (mut p, ka, ra, kb, rb) = two_region_keys();
         // kb has an old version (5) here.
         let old = record(&p, tx(1), 1, &[kb]);
         p.handle(&[], &TxnRequest::Lock(old));
@@ -2337,10 +2349,7 @@ mod tests {
     /// configuration finds a record to recover and the keys stay held.
     #[test]
     fn a_low_bound_releases_the_recovery_holds_of_an_aborted_transaction() {
-        let mut p = Participant::new(NodeId(0), &cfg());
-        let (ka, kb): (&[u8], &[u8]) = (&[1], &[200]);
-        let (ra, rb) = (p.region_of(ka), p.region_of(kb));
-        assert_ne!(ra, rb);
+        let (mut p, ka, ra, kb, rb) = two_region_keys();
         let rec = LockRecord {
             regions: vec![ra, rb],
             ..record(&p, tx(1), 5, &[ka])
