@@ -4,7 +4,7 @@ use crate::drive::{run_sessions, session_loop, Mix};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use meridian_checker::{History, Outcome, TxnRecord};
-use meridian_client::{mono_ns, Client, Txn};
+use meridian_client::{mono_ns, Client, ClientStats, Txn};
 use meridian_txn::{TxnError, TxnOptions};
 use meridian_wire::NodeId;
 use meridian_workload::bank::{self, BankConfig, WriteIds};
@@ -293,22 +293,41 @@ where
     Ok(loaded.load(Ordering::Relaxed))
 }
 
-fn summarize(bench: &str, secs: f64, clients: usize, acc: Acc, client: &Client) -> BenchResult {
+fn summarize(
+    bench: &str,
+    secs: f64,
+    clients: usize,
+    acc: Acc,
+    client: &Client,
+    base: &ClientStats,
+) -> BenchResult {
     let mut r = summarize_core(bench, secs, clients, acc);
-    add_client_figures(&mut r, client);
+    add_client_figures(&mut r, client, base);
     r
 }
 
-/// The client's uncertainty figures and operational counters, into `r`.
-fn add_client_figures(r: &mut BenchResult, client: &Client) {
-    let (_, unc, wait) = client.ts_summary();
-    let stats = client.stats();
-    r.mean_uncertainty_us = unc as f64 / 1000.0;
-    r.mean_uncertainty_wait_us = wait as f64 / 1000.0;
+/// The client's uncertainty figures and operational counters of the
+/// measured window (its counters now, less `base`, read when the window
+/// began), into `r`. Before 2026-11-27 these were the client's counts since
+/// it connected, so a bench's load phase weighed in: at 1M TATP
+/// subscribers the loader's GET_TS waits, which end late under the
+/// loader's heavy batches, made the run's mean wait look 2.8× the
+/// uncertainty.
+fn add_client_figures(r: &mut BenchResult, client: &Client, base: &ClientStats) {
+    let stats = client.stats().since(base);
+    let n = stats.ts_count.max(1);
+    r.mean_uncertainty_us = (stats.uncertainty_ns_sum / n) as f64 / 1000.0;
+    r.mean_uncertainty_wait_us = (stats.ts_wait_ns_sum / n) as f64 / 1000.0;
     // The client's operational counters: RPCs that failed (timeout, lost
     // connection, refused) and were retried, configurations it moved
     // through, and commits whose outcome it could not learn.
     let extra = &mut r.extra;
+    let waited = n as f64;
+    extra.insert(
+        "ts_late_mean_us".into(),
+        stats.ts_late_ns_sum as f64 / waited / 1000.0,
+    );
+    extra.insert("ts_late_over_100us".into(), stats.ts_late_over_100us as f64);
     extra.insert("client_rpc_failures".into(), stats.rpc_failures as f64);
     extra.insert("client_clock_refused".into(), stats.clock_refused as f64);
     extra.insert("client_clock_rejected".into(), stats.clock_rejected as f64);
@@ -438,13 +457,14 @@ pub async fn meridian(
     seed: u64,
 ) -> Ran {
     let start_ns = mono_ns();
+    let base = client.stats();
     let sessions: Vec<_> = (0..clients).map(|_| client.session()).collect();
     let (acc, el) = run_sessions(label, sessions, mix.clone(), seed, secs, |s, c| {
         tokio::spawn(session_loop(s, c))
     })
     .await;
     let mut ran = crate::peers::finish(label, el, clients, acc, &mix, start_ns);
-    add_client_figures(&mut ran.result, client);
+    add_client_figures(&mut ran.result, client, &base);
     ran
 }
 
@@ -529,6 +549,7 @@ pub async fn bank(
         Vec::<String>::new(),
     )));
     let sh = shared.clone();
+    let base = client.stats();
     let (acc, el) = closed_loop(
         client,
         "bank",
@@ -630,7 +651,7 @@ pub async fn bank(
         },
     )
     .await;
-    let result = summarize("bank", el, clients, acc, client);
+    let result = summarize("bank", el, clients, acc, client, &base);
     let (h, audits, failures) = match Arc::try_unwrap(shared) {
         Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
         Err(arc) => {

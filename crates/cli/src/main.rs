@@ -1389,6 +1389,13 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
             r.mean_uncertainty_wait_us,
             r.mean_uncertainty_wait_us / r.mean_uncertainty_us
         );
+        if let Some(late) = r.extra.get("ts_late_mean_us") {
+            println!(
+                "clock: GET_TS waits ended {:.1} µs after their deadline on average ({} over 100 µs)",
+                late,
+                r.extra.get("ts_late_over_100us").copied().unwrap_or(0.0)
+            );
+        }
     }
     if let (Some(held), Some(once)) = (
         r.extra.get("node_reads_held"),

@@ -36,7 +36,7 @@
 pub mod tokio_io;
 
 use meridian_config::Configuration;
-use meridian_process::client::{CallResult, ClientProcess, ClientStats, TxnHandle};
+use meridian_process::client::{CallResult, ClientProcess, TxnHandle};
 use meridian_process::{CallId, Effect};
 use meridian_transport::{Connection, TransportError};
 pub use meridian_wire::{ClientOp, ClientOpResult, ExecuteError, Executed};
@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-pub use meridian_process::client::CommitInfo;
+pub use meridian_process::client::{ClientStats, CommitInfo};
 pub use meridian_runtime::mono_ns;
 pub use meridian_txn::{AbortReason, TxnError, TxnOptions as Options, TxnOptions};
 
@@ -125,15 +125,27 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     }
 }
 
-/// The future of one application call.
+/// The future of one application call: its result at once if the process
+/// answered the call while it was made (a `begin` whose `read_ts` waits at
+/// the nodes, a read of a key the transaction wrote, a read-only commit),
+/// else the slot its answer will be put in.
 pub struct CallFuture {
-    slot: Arc<Slot>,
+    ready: Option<CallResult>,
+    slot: Option<Arc<Slot>>,
 }
 
 impl Future for CallFuture {
     type Output = CallResult;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CallResult> {
-        let mut st = lock(&self.slot.state);
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CallResult> {
+        if let Some(r) = self.ready.take() {
+            return Poll::Ready(r);
+        }
+        let Some(slot) = self.slot.as_ref() else {
+            // Polled again after it returned its result: a caller's bug,
+            // answered as a failed call rather than a panic.
+            return Poll::Ready(CallResult::Failed(TxnError::Closed));
+        };
+        let mut st = lock(&slot.state);
         match st.0.take() {
             Some(r) => Poll::Ready(r),
             None => {
@@ -151,6 +163,13 @@ struct State {
     /// Stalled calls: (run once an input at or after this local time has
     /// been processed, the clock reading, the call id, the call).
     stalled: Vec<(u64, u64, CallId, Deferred)>,
+    /// The call being made, while [`Core::call`] holds the process: its
+    /// reply, if the process gives it at once, goes to `inline` instead of
+    /// a slot, so a call answered at once costs no slot, no map entry and
+    /// no waker.
+    making: Option<CallId>,
+    /// The reply to `making`, if it came while it was being made.
+    inline: Option<CallResult>,
 }
 
 /// A [`ClientProcess`] behind a mutex, with futures for its calls.
@@ -173,6 +192,8 @@ impl Core {
                 slots: BTreeMap::new(),
                 next_call: 1,
                 stalled: Vec::new(),
+                making: None,
+                inline: None,
             }),
             io,
             config,
@@ -251,13 +272,12 @@ impl Core {
     }
 
     fn call(&self, f: impl FnOnce(&mut ClientProcess, u64, CallId) + Send + 'static) -> CallFuture {
-        let slot = Arc::new(Slot::default());
         let mut out = Vec::new();
-        {
+        let fut = {
             let mut st = lock(&self.state);
             let id = st.next_call;
             st.next_call += 1;
-            st.slots.insert(id, slot.clone());
+            st.making = Some(id);
             let now = self.io.now_ns();
             match self.io.stall_ns() {
                 Some(gap) => st
@@ -267,9 +287,26 @@ impl Core {
             }
             self.route(&mut st, &mut out);
             self.release(&mut st, &mut out);
-        }
+            st.making = None;
+            match st.inline.take() {
+                Some(r) => CallFuture {
+                    ready: Some(r),
+                    slot: None,
+                },
+                None => {
+                    // Put before the process is let go: every later reply
+                    // is routed under the lock, so it finds the slot.
+                    let slot = Arc::new(Slot::default());
+                    st.slots.insert(id, slot.clone());
+                    CallFuture {
+                        ready: None,
+                        slot: Some(slot),
+                    }
+                }
+            }
+        };
         self.dispatch(out);
-        CallFuture { slot }
+        fut
     }
 
     /// Take the process's effects, in order, matching each reply with its
@@ -279,6 +316,10 @@ impl Core {
             out.push(match e {
                 Effect::Send { to, frame } => Routed::Send(to, frame),
                 Effect::Wake { at_local_ns } => Routed::Wake(at_local_ns),
+                Effect::Reply { call, result } if st.making == Some(call) => {
+                    st.inline = Some(result);
+                    continue;
+                }
                 Effect::Reply { call, result } => match st.slots.remove(&call) {
                     Some(slot) => Routed::Reply(slot, result),
                     None => continue,
@@ -918,6 +959,28 @@ mod tests {
         assert!(!ready(&mut slept), "slept before its time");
         core.with(|_, _| clock.store(2_000, Ordering::SeqCst));
         assert!(ready(&mut slept), "the due wait was left for a later input");
+    }
+
+    /// A call the process answers while it is made returns its answer
+    /// without a slot (a zero-length sleep ends at once); one answered
+    /// later gets a slot, which the later answer fills. In both the future
+    /// gives the answer at its first poll after the answer came.
+    #[test]
+    fn a_call_answered_at_once_takes_no_slot() {
+        let (core, clock, _) = core();
+        let mut at_once = core.call(|p, now, c| p.sleep(now, c, 0));
+        assert!(at_once.slot.is_none() && at_once.ready.is_some());
+        assert!(lock(&core.state).slots.is_empty());
+        assert!(ready(&mut at_once));
+        let mut later = core.call(|p, now, c| p.sleep(now, c, 500));
+        assert!(later.ready.is_none());
+        assert_eq!(lock(&core.state).slots.len(), 1);
+        assert!(!ready(&mut later), "slept before its time");
+        clock.store(2_000, Ordering::SeqCst);
+        core.tick();
+        assert!(lock(&core.state).slots.is_empty());
+        assert!(lock(&core.state).making.is_none());
+        assert!(ready(&mut later));
     }
 
     /// A ticker that finds the process held asks the holder to tick for

@@ -1005,14 +1005,15 @@ impl Transaction {
             assert!(self.write_ts.is_some(), "committing without write_ts");
             assert!(self.failure.is_none(), "committing after a failure");
         }
+        // Every RPC awaited goes to a lock or backup target (checked
+        // without building their union: this runs on every reply).
         assert!(
-            self.pending.is_subset(
-                &self
-                    .lock_targets
-                    .union(&self.backup_targets)
-                    .copied()
-                    .collect()
-            ) || self.phase == Phase::Validating
+            self.phase == Phase::Validating
+                || self
+                    .pending
+                    .iter()
+                    .all(|n| self.lock_targets.contains(n) || self.backup_targets.contains(n)),
+            "awaiting a node that is neither a lock nor a backup target"
         );
     }
 }
