@@ -60,14 +60,18 @@ struct Ticker {
     sleeping_until: AtomicU64,
     /// The serving thread, to unpark; set when it starts.
     thread: std::sync::OnceLock<std::thread::Thread>,
+    /// The thread sleeps until this long before the earliest time asked
+    /// for and spins the rest, ns (0: it sleeps until the time itself).
+    spin_ns: u64,
 }
 
 impl Ticker {
-    fn new() -> Ticker {
+    fn new(spin_ns: u64) -> Ticker {
         Ticker {
             next_at: AtomicU64::new(u64::MAX),
             sleeping_until: AtomicU64::new(0),
             thread: std::sync::OnceLock::new(),
+            spin_ns,
         }
     }
 }
@@ -134,8 +138,15 @@ fn serve(t: &Ticker, mut tick: impl FnMut() -> bool, alive: impl Fn() -> bool) {
             }
             continue;
         }
+        if next - now <= t.spin_ns {
+            // Due within the spin margin: spin instead of sleeping, since a
+            // woken thread waits for a core on a busy machine. Bounded:
+            // `next_at` only moves earlier until the tick takes it.
+            std::hint::spin_loop();
+            continue;
+        }
         // Nothing asked: sleep a second at most, to notice a closed core.
-        let until = next.min(now.saturating_add(1_000_000_000));
+        let until = (next - t.spin_ns).min(now.saturating_add(1_000_000_000));
         t.sleeping_until.store(until, Ordering::SeqCst);
         if t.next_at.load(Ordering::SeqCst) >= until {
             std::thread::park_timeout(std::time::Duration::from_nanos(until - now));
@@ -274,7 +285,9 @@ pub fn start(config: Configuration, process: ClientProcess) -> Result<Arc<Core>,
         .ok();
     let desk = process.lease_desk();
     let lease_thread = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let ticker = Arc::new(Ticker::new());
+    let ticker = Arc::new(Ticker::new(
+        config.limits.ticker_spin_us.saturating_mul(1000),
+    ));
     // Without a lease socket the lease goes over the TCP links (slower to
     // renew under load, but correct).
     let socket = std::net::UdpSocket::bind("0.0.0.0:0")
@@ -501,12 +514,43 @@ mod tests {
         assert!(a.recv_from(&mut buf).is_err(), "nothing else arrived at a");
     }
 
+    /// A ticker with a spin margin sleeps until the margin before the time
+    /// asked, then spins, and still ticks no earlier than asked.
+    #[test]
+    fn a_spinning_ticker_ticks_no_earlier_than_asked() {
+        let t = Arc::new(Ticker::new(3_000_000)); // 3 ms margin
+        let ticks = Arc::new(Mutex::new(Vec::new()));
+        let th = {
+            let (t, ticks) = (t.clone(), ticks.clone());
+            std::thread::spawn(move || {
+                serve(
+                    &t,
+                    || {
+                        ticks.lock().unwrap().push(mono_ns());
+                        false
+                    },
+                    || true,
+                )
+            })
+        };
+        let start = mono_ns();
+        t.request(start + 40_000_000); // 40 ms
+        th.join().unwrap();
+        let first = ticks.lock().unwrap()[0];
+        assert!(first >= start + 40_000_000, "ticked before it was asked to");
+        assert!(
+            first < start + 1_000_000_000,
+            "no tick near the time asked ({} ms)",
+            (first - start) / 1_000_000
+        );
+    }
+
     /// An earlier request wakes a ticker asleep until a later one, and each
     /// tick comes no earlier than asked. (A ticker that ignored earlier
     /// requests would tick first at the later time and fail this.)
     #[test]
     fn an_earlier_request_is_served_before_a_later_one() {
-        let t = Arc::new(Ticker::new());
+        let t = Arc::new(Ticker::new(0));
         let ticks = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let th = {

@@ -148,7 +148,20 @@ pub struct Limits {
     /// comes (issue 7: one fsync per record cost disk-mode TATP most of
     /// its CPU).
     pub log_idle_sync_us: u64,
+    /// A real client's ticker, the thread that ends uncertainty waits
+    /// nothing else ends, sleeps until this long before the earliest
+    /// deadline and spins the rest, µs (default 15; 0: it sleeps until
+    /// the deadline). On a saturated machine a woken thread waits 20–40 µs
+    /// for a core, which lengthened every such wait (issue 7 goal 6: mean
+    /// GET_TS wait ÷ uncertainty 1.26–1.29 → 1.18–1.21 on TATP and YCSB-B,
+    /// for about 1 % of one core). The simulator has no ticker thread and
+    /// ignores it.
+    pub ticker_spin_us: u64,
 }
+
+/// The largest `limits.ticker_spin_us` a configuration may set, µs: an
+/// uncertainty is tens of microseconds, and a larger margin only spins.
+pub const MAX_TICKER_SPIN_US: u64 = 1_000;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -185,6 +198,7 @@ impl Default for Limits {
             read_lock_wait_us: 5_000,
             blind_lock_wait_us: 5_000,
             log_idle_sync_us: 5_000,
+            ticker_spin_us: 15,
         }
     }
 }
@@ -722,6 +736,12 @@ impl Configuration {
             > meridian_wire::MAX_FRAME_BYTES
         {
             return bad("max_value_bytes too large for the frame limit".into());
+        }
+        if self.limits.ticker_spin_us > MAX_TICKER_SPIN_US {
+            return bad(format!(
+                "limits.ticker_spin_us {} is above {MAX_TICKER_SPIN_US}: the ticker would spin most of a core",
+                self.limits.ticker_spin_us
+            ));
         }
         if self.clock.max_sample_age_us < 2 * self.clock.sync_interval_us.max(100) {
             return bad(format!(
@@ -1358,6 +1378,11 @@ max_key_bytes = 100
         let e = Configuration::from_toml("replication = 3\n[[nodes]]\nid=0\naddr=\"127.0.0.1:1\"")
             .unwrap_err();
         assert!(matches!(e, ConfigError::Invalid(_)));
+        let e = Configuration::from_toml(
+            "replication = 1\n[[nodes]]\nid=0\naddr=\"127.0.0.1:1\"\n[limits]\nticker_spin_us=5000",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("ticker_spin_us 5000"), "{e}");
         let c = Configuration::from_toml(SAMPLE).unwrap();
         assert!(matches!(
             c.node(NodeId(9)),
