@@ -322,10 +322,9 @@ fn add_client_figures(r: &mut BenchResult, client: &Client, base: &ClientStats) 
     // connection, refused) and were retried, configurations it moved
     // through, and commits whose outcome it could not learn.
     let extra = &mut r.extra;
-    let waited = n as f64;
     extra.insert(
         "ts_late_mean_us".into(),
-        stats.ts_late_ns_sum as f64 / waited / 1000.0,
+        (stats.ts_late_ns_sum / n) as f64 / 1000.0,
     );
     extra.insert("ts_late_over_100us".into(), stats.ts_late_over_100us as f64);
     extra.insert("client_rpc_failures".into(), stats.rpc_failures as f64);

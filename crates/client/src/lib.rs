@@ -533,13 +533,6 @@ impl Client {
         self.core().with(|p, _| p.stats())
     }
 
-    /// (timestamps taken, mean uncertainty ns, mean GET_TS wait ns).
-    pub fn ts_summary(&self) -> (u64, u64, u64) {
-        let s = self.stats();
-        let n = s.ts_count.max(1);
-        (s.ts_count, s.uncertainty_ns_sum / n, s.ts_wait_ns_sum / n)
-    }
-
     /// The clock's current uncertainty, ns (`None` if not synchronised).
     pub fn uncertainty_ns(&self) -> Option<u64> {
         self.core().with(|p, now| p.uncertainty_ns(now))
