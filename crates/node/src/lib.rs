@@ -29,7 +29,7 @@
 use meridian_config::Configuration;
 use meridian_process::lease::{LeaseDesk, LeaseFrom, LeaseOutcome};
 use meridian_process::node::{
-    held_waits_for_log, split_held, DurableRecord, NodeEffect, NodeProcess, Peer,
+    held_waits_for_log, split_held, Discarded, DurableRecord, NodeEffect, NodeProcess, Peer,
 };
 use meridian_runtime::{mono_ns, wait};
 use meridian_transport::lease_udp::{lease_frame, resolve_nodes, LeaseEndpoint, Outgoing};
@@ -71,6 +71,14 @@ pub enum NodeError {
         path: String,
         /// Cause.
         why: String,
+    },
+    /// A thread of the node could not be started.
+    #[error("cannot start the {name} thread: {source}")]
+    Thread {
+        /// Which thread.
+        name: &'static str,
+        /// Cause.
+        source: std::io::Error,
     },
     #[error("incarnation file {path}: {source}")]
     Incarnation {
@@ -115,6 +123,57 @@ struct Shell {
     lease_addrs: BTreeMap<NodeId, std::net::SocketAddr>,
     /// [`NodeProcess::lock_replies_skip_fsync`] as of the last drain.
     lock_replies_free: AtomicBool,
+    /// Replicas the process let go of, to the thread that frees them
+    /// ([`NodeEffect::Discard`], [`spawn_freer`]).
+    discards: std::sync::mpsc::SyncSender<Discarded>,
+}
+
+/// Discards queued for the freeing thread at most; one more is freed
+/// where it arrives, with a warning (a discard comes with a
+/// reconfiguration, so a full queue means many in a row).
+pub const MAX_DISCARDS_QUEUED: usize = 16;
+
+/// The thread that frees replicas the process let go of, at the lowest
+/// priority: freeing a replica of millions of objects takes seconds, which
+/// must not be spent under the process lock or on the runtime's thread.
+fn spawn_freer(id: NodeId) -> std::io::Result<std::sync::mpsc::SyncSender<Discarded>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Discarded>(MAX_DISCARDS_QUEUED);
+    std::thread::Builder::new()
+        .name(format!("meridian-free-{}", id.0))
+        .spawn(move || {
+            if !meridian_transport::lease_udp::lower_priority() {
+                tracing::debug!("the freeing thread runs at normal priority (nice 19 refused)");
+            }
+            while let Ok(d) = rx.recv() {
+                let started = std::time::Instant::now();
+                let (replicas, objects) = (d.replicas(), d.objects());
+                drop(d);
+                tracing::info!(
+                    replicas,
+                    objects,
+                    ms = started.elapsed().as_millis() as u64,
+                    "replicas let go of are freed"
+                );
+            }
+        })?;
+    Ok(tx)
+}
+
+/// Hand `d` to the freeing thread; free it here if its queue is full or
+/// gone.
+fn discard(shell: &Shell, d: Discarded) {
+    match shell.discards.try_send(d) {
+        Ok(()) => {}
+        Err(
+            std::sync::mpsc::TrySendError::Full(d) | std::sync::mpsc::TrySendError::Disconnected(d),
+        ) => {
+            tracing::warn!(
+                objects = d.objects(),
+                "the freeing thread is behind or gone; freeing replicas on the node's thread"
+            );
+            drop(d);
+        }
+    }
 }
 
 /// The node's side of the lease thread: its `LeaseDesk` and address book
@@ -556,6 +615,10 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         })?,
         lease_addrs: resolve_nodes(config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str()))),
         lock_replies_free: AtomicBool::new(false),
+        discards: spawn_freer(id).map_err(|source| NodeError::Thread {
+            name: "freeing",
+            source,
+        })?,
     });
     let leases = NodeLeases {
         desk: lock(&shell.process).lease_desk(),
@@ -820,6 +883,7 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                 tracing::info!(?ev, "reconfiguration");
                 record_event(shell, &ev);
             }
+            NodeEffect::Discard(d) => discard(shell, d),
             NodeEffect::Wake { at_local_ns } => {
                 let sh = shell.clone();
                 tokio::spawn(async move {

@@ -257,6 +257,15 @@ fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
             NodeEffect::Checkpoint { through_seq, .. } => {
                 let _ = writeln!(s, "{} checkpoint through #{through_seq}", n.id());
             }
+            NodeEffect::Discard(d) => {
+                let _ = writeln!(
+                    s,
+                    "{} discard {} replicas ({} objects)",
+                    n.id(),
+                    d.replicas(),
+                    d.objects()
+                );
+            }
         }
     }
     for to_ns in raised {

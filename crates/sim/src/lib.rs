@@ -471,6 +471,9 @@ pub struct SimReport {
     /// transaction's lock and then took it (`limits.blind_lock_wait_us`),
     /// summed over the nodes alive at the end (a restart zeroes a node's).
     pub blind_locks_waited: u64,
+    /// Region replicas the nodes let go of ([`NodeEffect::Discard`]: a
+    /// refilled replica's old copy, a region moved away, a reset).
+    pub discarded_replicas: u64,
     /// Reconfiguration milestones: (true time ns, node, event).
     pub node_events: Vec<(u64, u32, NodeEvent)>,
 }
@@ -1123,6 +1126,7 @@ pub struct Sim {
     crashes: u64,
     uncertainty: (u128, u64),
     too_old: u64,
+    discarded_replicas: u64,
     harvested: Vec<u32>,
     /// The coordination service (FaRM §5.2's Zookeeper; a Raft group in
     /// the tokio cluster): one CAS register, answered after a delay.
@@ -1269,6 +1273,7 @@ impl Sim {
             crashes: 0,
             uncertainty: (0, 0),
             too_old: 0,
+            discarded_replicas: 0,
             max_master_time: None,
             time_failures: Vec::new(),
             reads_in_service: BTreeMap::new(),
@@ -2019,6 +2024,8 @@ impl Sim {
                 NodeEffect::PersistCoordination(_)
                 | NodeEffect::AppendLog { .. }
                 | NodeEffect::Checkpoint { .. } => {}
+                // Simulated time does not pass while a replica is freed.
+                NodeEffect::Discard(d) => self.discarded_replicas += d.replicas() as u64,
                 NodeEffect::Event(ev) => {
                     if self.trace {
                         eprintln!("t={now} node {n}: {ev:?}");
@@ -2326,6 +2333,7 @@ impl Sim {
             last_config,
             recovered,
             blind_locks_waited,
+            discarded_replicas: self.discarded_replicas,
             node_events: std::mem::take(&mut self.node_events),
         }
     }

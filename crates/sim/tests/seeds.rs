@@ -388,6 +388,20 @@ fn a_spare_node_joins_and_regions_rebalance_onto_it() {
             .any(|(_, at, e)| *at == 3 && matches!(e, NodeEvent::DataRecovered(_)));
         assert!(moves >= 2, "seed {seed}: {moves} rebalancing moves");
         assert!(filled_at_3, "seed {seed}: the spare never filled a replica");
+        // Each finished move takes a replica off a node, which hands it
+        // out to be freed (`NodeEffect::Discard`) instead of freeing it in
+        // place.
+        let dropped = r
+            .node_events
+            .iter()
+            .filter(|(_, _, e)| matches!(e, NodeEvent::Rebalance { step, .. } if step.finished))
+            .count() as u64;
+        assert!(dropped > 0, "seed {seed}: no move finished");
+        assert!(
+            r.discarded_replicas >= dropped,
+            "seed {seed}: {dropped} replicas moved away, {} discarded",
+            r.discarded_replicas
+        );
     }
 }
 

@@ -21,4 +21,5 @@ pub mod recovery;
 pub use coordinator::{
     AbortReason, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions,
 };
+pub use meridian_storage::RegionStore;
 pub use participant::{DurabilityError, Mutation, Participant, ParticipantSnapshot};

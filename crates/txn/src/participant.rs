@@ -80,6 +80,13 @@ pub struct Participant {
     map: Arc<RegionMap>,
     limits: Limits,
     stores: BTreeMap<RegionId, RegionStore>,
+    /// Replicas this participant let go of (a refilled replica's old copy,
+    /// a region no longer held), kept until the shell takes them
+    /// ([`Participant::take_discarded`]) to free them off the process lock:
+    /// freeing a replica of millions of objects takes seconds (a
+    /// 1M-subscriber TATP node added back to its configuration held its
+    /// process lock 4.4 s doing it, and its leases lapsed meanwhile).
+    discarded: Vec<RegionStore>,
     primary_for: Vec<RegionId>,
     backup_for: Vec<RegionId>,
     log: TxLog,
@@ -287,6 +294,23 @@ impl Participant {
         self.journal.get_or_insert_with(Vec::new);
     }
 
+    /// Replicas let go of since the last call (by [`Participant::reconfigure`]),
+    /// for the shell to free where freeing does not stall the node: the
+    /// tokio node hands them to a thread of their own, the simulator drops
+    /// them at once. Dropping them is all there is to do with them.
+    pub fn take_discarded(&mut self) -> Vec<RegionStore> {
+        std::mem::take(&mut self.discarded)
+    }
+
+    /// Every replica this participant holds or let go of, taking them out
+    /// (a participant about to be replaced by an empty one; see
+    /// [`Participant::take_discarded`]).
+    pub fn take_all_stores(&mut self) -> Vec<RegionStore> {
+        let mut out = std::mem::take(&mut self.discarded);
+        out.extend(std::mem::take(&mut self.stores).into_values());
+        out
+    }
+
     /// The configuration last applied.
     pub fn config(&self) -> &Configuration {
         &self.config
@@ -387,6 +411,7 @@ impl Participant {
                     map: Arc::new(RegionMap::new(&config)),
                     limits: config.limits.clone(),
                     stores: c.stores,
+                    discarded: Vec::new(),
                     primary_for: c.primary_for,
                     backup_for: c.backup_for,
                     log: c.log,
@@ -521,6 +546,7 @@ impl Participant {
             map,
             limits: cfg.limits.clone(),
             stores,
+            discarded: Vec::new(),
             primary_for,
             backup_for,
             log: TxLog::default(),
@@ -599,8 +625,10 @@ impl Participant {
             // (backups apply at truncation, after the primary installed).
             let refill = r.filling.contains(&self.node);
             if refill || !self.stores.contains_key(&r.id) {
-                self.stores
-                    .insert(r.id, RegionStore::new(self.limits.max_versions_per_object));
+                let empty = RegionStore::new(self.limits.max_versions_per_object);
+                if let Some(old) = self.stores.insert(r.id, empty) {
+                    self.discarded.push(old);
+                }
                 // Recovery holds lived in the dropped copy (a restored
                 // node whose renewed configuration refills a region it led
                 // during an earlier recovery: swarm seed 577, with an
@@ -617,7 +645,17 @@ impl Participant {
         }
         let held: std::collections::BTreeSet<RegionId> =
             primary_for.iter().chain(&backup_for).copied().collect();
-        self.stores.retain(|r, _| held.contains(r));
+        let gone: Vec<RegionId> = self
+            .stores
+            .keys()
+            .filter(|r| !held.contains(r))
+            .copied()
+            .collect();
+        for r in gone {
+            if let Some(old) = self.stores.remove(&r) {
+                self.discarded.push(old);
+            }
+        }
         self.filled.retain(|r| held.contains(r));
         let needed =
             |rec: &meridian_wire::LockRecord| rec.writes.iter().any(|w| held.contains(&w.region));
@@ -2428,7 +2466,33 @@ mod tests {
             Ok(None),
             "stale copy dropped"
         );
+        // The stale copy is handed out to be freed off the process lock,
+        // once.
+        let gone = b.take_discarded();
+        assert_eq!(gone.len(), 1, "the stale copy, and nothing else");
+        assert!(matches!(gone[0].read(key, Timestamp(20)), Ok(Some(_))));
+        assert!(b.take_discarded().is_empty());
         b.check_invariants();
+        // A region no longer held here is handed out too.
+        let mut after = next.clone();
+        after.config_id = 4;
+        for r in after.placement.iter_mut() {
+            r.filling.clear();
+            r.backups.retain(|n| *n != NodeId(1));
+            if r.primary == NodeId(1) {
+                r.primary = NodeId(0);
+            }
+        }
+        let held_before = b.stores.len();
+        b.reconfigure(&after);
+        assert!(b.stores.is_empty(), "node 1 holds nothing in 4");
+        assert_eq!(b.take_discarded().len(), held_before);
+        // A participant about to be replaced gives up all it holds.
+        let mut c = Participant::new(NodeId(1), &two);
+        let held = c.stores.len();
+        assert!(held > 0);
+        assert_eq!(c.take_all_stores().len(), held);
+        assert!(c.stores.is_empty());
     }
 
     /// Disk durability: a checkpoint plus the mutations journaled after it
