@@ -654,10 +654,12 @@ fn main() -> ExitCode {
 
 /// Suspicions and configuration commits (counted once per configuration)
 /// in the `events.jsonl` files of the cluster in `dir`.
-fn count_events(dir: &std::path::Path) -> (u64, u64) {
-    let (mut suspicions, mut configs) = (0, std::collections::BTreeSet::new());
+fn count_events(dir: &std::path::Path, window: (u64, u64)) -> LeaseEvents {
+    let mut n = LeaseEvents::default();
+    let mut configs = std::collections::BTreeSet::new();
+    let mut configs_in_window = std::collections::BTreeSet::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return (0, 0);
+        return n;
     };
     for e in entries.flatten() {
         let Ok(text) = std::fs::read_to_string(e.path().join("events.jsonl")) else {
@@ -667,16 +669,67 @@ fn count_events(dir: &std::path::Path) -> (u64, u64) {
             let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
                 continue;
             };
+            let at = v["mono_ns"].as_u64().unwrap_or(0);
+            let inside = (window.0..=window.1).contains(&at);
             match v["event"].as_str() {
-                Some("Suspect") => suspicions += 1,
+                Some("Suspect") => {
+                    n.suspicions += 1;
+                    n.suspicions_in_window += u64::from(inside);
+                }
                 Some("Committed") => {
-                    configs.insert(v["detail"].as_str().unwrap_or("").to_string());
+                    let id = v["detail"].as_str().unwrap_or("").to_string();
+                    if inside {
+                        configs_in_window.insert(id.clone());
+                    }
+                    configs.insert(id);
                 }
                 _ => {}
             }
         }
     }
-    (suspicions, configs.len() as u64)
+    n.configs = configs.len() as u64;
+    n.configs_in_window = configs_in_window.len() as u64;
+    n
+}
+
+/// Suspicions and configuration commits the nodes recorded in their
+/// `events.jsonl` ([`count_events`]): over the whole run (loading
+/// included), and within the measured window.
+#[derive(Debug, Default, PartialEq)]
+struct LeaseEvents {
+    suspicions: u64,
+    configs: u64,
+    suspicions_in_window: u64,
+    configs_in_window: u64,
+}
+
+impl LeaseEvents {
+    /// Into the result's extras, and a line for the reader when any
+    /// suspicion happened without an injected fault (FaRM Figure 16's
+    /// lease false positives). Configuration commits count joins and
+    /// rebalancing steps too, which are not false positives.
+    fn report(&self, r: &mut meridian_bench::run::BenchResult, injected: bool, spares: bool) {
+        r.extra.insert("suspicions".into(), self.suspicions as f64);
+        r.extra.insert("config_commits".into(), self.configs as f64);
+        r.extra.insert(
+            "suspicions_in_window".into(),
+            self.suspicions_in_window as f64,
+        );
+        r.extra.insert(
+            "config_commits_in_window".into(),
+            self.configs_in_window as f64,
+        );
+        if !injected && self.suspicions > 0 {
+            println!(
+                "lease false positives: {} suspicion(s) and {} configuration commit(s){} without an injected fault, {} and {} of them in the measured window",
+                self.suspicions,
+                self.configs,
+                if spares { " (joins and rebalancing included)" } else { "" },
+                self.suspicions_in_window,
+                self.configs_in_window,
+            );
+        }
+    }
 }
 
 /// The committed transactions' completion times of a bank history, and
@@ -1741,6 +1794,16 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         let fault = fault_ns.load(std::sync::atomic::Ordering::SeqCst);
         let mut r = ran.result.clone();
         add_read_holds(&mut r, &opts.dir, ran.start_ns, ran.end_ns);
+        // Lease false positives (FaRM Figure 16): suspicions and new
+        // configurations the nodes recorded, whether or not a fault was
+        // injected on purpose; those of the load phase count too, since
+        // a reconfiguration then can leave the measured run on a
+        // different placement.
+        count_events(&opts.dir, (ran.start_ns, ran.end_ns)).report(
+            &mut r,
+            !opts.kill.is_empty(),
+            opts.spares > 0,
+        );
         if opts.timeline.is_some() || fault > 0 {
             let tl = fault_timeline(&ran, &opts, fault)?;
             timeline_figures(&tl, &mut r);
@@ -1758,20 +1821,6 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         client.close().await;
         Ok::<_, String>(Some(r))
     })?;
-    let mut result = result;
-    if let Some(r) = result.as_mut() {
-        // Lease false positives (FaRM Figure 16): suspicions and new
-        // configurations the nodes recorded, whether or not a fault was
-        // injected on purpose.
-        let (suspicions, configs) = count_events(&opts.dir);
-        r.extra.insert("suspicions".into(), suspicions as f64);
-        r.extra.insert("config_commits".into(), configs as f64);
-        if opts.kill.is_empty() && suspicions > 0 {
-            println!(
-                "{suspicions} lease suspicion(s) and {configs} configuration commit(s) without an injected fault (lease false positives)"
-            );
-        }
-    }
     if let Some(r) = result {
         print_result(&r);
         let path = opts
@@ -2279,4 +2328,55 @@ fn sim(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Suspicions and configuration commits are counted over the whole
+    /// run and within the measured window; a configuration committed at
+    /// several nodes counts once.
+    #[test]
+    fn lease_events_are_counted_in_and_out_of_the_window() {
+        let dir = std::env::temp_dir().join(format!("meridian-events-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (node, lines) in [
+            (
+                "node0",
+                vec![
+                    r#"{"detail":"Suspect([NodeId(1)])","event":"Suspect","mono_ns":100,"node":0}"#,
+                    r#"{"detail":"Committed(ConfigId(2))","event":"Committed","mono_ns":150,"node":0}"#,
+                    r#"{"detail":"Suspect([NodeId(2)])","event":"Suspect","mono_ns":1500,"node":0}"#,
+                    r#"{"detail":"Committed(ConfigId(3))","event":"Committed","mono_ns":1600,"node":0}"#,
+                    "not json",
+                ],
+            ),
+            (
+                "node1",
+                vec![
+                    r#"{"detail":"Committed(ConfigId(2))","event":"Committed","mono_ns":160,"node":1}"#,
+                    r#"{"detail":"Applied(ConfigId(3))","event":"Applied","mono_ns":1590,"node":1}"#,
+                ],
+            ),
+        ] {
+            std::fs::create_dir_all(dir.join(node)).expect("dir");
+            std::fs::write(dir.join(node).join("events.jsonl"), lines.join("\n")).expect("write");
+        }
+        let n = count_events(&dir, (1000, 2000));
+        assert_eq!(
+            n,
+            LeaseEvents {
+                suspicions: 2,
+                configs: 2,
+                suspicions_in_window: 1,
+                configs_in_window: 1,
+            }
+        );
+        assert_eq!(
+            count_events(&dir.join("absent"), (0, 1)),
+            LeaseEvents::default()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
