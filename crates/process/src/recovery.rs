@@ -539,6 +539,14 @@ impl RecoveryFlow {
                     return;
                 }
                 if let Some((objects, done)) = p.copy_region(region, after.as_deref()) {
+                    // The last chunk carries what this replica knows of
+                    // finished transactions: the copy holds their writes
+                    // without their records (seed 9253).
+                    let finished = if done {
+                        p.finished_ids()
+                    } else {
+                        Default::default()
+                    };
                     self.send(
                         from,
                         RecoveryMessage::Chunk {
@@ -547,6 +555,7 @@ impl RecoveryFlow {
                             after,
                             objects,
                             done,
+                            finished,
                         },
                     );
                 }
@@ -557,6 +566,7 @@ impl RecoveryFlow {
                 after,
                 objects,
                 done,
+                finished,
             } if c == config => {
                 let Some(f) = self.filling.get_mut(&region) else {
                     return;
@@ -567,6 +577,7 @@ impl RecoveryFlow {
                 p.merge_copies(region, &objects);
                 self.stats.objects_copied += objects.len() as u64;
                 if done {
+                    p.learn_finished(&finished);
                     p.mark_filled(region);
                     self.filling.remove(&region);
                     self.filled.insert(region);

@@ -959,6 +959,23 @@ fn swarm_seed_4033_finishes() {
     assert_finishes(SimConfig::swarm(4033));
 }
 
+/// Swarm seed 9253 (a node paused past its lease, one-way partitions,
+/// crashes): a transaction committed and was truncated at its regions'
+/// primary, whose backup of one region missed the TRUNCATE (it came with
+/// the older configuration). The primary's other region was then copied
+/// to a new replica, which the next configuration made primary. Asked
+/// for its vote, the new primary had no record and no knowledge of the
+/// truncation and voted `unknown`; recovery aborted the committed
+/// transaction, and a later read missed its write in one region while the
+/// other region kept it (an opacity violation the checker caught). A copy
+/// now carries its source's finished ids (`FinishedIds` on the last
+/// chunk, `Participant::learn_finished`), so the new primary votes
+/// `truncated` as its source would (FaRM §5.3 step 6).
+#[test]
+fn swarm_seed_9253_a_copied_region_votes_as_its_source() {
+    run_and_check(SimConfig::swarm(9253)).unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// Blind writes (keys written without being read) are locked without
 /// LockAtTs's version check (`TxnRequest::LockBlind`), and a transaction
 /// whose only write is one blind write waits at the primary for a lock it

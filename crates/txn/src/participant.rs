@@ -209,6 +209,8 @@ pub enum Mutation {
     Gc(Timestamp),
     /// [`Participant::mark_filled`].
     Filled(RegionId),
+    /// [`Participant::learn_finished`].
+    LearnFinished(meridian_wire::FinishedIds),
 }
 
 /// Errors of checkpoints and their restoration.
@@ -499,6 +501,10 @@ impl Participant {
             }
             Mutation::Filled(region) => {
                 self.mark_filled(*region);
+                Ok(())
+            }
+            Mutation::LearnFinished(f) => {
+                self.learn_finished(f);
                 Ok(())
             }
         };
@@ -1072,6 +1078,62 @@ impl Participant {
         }
         self.journal(|| Mutation::Filled(region));
         self.filled.insert(region);
+    }
+
+    /// FaRM §5.4, source: what this replica knows of finished
+    /// transactions, for a new replica whose copy is complete
+    /// ([`Participant::learn_finished`]): the ids truncated here and every
+    /// coordinator's low bound, in order.
+    pub fn finished_ids(&self) -> meridian_wire::FinishedIds {
+        meridian_wire::FinishedIds {
+            truncated: self
+                .finished
+                .iter()
+                .filter(|(_, f)| **f == Finish::Truncated)
+                .map(|(tx, _)| *tx)
+                .collect(),
+            low_bounds: self
+                .low_bounds
+                .iter()
+                .map(|(c, l)| meridian_wire::TruncateLow {
+                    coordinator: *c,
+                    local: *l,
+                })
+                .collect(),
+        }
+    }
+
+    /// FaRM §5.3 step 6 and §5.4, new replica: adopt what the source of a
+    /// completed copy knows of finished transactions. The copy holds the
+    /// writes of transactions the source truncated, without their records;
+    /// without this, the new replica, once primary, voted `unknown` on such
+    /// a transaction where the source would have voted `truncated`, and
+    /// recovery aborted a transaction that had committed (swarm seed 9253:
+    /// its write stayed in one region and vanished from the other). An id
+    /// this node holds records of keeps them (their evidence is stronger);
+    /// a low bound is taken as a piggybacked one would be.
+    pub fn learn_finished(&mut self, f: &meridian_wire::FinishedIds) {
+        if f.truncated.is_empty() && f.low_bounds.is_empty() {
+            return;
+        }
+        self.journal(|| Mutation::LearnFinished(f.clone()));
+        let journal = self.journal.take();
+        for tx in &f.truncated {
+            let held = self.log.primary.contains_key(tx)
+                || self.log.backup.contains_key(tx)
+                || self.log.replicated.contains_key(tx)
+                || self.recovered.contains_key(tx);
+            if !held && !self.finished.contains_key(tx) {
+                self.finish(*tx, Finish::Truncated);
+            }
+        }
+        for low in &f.low_bounds {
+            self.truncate_piggybacked(&meridian_wire::Truncation {
+                txs: Vec::new(),
+                low: Some(*low),
+            });
+        }
+        self.journal = journal;
     }
 
     /// True if this node finished filling `region` under the configuration
@@ -2430,6 +2492,80 @@ mod tests {
             );
         }
         p.check_invariants();
+    }
+
+    /// Swarm seed 9253: a replica filled by copy holds the writes of
+    /// transactions its source truncated, without their records. It learns
+    /// the source's finished ids with the last chunk, so once primary it
+    /// votes `truncated` on them as the source would, not `unknown` (which
+    /// made recovery abort a committed transaction). Records it holds keep
+    /// their evidence; the knowledge is journaled and replays.
+    #[test]
+    fn a_filled_replica_votes_truncated_where_its_source_would() {
+        use meridian_wire::Evidence as E;
+        let mut src = Participant::new(NodeId(0), &cfg());
+        let ra = src.region_of(b"a");
+        let rec = record(&src, tx(1), 10, &[b"a"]);
+        src.handle(&[], &TxnRequest::Lock(rec));
+        src.handle(
+            &[],
+            &TxnRequest::CommitPrimary {
+                tx: tx(1),
+                write_ts: Timestamp(20),
+            },
+        );
+        src.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
+        src.truncate_piggybacked(&meridian_wire::Truncation {
+            txs: Vec::new(),
+            low: Some(meridian_wire::TruncateLow {
+                coordinator: 77,
+                local: 5,
+            }),
+        });
+        assert_eq!(src.evidence(tx(1), ra), E::Truncated);
+        let known = src.finished_ids();
+        assert!(known.truncated.contains(&tx(1)));
+        // The new replica never saw the transaction.
+        let mut new = Participant::new(NodeId(0), &cfg());
+        new.enable_journal();
+        let rec2 = record(&new, tx(2), 30, &[b"a"]);
+        new.handle(&[], &TxnRequest::Lock(rec2));
+        let _ = new.drain_journal();
+        assert_eq!(
+            new.vote_without_records(tx(1), ra),
+            meridian_wire::RecoveryVote::Unknown
+        );
+        let cp = new.snapshot().expect("snapshot").encode().expect("encode");
+        new.learn_finished(&known);
+        assert_eq!(
+            new.vote_without_records(tx(1), ra),
+            meridian_wire::RecoveryVote::Truncated
+        );
+        let other = TxId {
+            coordinator: 77,
+            ..tx(3)
+        };
+        assert_eq!(
+            new.evidence(other, ra),
+            E::Truncated,
+            "below the learnt low bound"
+        );
+        // A transaction it holds records of keeps its evidence.
+        let mut with_tx2 = known.clone();
+        with_tx2.truncated.push(tx(2));
+        new.learn_finished(&with_tx2);
+        assert_eq!(new.evidence(tx(2), ra), E::Lock);
+        // The checkpoint before plus the journal after rebuild the state.
+        let log = new.drain_journal();
+        assert!(matches!(
+            log.as_slice(),
+            [Mutation::LearnFinished(_), Mutation::LearnFinished(_)]
+        ));
+        let mut replayed =
+            Participant::restore(NodeId(0), &cfg(), Some(&cp), &log).expect("restore");
+        // A restored primary blocks its regions until recovery (seed 561).
+        replayed.blocked = new.blocked.clone();
+        assert!(replayed.same_state(&new));
     }
 
     /// Seed 27: a node removed from the configuration and added back kept

@@ -674,6 +674,13 @@ pub enum RecoveryMessage {
         objects: Vec<ObjectCopy>,
         /// True if no object follows.
         done: bool,
+        /// On the last chunk (`done`): what the source knows of finished
+        /// transactions, the ids it truncated and each coordinator's low
+        /// bound (FaRM §5.3 step 6 votes `truncated` on it). The copy holds
+        /// those transactions' writes without their records, so the new
+        /// replica must vote on them as the source would (swarm seed
+        /// 9253). Empty on other chunks.
+        finished: FinishedIds,
     },
     /// §5.4: `from` holds a complete copy of `region`, to the CM (which
     /// may then promote it).
@@ -685,6 +692,17 @@ pub enum RecoveryMessage {
         /// The replica.
         from: NodeId,
     },
+}
+
+/// A replica's knowledge of truncated transactions (FaRM §5.3 step 6):
+/// ids truncated here, and each coordinator's low bound on its
+/// non-truncated ids (FaRM Table 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishedIds {
+    /// Transactions whose records were truncated.
+    pub truncated: Vec<TxId>,
+    /// Low bounds, one per coordinator.
+    pub low_bounds: Vec<TruncateLow>,
 }
 
 /// What one replica's log says about a recovering transaction (FaRM §5.3
