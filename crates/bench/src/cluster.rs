@@ -485,8 +485,10 @@ fn start_inner(
         }
     };
     tune(&mut cfg);
-    cfg.check_invariants();
+    // A tuning that breaks the configuration (`--clock`, `--limit`) is an
+    // error, not a panic.
     cfg.validate_all()?;
+    cfg.check_invariants();
     std::fs::write(config_path(&dir), cfg.to_toml()?).map_err(io("writing cluster.toml"))?;
     // Release the held ports just before the nodes bind them.
     drop(held);

@@ -327,6 +327,12 @@ struct BenchOpts {
     /// limit is refused before the cluster starts.
     #[arg(long = "limit", value_name = "NAME=VALUE")]
     limits: Vec<String>,
+    /// Set a clock setting of the local cluster, as `[clock] NAME = VALUE`
+    /// in its configuration would (repeatable), e.g. `--clock
+    /// sync_interval_us=5000`. Refused before the cluster starts if it does
+    /// not parse, or if the clock settings it leaves are inconsistent.
+    #[arg(long = "clock", value_name = "NAME=VALUE")]
+    clock: Vec<String>,
     /// Write the 1 ms throughput timeline here (`.json` and `.png` are
     /// added), with the nodes' reconfiguration milestones as markers.
     #[arg(long)]
@@ -578,6 +584,7 @@ fn failover(
                 join_at: None,
                 lease_ms,
                 limits: Vec::new(),
+                clock: Vec::new(),
                 timeline: Some(dir.join(format!("timeline-{i}"))),
                 durability: Some(durability),
                 bank_sessions,
@@ -1564,6 +1571,10 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             for spec in &opts.limits {
                 checked.set_from_spec(spec).map_err(|e| e.to_string())?;
             }
+            let mut clock = meridian_config::ClockConfig::default();
+            for spec in &opts.clock {
+                clock.set_from_spec(spec).map_err(|e| e.to_string())?;
+            }
             Some(
                 cluster::LocalCluster::start_tuned(
                     &opts.dir,
@@ -1582,6 +1593,9 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                             if let Err(e) = c.limits.set_from_spec(spec) {
                                 eprintln!("{e}");
                             }
+                        }
+                        if !opts.clock.is_empty() {
+                            c.clock = clock.clone();
                         }
                         match durability {
                             Some(DurabilityArg::Memory) => {

@@ -210,30 +210,7 @@ impl Limits {
     /// Errors: [`ConfigError::Parse`] for a spec without `=`, a value that
     /// is not a non-negative integer, or a name that is not a limit.
     pub fn set_from_spec(&mut self, spec: &str) -> Result<(), ConfigError> {
-        let (name, value) = spec
-            .split_once('=')
-            .ok_or_else(|| ConfigError::Parse(format!("limit `{spec}`: expected NAME=VALUE")))?;
-        let value: u64 = value.trim().parse().map_err(|e| {
-            ConfigError::Parse(format!("limit `{spec}`: value is not a whole number: {e}"))
-        })?;
-        let mut table =
-            toml::Value::try_from(&*self).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        let Some(t) = table.as_table_mut() else {
-            return Err(ConfigError::Parse("limits do not encode as a table".into()));
-        };
-        let name = name.trim();
-        if !t.contains_key(name) {
-            return Err(ConfigError::Parse(format!(
-                "limit `{spec}`: no limit is called `{name}`"
-            )));
-        }
-        let v = i64::try_from(value)
-            .map_err(|_| ConfigError::Parse(format!("limit `{spec}`: value too large")))?;
-        t.insert(name.to_string(), toml::Value::Integer(v));
-        *self = table
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Parse(format!("limit `{spec}`: {e}")))?;
-        Ok(())
+        set_field_from_spec(self, "limit", spec)
     }
 
     /// The retry helper's back-off before attempt `attempt + 1`, µs, after
@@ -417,6 +394,62 @@ impl Default for ClockConfig {
             reads_wait_at_server: true,
         }
     }
+}
+
+impl ClockConfig {
+    /// Set one clock setting from `name=value` (for `meridian bench
+    /// --clock`), as if `[clock] name = value` had been written in the
+    /// configuration: a whole number, or `true`/`false` for a switch.
+    ///
+    /// Errors: [`ConfigError::Parse`] for a spec without `=`, a value of
+    /// the wrong kind, or a name that is not a clock setting.
+    pub fn set_from_spec(&mut self, spec: &str) -> Result<(), ConfigError> {
+        set_field_from_spec(self, "clock setting", spec)
+    }
+}
+
+/// Set the field `name` of a configuration section from `name=value`, as
+/// if the section's TOML held `name = value`: the value is a non-negative
+/// whole number or `true`/`false`, and must have the field's type.
+fn set_field_from_spec<T: Serialize + serde::de::DeserializeOwned>(
+    section: &mut T,
+    what: &str,
+    spec: &str,
+) -> Result<(), ConfigError> {
+    let (name, value) = spec
+        .split_once('=')
+        .ok_or_else(|| ConfigError::Parse(format!("{what} `{spec}`: expected NAME=VALUE")))?;
+    let value = match value.trim() {
+        "true" => toml::Value::Boolean(true),
+        "false" => toml::Value::Boolean(false),
+        v => {
+            let n: u64 = v.parse().map_err(|e| {
+                ConfigError::Parse(format!("{what} `{spec}`: value is not a whole number: {e}"))
+            })?;
+            toml::Value::Integer(
+                i64::try_from(n)
+                    .map_err(|_| ConfigError::Parse(format!("{what} `{spec}`: value too large")))?,
+            )
+        }
+    };
+    let mut table =
+        toml::Value::try_from(&*section).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    let Some(t) = table.as_table_mut() else {
+        return Err(ConfigError::Parse(format!(
+            "{what}s do not encode as a table"
+        )));
+    };
+    let name = name.trim();
+    if !t.contains_key(name) {
+        return Err(ConfigError::Parse(format!(
+            "{what} `{spec}`: no {what} is called `{name}`"
+        )));
+    }
+    t.insert(name.to_string(), value);
+    *section = table
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError::Parse(format!("{what} `{spec}`: {e}")))?;
+    Ok(())
 }
 
 /// One member machine.
@@ -1291,6 +1324,38 @@ mod tests {
             assert!(e.contains(bad.trim()), "{bad}: {e}");
         }
         assert_eq!(l, before);
+    }
+
+    /// Clock settings take whole numbers and switches by name
+    /// (`meridian bench --clock`); a value of the wrong kind or an unknown
+    /// name is refused with the spec in the message and changes nothing.
+    #[test]
+    fn clock_settings_are_set_from_specs_and_bad_specs_are_refused() {
+        let mut c = ClockConfig::default();
+        c.set_from_spec("sync_interval_us=4000").unwrap();
+        c.set_from_spec("reads_wait_at_server = false").unwrap();
+        assert_eq!(
+            c,
+            ClockConfig {
+                sync_interval_us: 4000,
+                reads_wait_at_server: false,
+                ..ClockConfig::default()
+            }
+        );
+        let before = c.clone();
+        for bad in [
+            "reads_wait_at_server=3",
+            "sync_interval_us=true",
+            "blind_lock_wait_us=0",
+            "drift_ppm",
+        ] {
+            let e = c.set_from_spec(bad).unwrap_err().to_string();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+        assert_eq!(c, before);
+        let mut l = Limits::default();
+        assert!(l.set_from_spec("max_scan_rows=true").is_err());
+        assert_eq!(l, Limits::default());
     }
 
     /// The back-off doubles from `retry_backoff_us` per aborted attempt,
