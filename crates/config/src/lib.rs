@@ -344,8 +344,22 @@ impl Default for DurabilityConfig {
 pub struct ClockConfig {
     /// Assumed bound on clock drift, ppm (default 1000).
     pub drift_ppm: u64,
-    /// How often each process synchronises with the clock master, µs.
+    /// How often each client process synchronises with the clock master,
+    /// µs (default 1000). A client's uncertainty is its commits' `write_ts`
+    /// wait (FaRMv2 §4.1), so clients sync often.
     pub sync_interval_us: u64,
+    /// How often each node other than the clock master synchronises with
+    /// it, µs (default 2500; at most half `max_sample_age_us`, and a
+    /// quarter leaves room for a lost sync: its retry goes after half the
+    /// sample age, `ClientProcess::tick`). A node's
+    /// uncertainty is on a read's path only when the read arrives before
+    /// the node's clock shows its `read_ts` past (`reads_wait_at_server`),
+    /// which a transit of a few tens of µs usually covers; each sync costs
+    /// about 100 µs of CPU over the threads of both ends on this machine's
+    /// loopback (timer wake-ups, the master's lease thread, the reply's
+    /// hand-off to the node's runtime), and at 1 ms per node the syncs
+    /// took a quarter of an idle cluster's CPU (issue 7).
+    pub node_sync_interval_us: u64,
     /// A process uses no synchronisation older than this, µs (default
     /// 10,000; at least twice `sync_interval_us`). A client cut off from
     /// the clock master stops handing out timestamps this long after its
@@ -387,6 +401,7 @@ impl Default for ClockConfig {
         ClockConfig {
             drift_ppm: 1000,
             sync_interval_us: 1000,
+            node_sync_interval_us: 2500,
             max_sample_age_us: 10_000,
             time_bound_window_ms: 500,
             max_rate_ppm: 200,
@@ -780,6 +795,12 @@ impl Configuration {
             return bad(format!(
                 "clock.max_sample_age_us {} must be at least twice sync_interval_us {}",
                 self.clock.max_sample_age_us, self.clock.sync_interval_us
+            ));
+        }
+        if self.clock.max_sample_age_us < 2 * self.clock.node_sync_interval_us.max(100) {
+            return bad(format!(
+                "clock.max_sample_age_us {} must be at least twice node_sync_interval_us {}",
+                self.clock.max_sample_age_us, self.clock.node_sync_interval_us
             ));
         }
         if self.clock.time_bound_window_ms == 0 {
@@ -1356,6 +1377,19 @@ mod tests {
         let mut l = Limits::default();
         assert!(l.set_from_spec("max_scan_rows=true").is_err());
         assert_eq!(l, Limits::default());
+    }
+
+    /// A node must sync at least twice per sample age, like a client, or
+    /// its clock would lapse between syncs: the configuration is refused.
+    #[test]
+    fn a_node_sync_interval_over_half_the_sample_age_is_refused() {
+        let mut c = Configuration::local(3, 7000, 3, 6, std::path::Path::new("/nonexistent"));
+        assert!(c.validate().is_ok());
+        c.clock.node_sync_interval_us = c.clock.max_sample_age_us / 2;
+        assert!(c.validate().is_ok());
+        c.clock.node_sync_interval_us += 1;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("node_sync_interval_us"), "{e}");
     }
 
     /// The back-off doubles from `retry_backoff_us` per aborted attempt,

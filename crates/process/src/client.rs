@@ -412,6 +412,14 @@ impl ClientProcess {
         }
     }
 
+    /// Synchronise with the clock master every `us` µs instead of
+    /// `clock.sync_interval_us` (a node's embedded coordinator:
+    /// `clock.node_sync_interval_us`).
+    pub fn with_sync_interval_us(mut self, us: u64) -> Self {
+        self.sync_interval_ns = us.max(100) * 1000;
+        self
+    }
+
     /// A coordinator embedded in a node: the node sets its configuration
     /// ([`ClientProcess::set_config`]) and manages its clock.
     pub fn managed(mut self) -> Self {

@@ -33,7 +33,9 @@
 //! **Clock.** The node's clock *is* its embedded coordinator's clock: on
 //! the clock master it is the master clock ([`ClientProcess::with_master_clock`]);
 //! elsewhere the coordinator synchronises it with the master every
-//! `clock.sync_interval_us`. GC raises the safe point to
+//! `clock.node_sync_interval_us` (less often than clients sync: each sync
+//! wakes threads at both ends, and a node's uncertainty is off the path of
+//! most reads). GC raises the safe point to
 //! `lower − gc_window_ms` every `limits.gc_interval_us`.
 //!
 //! **Held reads.** A READ or SCAN may wait at this node before it is
@@ -756,7 +758,9 @@ impl NodeProcess {
         // The back-off jitter seed: fixed by node and incarnation, so a
         // simulated run replays exactly.
         let seed = coordinator.rotate_left(17) ^ 0x6d65_7269_6469_616e;
-        let mut gateway = ClientProcess::new(&config, coordinator, seed).managed();
+        let mut gateway = ClientProcess::new(&config, coordinator, seed)
+            .managed()
+            .with_sync_interval_us(config.clock.node_sync_interval_us);
         if config.cm() == id {
             gateway = gateway.with_master_clock();
             // No time until the first raise of the stored bound.
