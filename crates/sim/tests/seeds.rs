@@ -817,7 +817,7 @@ fn restored_primaries_serving_at_once_are_caught() {
 /// 805 and 1279 were, and the fixed rule passed all of them. A change of
 /// the message schedule can move them off the window (as it moved the
 /// swarm seeds 561, 9528 and 10297); scan again then.
-const RESTORE_SEEDS: [u64; 4] = [100, 206, 534, 805];
+const RESTORE_SEEDS: [u64; 6] = [100, 206, 534, 805, 692, 1435];
 
 /// The bank workload with only a whole-cluster crash from disk, the read
 /// lock wait on, and the broken restore rule if `broken`.
