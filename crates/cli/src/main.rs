@@ -1571,9 +1571,11 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             for spec in &opts.limits {
                 checked.set_from_spec(spec).map_err(|e| e.to_string())?;
             }
-            let mut clock = meridian_config::ClockConfig::default();
+            let mut checked_clock = meridian_config::ClockConfig::default();
             for spec in &opts.clock {
-                clock.set_from_spec(spec).map_err(|e| e.to_string())?;
+                checked_clock
+                    .set_from_spec(spec)
+                    .map_err(|e| e.to_string())?;
             }
             Some(
                 cluster::LocalCluster::start_tuned(
@@ -1594,8 +1596,11 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                                 eprintln!("{e}");
                             }
                         }
-                        if !opts.clock.is_empty() {
-                            c.clock = clock.clone();
+                        for spec in &opts.clock {
+                            // Checked above: the same specs parse here.
+                            if let Err(e) = c.clock.set_from_spec(spec) {
+                                eprintln!("{e}");
+                            }
                         }
                         match durability {
                             Some(DurabilityArg::Memory) => {
