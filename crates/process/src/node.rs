@@ -2267,6 +2267,9 @@ impl NodeProcess {
         self.effects
             .push(NodeEffect::Event(NodeEvent::Applied(config.id())));
         self.participant.reconfigure(&config);
+        // The previous configuration's recovery ends here: it would vote
+        // and apply decisions on a participant that left it (seed 9253).
+        self.recovery.stop();
         self.gateway.set_config(now, &config);
         self.rate_reports.clear();
         self.rate_decide_at = None;
@@ -3011,6 +3014,17 @@ impl NodeProcess {
         }
         self.reconfig.check_invariants();
         self.recovery.check_invariants();
+        if let Some(c) = self.recovery.running_config() {
+            // FaRM §5.2 step 6: a node in a newer configuration refuses
+            // the older one's messages, its recovery's too (seed 9253).
+            assert_eq!(
+                c,
+                self.config.id(),
+                "configuration {}'s recovery runs on a node in configuration {}",
+                c.0,
+                self.config.id().0
+            );
+        }
         self.lease.check_invariants();
         assert!(
             self.standing != Standing::Member || self.config.is_member(self.id),

@@ -147,6 +147,8 @@ pub struct RecoveryFlow {
     next_resend_ns: u64,
     out: Vec<(NodeId, RecoveryMessage)>,
     stats: RecoveryStats,
+    /// A newer configuration was applied here: idle until the next start.
+    stopped: bool,
 }
 
 impl RecoveryFlow {
@@ -173,7 +175,39 @@ impl RecoveryFlow {
             next_resend_ns: 0,
             out: Vec::new(),
             stats: RecoveryStats::default(),
+            stopped: false,
         }
+    }
+
+    /// A newer configuration was applied at this node (FaRM §5.2 step 6:
+    /// from then on it refuses messages of older configurations). Its
+    /// participant no longer holds this configuration's state (regions and
+    /// records dropped, or the whole participant replaced when the node was
+    /// added back), so this engine must not vote, decide or apply anything
+    /// more; recovery restarts from scratch at the next commit
+    /// ([`RecoveryFlow::start`]). Swarm seed 9253: node 2, removed in 9
+    /// with configuration 8's recovery half done and added back in 10 with
+    /// a fresh participant, answered its own REQUEST-VOTE of 8 "unknown",
+    /// decided to abort a committed transaction and applied the
+    /// ABORT-RECOVERY to its own new replica.
+    pub fn stop(&mut self) {
+        self.stopped = true;
+        self.need.clear();
+        self.gathering.clear();
+        self.replicating.clear();
+        self.votes.clear();
+        self.coord.clear();
+        self.done.clear();
+        self.filling.clear();
+        self.filled.clear();
+        self.regions.clear();
+        self.members.clear();
+    }
+
+    /// The configuration this flow recovers, unless it was stopped
+    /// ([`RecoveryFlow::stop`]): `None` then.
+    pub fn running_config(&self) -> Option<ConfigId> {
+        (!self.stopped).then_some(self.config)
     }
 
     /// Counters.
@@ -282,6 +316,9 @@ impl RecoveryFlow {
 
     /// Resend what is unanswered, if due; start due fetches.
     pub fn tick(&mut self, now: u64) {
+        if self.stopped {
+            return;
+        }
         if now >= self.next_resend_ns {
             self.resend(now);
         } else {
@@ -375,6 +412,9 @@ impl RecoveryFlow {
 
     /// A recovery message. Messages of another configuration are ignored.
     pub fn on_message(&mut self, now: u64, msg: RecoveryMessage, p: &mut Participant) {
+        if self.stopped {
+            return;
+        }
         let (config, me) = (self.config, self.me);
         match msg {
             RecoveryMessage::NeedRecovery {
@@ -1032,6 +1072,44 @@ mod tests {
         flow.check_invariants();
     }
 
+    /// Swarm seed 9253: once a newer configuration is applied, the old
+    /// configuration's recovery neither answers nor applies anything.
+    #[test]
+    fn a_stopped_flow_ignores_its_configuration() {
+        let (c2, region, primary, _, fill) = refilled();
+        let mut p = Participant::new(fill, &c2);
+        p.reconfigure(&c2);
+        let mut flow = RecoveryFlow::new(fill, &c2);
+        flow.start(0, &c2, &mut p);
+        flow.drain();
+        let rt = committed_backup_record(region);
+        let tx = rt.record.tx;
+        p.replicate_tx_state(region, &rt);
+        flow.stop();
+        assert!(!flow.busy());
+        for msg in [
+            RecoveryMessage::AbortRecovery {
+                config: c2.id(),
+                tx,
+                region,
+                from: primary,
+            },
+            RecoveryMessage::RequestVote {
+                config: c2.id(),
+                tx,
+                region,
+                from: primary,
+            },
+        ] {
+            flow.on_message(0, msg, &mut p);
+        }
+        flow.tick(u64::MAX / 2);
+        assert!(flow.drain().is_empty());
+        assert_eq!(p.evidence(tx, region), Evidence::CommitBackup);
+        flow.start(1, &c2, &mut p);
+        assert!(!flow.drain().is_empty(), "the next start runs again");
+    }
+
     /// The new replica's side of step 5: it keeps the record with the
     /// region's evidence, reports it in the next configuration, and applies
     /// it on COMMIT-RECOVERY (or drops it on ABORT-RECOVERY).
@@ -1074,7 +1152,17 @@ mod tests {
             store.read(b"k", Timestamp(25)),
             Ok(Some(v)) if v.value == b"v".to_vec()
         ));
+        // The record stays, now commit-primary evidence, until truncation:
+        // a later configuration whose primary missed this decision must
+        // still hear of the commit from this replica (swarm seed 854).
+        let after = p.recovering_records(ConfigId(3), region);
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].record, rt.record);
+        assert_eq!(after[0].evidence, Evidence::CommitPrimary);
+        assert_eq!(after[0].write_ts, Some(Timestamp(20)));
+        p.truncate_recovery(tx);
         assert!(p.recovering_records(ConfigId(3), region).is_empty());
+        assert_eq!(p.evidence(tx, region), Evidence::Truncated);
         p.check_invariants();
     }
 }

@@ -874,8 +874,8 @@ impl Participant {
         if let Some((rec, _)) = self.log.backup.get(&tx) {
             writes.extend(rec.writes.iter().cloned());
         }
-        if let Some((rec, _, _)) = self.log.replicated.remove(&tx) {
-            writes.extend(rec.writes);
+        if let Some((rec, _, _)) = self.log.replicated.get(&tx) {
+            writes.extend(rec.writes.iter().cloned());
         }
         let mut applied: std::collections::BTreeSet<RegionId> = [region].into_iter().collect();
         if let Some((rec, LockState::Committed(_))) = self.log.primary.get(&tx) {
@@ -907,6 +907,44 @@ impl Participant {
         }
         if let Some((_, st)) = self.log.primary.get_mut(&tx) {
             *st = LockState::Committed(write_ts);
+        }
+        // Keep a record of the commit until truncation, so that this
+        // replica reports it (commit-primary evidence) if a later
+        // configuration recovers the transaction again: a replica whose
+        // only record was step 5's (or none) otherwise reported nothing
+        // and the region voted from the others' weaker evidence (swarm
+        // seed 854: COMMIT-RECOVERY of 6 reached n2 but not the primary
+        // n0, which had applied 7; n0's LOCK record alone voted lock in 7
+        // and recovery aborted a transaction n2 had committed).
+        let mine = |rec: &meridian_wire::LockRecord| rec.writes.iter().any(|w| w.region == region);
+        if !self.log.primary.get(&tx).is_some_and(|(r, _)| mine(r))
+            && !self.log.backup.get(&tx).is_some_and(|(r, _)| mine(r))
+        {
+            let e = self.log.replicated.entry(tx).or_insert_with(|| {
+                (
+                    meridian_wire::LockRecord {
+                        writes: Vec::new(),
+                        ..record.clone()
+                    },
+                    meridian_wire::Evidence::CommitPrimary,
+                    None,
+                )
+            });
+            for w in record.writes.iter().filter(|w| w.region == region) {
+                if !e
+                    .0
+                    .writes
+                    .iter()
+                    .any(|x| x.region == w.region && x.key == w.key)
+                {
+                    e.0.writes.push(w.clone());
+                }
+            }
+            e.1 = meridian_wire::Evidence::CommitPrimary;
+            e.2 = Some(write_ts);
+        } else if let Some(e) = self.log.replicated.get_mut(&tx) {
+            e.1 = meridian_wire::Evidence::CommitPrimary;
+            e.2 = Some(write_ts);
         }
         self.recovered.insert(tx, write_ts);
     }
@@ -2319,6 +2357,61 @@ mod tests {
             "the deleted key stays deleted"
         );
         p.check_invariants();
+    }
+
+    /// Swarm seed 854: a replica with no record of a transaction (or only
+    /// a step-5 replicated one) applies its COMMIT-RECOVERY. Until the
+    /// transaction is truncated it keeps the writes as commit-primary
+    /// evidence and reports them to the next configuration: if the
+    /// region's primary missed the decision, its LOCK record alone would
+    /// vote lock and recovery would abort a committed transaction. The
+    /// kept record holds GC below its `write_ts`, so applying it again at
+    /// truncation cannot bring back a key a later delete removed.
+    #[test]
+    fn commit_recovery_keeps_commit_evidence_until_truncation() {
+        let mut b = Participant::new(NodeId(1), &two_nodes());
+        let key: &[u8] = &[1];
+        let older = record(&b, tx(1), 5, &[key]);
+        let region = older.writes[0].region;
+        assert_eq!(b.evidence(tx(1), region), meridian_wire::Evidence::Nothing);
+        b.commit_recovery(region, &older, Timestamp(10));
+        let next = b.recovering_records(ConfigId(2), region);
+        assert_eq!(
+            next.len(),
+            1,
+            "the commit is reported to the next configuration"
+        );
+        assert_eq!(next[0].record, older);
+        assert_eq!(next[0].evidence, meridian_wire::Evidence::CommitPrimary);
+        assert_eq!(next[0].write_ts, Some(Timestamp(10)));
+        // A later delete of the key commits and is truncated; GC runs far
+        // ahead, but stays below the kept record's write_ts.
+        let mut delete = record(&b, tx(2), 15, &[key]);
+        delete.writes[0].value = None;
+        let r = b.handle(
+            &[],
+            &TxnRequest::CommitBackup {
+                record: delete,
+                write_ts: Timestamp(20),
+            },
+        );
+        assert_eq!(r, Response::Txn(TxnResponse::Ack));
+        b.handle(&[tx(2)], &TxnRequest::Truncate { txs: vec![] });
+        b.gc(Timestamp(1_000));
+        b.truncate_recovery(tx(1));
+        b.gc(Timestamp(2_000));
+        assert!(b.recovering_records(ConfigId(2), region).is_empty());
+        assert_eq!(
+            b.evidence(tx(1), region),
+            meridian_wire::Evidence::Truncated
+        );
+        let store = b.stores.get(&region).expect("backup store");
+        assert_eq!(
+            store.read(key, Timestamp(3_000)),
+            Ok(None),
+            "the deleted key stays deleted"
+        );
+        b.check_invariants();
     }
 
     /// Seed 369: lock recovery held the keys of a transaction a backup
