@@ -140,6 +140,12 @@ pub struct RecoveryFlow {
     /// Step 5 records not yet acknowledged: (region, replica) → records.
     replicating: BTreeMap<(RegionId, NodeId), BTreeMap<TxId, RecoveringTx>>,
     votes: BTreeMap<(TxId, RegionId), MyVote>,
+    /// Transactions whose COMMIT- or ABORT-RECOVERY of *this*
+    /// configuration reached this node (at most `max_txns`): their votes
+    /// need not be resent. A decision of an earlier configuration does not
+    /// count: this configuration's coordinator has not decided, and the
+    /// transaction's records stay until it does and truncates.
+    decisions: BTreeSet<TxId>,
     coord: BTreeMap<TxId, TxRecovery>,
     done: BTreeSet<TxId>,
     filling: BTreeMap<RegionId, Fill>,
@@ -168,6 +174,7 @@ impl RecoveryFlow {
             gathering: BTreeMap::new(),
             replicating: BTreeMap::new(),
             votes: BTreeMap::new(),
+            decisions: BTreeSet::new(),
             coord: BTreeMap::new(),
             done: BTreeSet::new(),
             filling: BTreeMap::new(),
@@ -196,6 +203,7 @@ impl RecoveryFlow {
         self.gathering.clear();
         self.replicating.clear();
         self.votes.clear();
+        self.decisions.clear();
         self.coord.clear();
         self.done.clear();
         self.filling.clear();
@@ -643,7 +651,10 @@ impl RecoveryFlow {
 
     fn decided_here(&mut self, tx: TxId) {
         // The decision reached this node: stop resending any vote of ours
-        // for this transaction.
+        // for this transaction, including one lock recovery makes later.
+        if self.decisions.len() < self.max_txns {
+            self.decisions.insert(tx);
+        }
         let keys: Vec<(TxId, RegionId)> = self
             .votes
             .range((tx, RegionId(0))..=(tx, RegionId(u32::MAX)))
@@ -700,9 +711,14 @@ impl RecoveryFlow {
                 vote: region_vote(&evidence),
                 record: Some(t.record.clone()),
                 write_ts: t.write_ts,
-                // The decision may have reached this replica before its
-                // lock recovery ended: no vote to resend then.
-                decided: p.decided_in(tx, region),
+                // This configuration's decision may have reached this
+                // replica before its lock recovery ended: no vote to resend
+                // then. One of an earlier configuration does not count
+                // (`decisions`): if this vote were sent once and lost, the
+                // transaction would stay undecided and untruncated for the
+                // whole configuration, its records holding GC back (found
+                // by review, 2026-11-28).
+                decided: self.decisions.contains(&tx),
             };
             // Step 5: the region's record to every replica without one.
             let evidence = match v.vote {
@@ -929,6 +945,7 @@ impl RecoveryFlow {
     /// Panics (release builds too) if an invariant is broken.
     pub fn check_invariants(&self) {
         assert!(self.coord.len() <= self.max_txns.max(1));
+        assert!(self.decisions.len() <= self.max_txns);
         for (tx, t) in &self.coord {
             assert!(
                 !self.done.contains(tx),
@@ -1070,6 +1087,77 @@ mod tests {
         );
         assert!(fetch(&mut flow, &mut p), "no copy after step 5");
         flow.check_invariants();
+    }
+
+    /// A primary that applied an earlier configuration's COMMIT-RECOVERY
+    /// of a transaction still votes on it in this configuration, resending
+    /// until this configuration's decision arrives: otherwise one lost vote
+    /// left the transaction undecided and untruncated for the whole
+    /// configuration, its records holding GC back (review, 2026-11-28; the
+    /// broken variant marked such a vote decided at once).
+    #[test]
+    fn an_earlier_decision_does_not_silence_this_configurations_vote() {
+        let (c2, region, primary, old, fill) = refilled();
+        let mut p = Participant::new(primary, &c2);
+        p.reconfigure(&c2);
+        let rt = committed_backup_record(region);
+        let tx = rt.record.tx;
+        // Configuration 1's recovery committed it here; its truncation
+        // never came.
+        p.commit_recovery(region, &rt.record, Timestamp(20));
+        assert!(p.decided_in(tx, region));
+        let mut flow = RecoveryFlow::new(primary, &c2);
+        flow.start(0, &c2, &mut p);
+        flow.drain();
+        let mine = p.recovering_records(c2.id(), region);
+        assert_eq!(mine.len(), 1, "the primary reports its kept record");
+        for (from, txs) in [(primary, mine), (old, vec![]), (fill, vec![])] {
+            flow.on_message(
+                0,
+                RecoveryMessage::NeedRecovery {
+                    config: c2.id(),
+                    region,
+                    from,
+                    txs,
+                },
+                &mut p,
+            );
+        }
+        let votes = |out: Vec<(NodeId, RecoveryMessage)>| {
+            out.into_iter()
+                .filter(|(_, m)| {
+                    matches!(m, RecoveryMessage::Vote { tx: t, vote: RecoveryVote::CommitPrimary, .. } if *t == tx)
+                })
+                .count()
+        };
+        assert_eq!(votes(flow.drain()), 1, "voted commit-primary");
+        flow.tick(u64::MAX / 4);
+        assert_eq!(
+            votes(flow.drain()),
+            1,
+            "the vote is resent: this configuration has not decided"
+        );
+        flow.on_message(
+            0,
+            RecoveryMessage::CommitRecovery {
+                config: c2.id(),
+                tx,
+                region,
+                record: rt.record.clone(),
+                write_ts: Timestamp(20),
+                from: primary,
+            },
+            &mut p,
+        );
+        flow.drain();
+        flow.tick(u64::MAX / 2);
+        assert_eq!(
+            votes(flow.drain()),
+            0,
+            "decided in this configuration: no more votes"
+        );
+        flow.check_invariants();
+        p.check_invariants();
     }
 
     /// Swarm seed 9253: once a newer configuration is applied, the old

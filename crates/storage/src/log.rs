@@ -39,7 +39,12 @@ pub struct TxLog {
     /// region's primary (FaRM §5.3 step 5, REPLICATE-TX-STATE): the
     /// record (writes in the regions replicated here), the strongest
     /// evidence the region had (`CommitPrimary`, `CommitBackup` or
-    /// `Lock`), and `write_ts` if known.
+    /// `Lock`), and `write_ts` if known. COMMIT-RECOVERY at a replica with
+    /// no LOCK or COMMIT-BACKUP record of its own in the region keeps (or
+    /// puts) the region's writes here as `CommitPrimary` evidence with
+    /// `write_ts`, until truncation, so the replica reports the commit to
+    /// later configurations (swarm seed 854). Like a COMMIT-BACKUP record,
+    /// an entry with `write_ts` holds GC below it until it is applied.
     #[serde(default)]
     pub replicated: BTreeMap<TxId, (LockRecord, Evidence, Option<Timestamp>)>,
 }

@@ -917,7 +917,10 @@ impl Participant {
         // n0, which had applied 7; n0's LOCK record alone voted lock in 7
         // and recovery aborted a transaction n2 had committed).
         let mine = |rec: &meridian_wire::LockRecord| rec.writes.iter().any(|w| w.region == region);
-        if !self.log.primary.get(&tx).is_some_and(|(r, _)| mine(r))
+        if !self.stores.contains_key(&region) {
+            // Not a replica of the region here (a decision sent by a
+            // stale placement): nothing to report for it later.
+        } else if !self.log.primary.get(&tx).is_some_and(|(r, _)| mine(r))
             && !self.log.backup.get(&tx).is_some_and(|(r, _)| mine(r))
         {
             let e = self.log.replicated.entry(tx).or_insert_with(|| {
@@ -1836,6 +1839,16 @@ impl Participant {
             self.log.len() <= 2 * self.limits.max_log_records,
             "log over its bound"
         );
+        // A record kept as commit-primary evidence (COMMIT-RECOVERY, or a
+        // region's commit replicated in step 5) carries its write_ts: it
+        // is applied with it at truncation and holds GC below it.
+        for (tx, (_, e, w)) in &self.log.replicated {
+            assert!(
+                *e != meridian_wire::Evidence::CommitPrimary || w.is_some(),
+                "{tx} kept as committed without write_ts at {}",
+                self.node
+            );
+        }
         assert!(self.finished.len() == self.finished_order.len());
         assert!(self.finished_order.len() <= self.limits.max_finished_ids);
         assert!(self.low_bounds.len() <= self.limits.max_finished_ids);
