@@ -838,6 +838,27 @@ impl ClientProcess {
         }
     }
 
+    /// Forget read-only transaction `txn`, which the application committed
+    /// without a call: every read was answered and nothing was written, so
+    /// it committed at `read_ts` with nothing to send (FaRMv2 §4.2;
+    /// [`Transaction::commit`] does the same). A transaction already gone
+    /// (ended by the process meanwhile) is ignored.
+    ///
+    /// Panics (release builds too) if `txn` buffered a write or has a call
+    /// in progress: the client library's bookkeeping is then wrong, and
+    /// forgetting the transaction would lose its writes.
+    pub fn finish_read_only(&mut self, txn: TxnHandle) {
+        let Some(t) = self.txns.get_mut(&txn) else {
+            return;
+        };
+        assert!(
+            matches!(t.op, Op::Idle) && t.engine.as_ref().is_none_or(|e| e.is_read_only()),
+            "{} committed as read-only, but it wrote or is busy",
+            t.id
+        );
+        self.end_txn(txn);
+    }
+
     /// Commit `txn`. Replies [`CallResult::Committed`] on the first
     /// COMMIT-PRIMARY ack (at once for read-only transactions), or
     /// `Failed(Aborted | Indeterminate | …)`.
@@ -2216,6 +2237,42 @@ mod tests {
         }))));
         p.on_message(now, to, Frame::Response { id, resp });
         p.drain_effects()
+    }
+
+    /// A read-only transaction the client library committed without a call
+    /// is forgotten by `finish_read_only`: nothing is sent and the process
+    /// is quiet again; a transaction the process already ended is ignored.
+    #[test]
+    fn a_read_only_transaction_committed_without_a_call_is_forgotten() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        open_txn(&mut p);
+        p.get(200_100, 5, TxnHandle(1), &[0x00, b'a']);
+        let reads = sent(&p.drain_effects());
+        assert_eq!(reads.len(), 1);
+        let e = read_reply(&mut p, 200_200, reads[0].0, reads[0].1, Some(b"v"));
+        assert!(matches!(replies(&e)[..], [(5, CallResult::Read(Some(_)))]));
+        assert!(!p.is_quiet(), "the transaction is open");
+        p.finish_read_only(TxnHandle(1));
+        assert!(p.is_quiet(), "the transaction was not forgotten");
+        assert!(
+            sent(&p.drain_effects()).is_empty(),
+            "a read-only commit sends nothing"
+        );
+        p.finish_read_only(TxnHandle(1));
+        p.finish_read_only(TxnHandle(9));
+        assert!(p.is_quiet());
+    }
+
+    /// Forgetting a transaction that buffered a write would lose the write:
+    /// `finish_read_only` refuses it (release builds too).
+    #[test]
+    #[should_panic(expected = "committed as read-only, but it wrote")]
+    fn finishing_a_writing_transaction_as_read_only_panics() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        open_txn(&mut p);
+        p.put(TxnHandle(1), vec![0x00, b'a'], b"x".to_vec())
+            .unwrap();
+        p.finish_read_only(TxnHandle(1));
     }
 
     /// `get_many` sends every READ at once (one per key not written by the
