@@ -8,6 +8,12 @@
 #
 #   scripts/compare.sh [seconds per run, default 15] ["parts", default all:
 #                      "tatp tpcc ycsb rmw rpc scale"]
+#
+# PAIRS=N (default 1) runs each peer-against-Meridian comparison N times,
+# alternating, and prints each figure's ratio pooled over the pairs (total
+# Meridian rate over total peer rate). The machine is shared: a busy
+# stretch that hits one system and not the other moved single ratios by up
+# to 40 % (docs/performance.md), and alternating pairs spread it over both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-15}"
@@ -31,22 +37,62 @@ run() { # name, then the bench arguments
     echo "FAILED (see $OUT/$name.out)" | tee -a "$SUM"
   fi
 }
+CMP_PAIRS="${PAIRS:-1}"
+# Run name suffix of pair $1 (the first pair keeps the plain names).
+sfx() { if [ "$1" = 1 ]; then echo ""; else echo "-p$1"; fi; }
+for p in $(seq "$CMP_PAIRS"); do
+s=$(sfx "$p")
 if want tatp; then for n in 8 32; do
-  run "tatp-pg-$n" tatp --target postgres --subscribers 100000 --clients $n --duration "$SECS"
-  run "tatp-meridian-disk-$n" tatp --subscribers 100000 --clients $n --duration "$SECS" --baseline 5
+  run "tatp-pg-$n$s" tatp --target postgres --subscribers 100000 --clients $n --duration "$SECS"
+  run "tatp-meridian-disk-$n$s" tatp --subscribers 100000 --clients $n --duration "$SECS" --baseline 5
 done; fi
 if want tpcc; then
-run tpcc-pg-16 tpcc --target postgres --warehouses 2 --clients 16 --duration "$SECS"
-run tpcc-meridian-disk-16 tpcc --warehouses 2 --clients 16 --duration "$SECS" --baseline 0
+run "tpcc-pg-16$s" tpcc --target postgres --warehouses 2 --clients 16 --duration "$SECS"
+run "tpcc-meridian-disk-16$s" tpcc --warehouses 2 --clients 16 --duration "$SECS" --baseline 0
 fi
 if want ycsb; then for w in b a; do
-  run "ycsb-$w-redis-16" ycsb --target redis --workload $w --clients 16 --duration "$SECS"
-  run "ycsb-$w-meridian-memory-16" ycsb --workload $w --clients 16 --duration "$SECS" --durability memory --baseline 0
+  run "ycsb-$w-redis-16$s" ycsb --target redis --workload $w --clients 16 --duration "$SECS"
+  run "ycsb-$w-meridian-memory-16$s" ycsb --workload $w --clients 16 --duration "$SECS" --durability memory --baseline 0
 done; fi
 if want rmw; then for n in 8 32; do
-  run "rmw-etcd-$n" rmw --target etcd --clients $n --duration "$SECS"
-  run "rmw-meridian-disk-$n" rmw --clients $n --duration "$SECS" --baseline 0
+  run "rmw-etcd-$n$s" rmw --target etcd --clients $n --duration "$SECS"
+  run "rmw-meridian-disk-$n$s" rmw --clients $n --duration "$SECS" --baseline 0
 done; fi
+done
+if [ "$CMP_PAIRS" -gt 1 ]; then
+python3 - "$OUT" "$CMP_PAIRS" "$PARTS" <<'EOF' | tee -a "$SUM"
+import json, sys
+out, pairs, parts = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+def rate(name, key):
+    try:
+        r = json.load(open(f"{out}/{name}.json"))
+    except (OSError, ValueError):
+        return None
+    return r.get(key) if key == "committed_per_s" else r.get("extra", {}).get(key)
+figures = []
+if "tatp" in parts:
+    figures += [(f"TATP {n} sessions vs PostgreSQL", f"tatp-meridian-disk-{n}", f"tatp-pg-{n}", "committed_per_s") for n in (8, 32)]
+if "tpcc" in parts:
+    figures += [("TPC-C NEW_ORDER/s vs PostgreSQL", "tpcc-meridian-disk-16", "tpcc-pg-16", "new_order_per_s")]
+if "ycsb" in parts:
+    figures += [(f"YCSB-{w.upper()} vs Redis", f"ycsb-{w}-meridian-memory-16", f"ycsb-{w}-redis-16", "committed_per_s") for w in ("b", "a")]
+if "rmw" in parts:
+    figures += [(f"RMW {n} sessions vs etcd", f"rmw-meridian-disk-{n}", f"rmw-etcd-{n}", "committed_per_s") for n in (8, 32)]
+for label, mine, peer, key in figures:
+    m_sum, p_sum, each = 0.0, 0.0, []
+    for i in range(1, pairs + 1):
+        s = "" if i == 1 else f"-p{i}"
+        m, q = rate(mine + s, key), rate(peer + s, key)
+        if not m or not q:
+            each.append(f"pair {i}: missing")
+            continue
+        m_sum += m
+        p_sum += q
+        each.append(f"{m:.0f}/{q:.0f} = {m / q:.2f}")
+    pooled = f"{m_sum / p_sum:.2f}x" if p_sum > 0 else "n/a"
+    print(f"pooled over {pairs} pairs: {label}: {pooled} ({'; '.join(each)})")
+EOF
+fi
 if want rpc; then
 # The null-RPC rate against redis-benchmark GET, 32 connections each.
 run rpc-32 rpc --clients 32 --duration 10
