@@ -987,6 +987,25 @@ mod tests {
         (c2, r.id, r.primary, old, fill)
     }
 
+    /// Deliver each replica's NEED-RECOVERY report of `region` to `flow`.
+    fn need_recovery<const N: usize>(
+        flow: &mut RecoveryFlow,
+        p: &mut Participant,
+        c: &Configuration,
+        region: RegionId,
+        reports: [(NodeId, Vec<RecoveringTx>); N],
+    ) {
+        for (from, txs) in reports {
+            let msg = RecoveryMessage::NeedRecovery {
+                config: c.id(),
+                region,
+                from,
+                txs,
+            };
+            flow.on_message(0, msg, p);
+        }
+    }
+
     fn committed_backup_record(region: RegionId) -> RecoveringTx {
         let tx = TxId {
             config: ConfigId(1),
@@ -1041,18 +1060,8 @@ mod tests {
         };
         assert!(!fetch(&mut flow, &mut p), "copied before lock recovery");
         let rt = committed_backup_record(region);
-        for (from, txs) in [(primary, vec![]), (old, vec![rt.clone()]), (fill, vec![])] {
-            flow.on_message(
-                0,
-                RecoveryMessage::NeedRecovery {
-                    config: c2.id(),
-                    region,
-                    from,
-                    txs,
-                },
-                &mut p,
-            );
-        }
+        let reports = [(primary, vec![]), (old, vec![rt.clone()]), (fill, vec![])];
+        need_recovery(&mut flow, &mut p, &c2, region, reports);
         let out = flow.drain();
         let replicated: Vec<NodeId> = out
             .iter()
@@ -1111,18 +1120,8 @@ mod tests {
         flow.drain();
         let mine = p.recovering_records(c2.id(), region);
         assert_eq!(mine.len(), 1, "the primary reports its kept record");
-        for (from, txs) in [(primary, mine), (old, vec![]), (fill, vec![])] {
-            flow.on_message(
-                0,
-                RecoveryMessage::NeedRecovery {
-                    config: c2.id(),
-                    region,
-                    from,
-                    txs,
-                },
-                &mut p,
-            );
-        }
+        let reports = [(primary, mine), (old, vec![]), (fill, vec![])];
+        need_recovery(&mut flow, &mut p, &c2, region, reports);
         let votes = |out: Vec<(NodeId, RecoveryMessage)>| {
             out.into_iter()
                 .filter(|(_, m)| {

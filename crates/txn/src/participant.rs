@@ -2023,6 +2023,29 @@ mod tests {
         p.check_invariants();
     }
 
+    /// The key reads as absent at a late timestamp: a deleted key stayed
+    /// deleted.
+    fn assert_deleted(p: &Participant, region: RegionId, key: &[u8]) {
+        let store = p.stores.get(&region).expect("the region's store");
+        assert_eq!(
+            store.read(key, Timestamp(3_000)),
+            Ok(None),
+            "the deleted key stays deleted"
+        );
+    }
+
+    /// COMMIT-BACKUP of `rec` at `write_ts` at backup `p`, acknowledged.
+    fn commit_backup(p: &mut Participant, rec: LockRecord, write_ts: u64) {
+        let r = p.handle(
+            &[],
+            &TxnRequest::CommitBackup {
+                record: rec,
+                write_ts: Timestamp(write_ts),
+            },
+        );
+        assert_eq!(r, Response::Txn(TxnResponse::Ack));
+    }
+
     /// LOCK then COMMIT-PRIMARY of `rec` at `write_ts`, both acknowledged.
     fn commit_at_primary(p: &mut Participant, rec: LockRecord, write_ts: u64) {
         let tx = rec.tx;
@@ -2284,14 +2307,7 @@ mod tests {
         let mut b = Participant::new(NodeId(1), &two);
         let rec = record(&b, tx(3), 30, &[&[1]]);
         let r0 = rec.writes[0].region;
-        let r = b.handle(
-            &[],
-            &TxnRequest::CommitBackup {
-                record: rec,
-                write_ts: Timestamp(40),
-            },
-        );
-        assert_eq!(r, Response::Txn(TxnResponse::Ack));
+        commit_backup(&mut b, rec, 40);
         assert_eq!(b.evidence(tx(3), r0), E::CommitBackup);
         assert_eq!(b.evidence(tx(3), RegionId(1)), E::Nothing);
         p.truncate_piggybacked(&meridian_wire::Truncation {
@@ -2319,14 +2335,7 @@ mod tests {
         let mut delete = record(&b, tx(2), 15, &[key]);
         delete.writes[0].value = None;
         for (rec, wts) in [(older, 10), (delete, 20)] {
-            let r = b.handle(
-                &[],
-                &TxnRequest::CommitBackup {
-                    record: rec,
-                    write_ts: Timestamp(wts),
-                },
-            );
-            assert_eq!(r, Response::Txn(TxnResponse::Ack));
+            commit_backup(&mut b, rec, wts);
         }
         // The delete's coordinator truncates first; GC runs far ahead.
         b.handle(&[tx(2)], &TxnRequest::Truncate { txs: vec![] });
@@ -2334,12 +2343,7 @@ mod tests {
         // Then the older write is truncated and applied.
         b.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
         b.gc(Timestamp(2_000));
-        let store = b.stores.get(&region).expect("backup store");
-        assert_eq!(
-            store.read(key, Timestamp(3_000)),
-            Ok(None),
-            "the deleted key stays deleted"
-        );
+        assert_deleted(&b, region, key);
         b.check_invariants();
     }
 
@@ -2363,12 +2367,7 @@ mod tests {
         p.handle(&[tx(2)], &TxnRequest::Truncate { txs: vec![] });
         p.gc(Timestamp(1_000));
         p.commit_recovery(region, &older, Timestamp(10));
-        let store = p.stores.get(&region).expect("primary store");
-        assert_eq!(
-            store.read(key, Timestamp(3_000)),
-            Ok(None),
-            "the deleted key stays deleted"
-        );
+        assert_deleted(&p, region, key);
         p.check_invariants();
     }
 
@@ -2401,14 +2400,7 @@ mod tests {
         // ahead, but stays below the kept record's write_ts.
         let mut delete = record(&b, tx(2), 15, &[key]);
         delete.writes[0].value = None;
-        let r = b.handle(
-            &[],
-            &TxnRequest::CommitBackup {
-                record: delete,
-                write_ts: Timestamp(20),
-            },
-        );
-        assert_eq!(r, Response::Txn(TxnResponse::Ack));
+        commit_backup(&mut b, delete, 20);
         b.handle(&[tx(2)], &TxnRequest::Truncate { txs: vec![] });
         b.gc(Timestamp(1_000));
         b.truncate_recovery(tx(1));
@@ -2418,12 +2410,7 @@ mod tests {
             b.evidence(tx(1), region),
             meridian_wire::Evidence::Truncated
         );
-        let store = b.stores.get(&region).expect("backup store");
-        assert_eq!(
-            store.read(key, Timestamp(3_000)),
-            Ok(None),
-            "the deleted key stays deleted"
-        );
+        assert_deleted(&b, region, key);
         b.check_invariants();
     }
 
