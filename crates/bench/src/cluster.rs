@@ -227,23 +227,7 @@ pub fn read_holds(
         }
         let Some(h) = through else { continue };
         any = true;
-        sum.served_at_once += h.served_at_once.saturating_sub(before.served_at_once);
-        sum.held += h.held.saturating_sub(before.held);
-        sum.held_ns += h.held_ns.saturating_sub(before.held_ns);
-        sum.held_long += h.held_long.saturating_sub(before.held_long);
-        sum.refused += h.refused.saturating_sub(before.refused);
-        sum.lock_waited += h.lock_waited.saturating_sub(before.lock_waited);
-        sum.lock_wait_ns += h.lock_wait_ns.saturating_sub(before.lock_wait_ns);
-        sum.lock_wait_expired += h.lock_wait_expired.saturating_sub(before.lock_wait_expired);
-        sum.blind_locks_waited += h
-            .blind_locks_waited
-            .saturating_sub(before.blind_locks_waited);
-        sum.blind_lock_wait_ns += h
-            .blind_lock_wait_ns
-            .saturating_sub(before.blind_lock_wait_ns);
-        sum.blind_lock_wait_expired += h
-            .blind_lock_wait_expired
-            .saturating_sub(before.blind_lock_wait_expired);
+        sum.add_window(&h, &before);
     }
     Ok(any.then_some(sum))
 }

@@ -327,6 +327,15 @@ fn add_client_figures(r: &mut BenchResult, client: &Client, base: &ClientStats) 
         (stats.ts_late_ns_sum / n) as f64 / 1000.0,
     );
     extra.insert("ts_late_over_100us".into(), stats.ts_late_over_100us as f64);
+    if stats.write_ts_unwaited > 0 {
+        extra.insert("write_ts_unwaited".into(), stats.write_ts_unwaited as f64);
+        extra.insert(
+            "write_ts_unwaited_uncertainty_us".into(),
+            stats.write_ts_unwaited_uncertainty_ns_sum as f64
+                / 1000.0
+                / stats.write_ts_unwaited as f64,
+        );
+    }
     extra.insert("client_rpc_failures".into(), stats.rpc_failures as f64);
     extra.insert("client_clock_refused".into(), stats.clock_refused as f64);
     extra.insert("client_clock_rejected".into(), stats.clock_rejected as f64);

@@ -1396,6 +1396,16 @@ fn add_read_holds(
                 "node_blind_lock_wait_expired".into(),
                 h.blind_lock_wait_expired as f64,
             );
+            e.insert(
+                "node_write_ts_at_once".into(),
+                h.write_ts_served_at_once as f64,
+            );
+            e.insert("node_write_ts_held".into(), h.write_ts_held as f64);
+            e.insert(
+                "node_write_ts_hold_mean_us".into(),
+                h.write_ts_held_ns as f64 / 1000.0 / h.write_ts_held.max(1) as f64,
+            );
+            e.insert("node_write_ts_not_held".into(), h.write_ts_not_held as f64);
         }
         Ok(None) => {}
         Err(e) => eprintln!("the nodes' read counters cannot be read: {e}"),
@@ -1456,6 +1466,26 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
                 r.extra.get("ts_late_over_100us").copied().unwrap_or(0.0)
             );
         }
+    }
+    if let Some(n) = r.extra.get("write_ts_unwaited") {
+        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
+        let (held, once) = (get("node_write_ts_held"), get("node_write_ts_at_once"));
+        let unc = get("write_ts_unwaited_uncertainty_us");
+        // What the uncertainty wait cost a commit now (issue 7 goal 6):
+        // every hold summed per commit, an upper bound (a commit's held
+        // requests wait side by side, so it waits for the longest only).
+        let total = get("node_write_ts_hold_mean_us") * held;
+        let per_commit = total / n.max(1.0);
+        println!(
+            "clock: write_ts left to the nodes in {n} commits (mean uncertainty {unc:.1} µs); \
+             {:.1} % of their VALIDATEs/COMMIT-BACKUPs held until it passed (mean {:.1} µs), \
+             {} sent back to wait at the client; wait per commit at most {per_commit:.1} µs \
+             ({:.2}x the uncertainty)",
+            100.0 * held / (held + once).max(1.0),
+            get("node_write_ts_hold_mean_us"),
+            get("node_write_ts_not_held"),
+            per_commit / unc.max(f64::MIN_POSITIVE),
+        );
     }
     if let (Some(held), Some(once)) = (
         r.extra.get("node_reads_held"),

@@ -390,10 +390,26 @@ pub struct ClockConfig {
     /// `read_ts` only once its own clock's lower bound is above `read_ts`
     /// (holding the request until then), which gives the same guarantee
     /// at the moment that matters, and the wait overlaps the request's
-    /// trip (under load it has usually passed on arrival). The commit's
-    /// `write_ts` wait stays at the coordinator. Fixed for the life of a
-    /// cluster: clients read it once, when they start.
+    /// trip (under load it has usually passed on arrival). Fixed for the
+    /// life of a cluster: clients read it once, when they start.
     pub reads_wait_at_server: bool,
+    /// Where a read-write transaction's `write_ts` uncertainty wait
+    /// happens (default true: at the nodes). FaRMv2 §4.2 has the
+    /// coordinator take `write_ts` from GET_TS once every LOCK is granted
+    /// and wait until it has passed before it validates, with the locks
+    /// held. With this set the coordinator sends at once, and the first
+    /// messages that need `write_ts` in the past wait for it where they
+    /// are handled: its VALIDATEs, or its COMMIT-BACKUPs when it validates
+    /// nothing, are held by each node until the node's own clock shows
+    /// `write_ts` past (`TxnRequest::AfterWriteTs`). Validation still
+    /// happens after `write_ts`, and the locks are still released after
+    /// it (FaRMv2 §7.3), but the wait overlaps the messages' trip, no
+    /// client thread wakes for it, and the locks are held for less time.
+    /// A transaction with nothing to validate and no backups (a
+    /// one-replica region) waits at the coordinator as before. Clients
+    /// read it once, when they start; nodes honour a held request either
+    /// way.
+    pub writes_wait_at_server: bool,
 }
 
 impl Default for ClockConfig {
@@ -407,6 +423,7 @@ impl Default for ClockConfig {
             max_rate_ppm: 200,
             rate_window_ms: 1000,
             reads_wait_at_server: true,
+            writes_wait_at_server: true,
         }
     }
 }

@@ -115,6 +115,15 @@ pub struct ClientStats {
     /// `read_ts` timestamps handed out without a wait, the nodes holding
     /// the reads instead (`clock.reads_wait_at_server`).
     pub read_ts_unwaited: u64,
+    /// `write_ts` timestamps used without a wait, the nodes holding the
+    /// VALIDATEs or COMMIT-BACKUPs instead (`clock.writes_wait_at_server`).
+    pub write_ts_unwaited: u64,
+    /// Sum of the uncertainties of those `write_ts`, ns (the wait each
+    /// would have had at the coordinator, less its lateness).
+    pub write_ts_unwaited_uncertainty_ns_sum: u64,
+    /// Of their held requests, those a node sent back
+    /// ([`meridian_wire::TxnResponse::NotHeld`]): waited out here and sent again.
+    pub write_ts_sent_back: u64,
     /// Sum of uncertainties at GET_TS, ns.
     pub uncertainty_ns_sum: u64,
     /// Sum of the local time from GET_TS to the end of its wait, ns.
@@ -174,6 +183,15 @@ impl ClientStats {
         ClientStats {
             ts_count: self.ts_count.saturating_sub(base.ts_count),
             read_ts_unwaited: self.read_ts_unwaited.saturating_sub(base.read_ts_unwaited),
+            write_ts_unwaited: self
+                .write_ts_unwaited
+                .saturating_sub(base.write_ts_unwaited),
+            write_ts_unwaited_uncertainty_ns_sum: self
+                .write_ts_unwaited_uncertainty_ns_sum
+                .saturating_sub(base.write_ts_unwaited_uncertainty_ns_sum),
+            write_ts_sent_back: self
+                .write_ts_sent_back
+                .saturating_sub(base.write_ts_sent_back),
             uncertainty_ns_sum: self
                 .uncertainty_ns_sum
                 .saturating_sub(base.uncertainty_ns_sum),
@@ -279,6 +297,9 @@ enum Wait {
         txn: TxnHandle,
         ts: Timestamp,
         write: bool,
+        /// A `write_ts` left to the nodes (`clock.writes_wait_at_server`):
+        /// due at once, the engine sends it to be held.
+        unwaited: bool,
         start_local_ns: u64,
     },
     Sleep(CallId),
@@ -291,6 +312,15 @@ enum Wait {
     Clock {
         txn: TxnHandle,
         write: bool,
+    },
+    /// A node answered [`meridian_wire::TxnResponse::NotHeld`] to a request held until
+    /// `write_ts` passed: once this clock shows it past, the request
+    /// (kept in `ClientProcess::held_back` under `seq`) goes again,
+    /// unwrapped.
+    Resend {
+        txn: TxnHandle,
+        seq: u64,
+        write_ts: Timestamp,
     },
 }
 
@@ -341,6 +371,12 @@ pub struct ClientProcess {
     /// `clock.reads_wait_at_server`, read once at creation (both sides of
     /// a cluster must agree, so it is fixed for the cluster's life).
     reads_wait_at_server: bool,
+    /// `clock.writes_wait_at_server`, read once at creation.
+    writes_wait_at_server: bool,
+    /// Requests a node would not hold until their `write_ts` passed
+    /// ([`meridian_wire::TxnResponse::NotHeld`]), unwrapped, by [`Wait::Resend`] sequence:
+    /// (destination, request). One per outstanding commit RPC at most.
+    held_back: BTreeMap<u64, (NodeId, Request)>,
     next_flush_ns: u64,
     armed_ns: Option<u64>,
     closing: Option<CallId>,
@@ -399,6 +435,8 @@ impl ClientProcess {
             clock_park_ns: config.clock.max_sample_age_us * 1000,
             clock_parked: 0,
             reads_wait_at_server: config.clock.reads_wait_at_server,
+            writes_wait_at_server: config.clock.writes_wait_at_server,
+            held_back: BTreeMap::new(),
             next_flush_ns: 0,
             armed_ns: None,
             closing: None,
@@ -633,6 +671,7 @@ impl ClientProcess {
                     Wait::Ts { .. } => "GET_TS",
                     Wait::Sleep(_) => "sleep",
                     Wait::Clock { .. } => "clock",
+                    Wait::Resend { .. } => "resend",
                 };
                 (what, w.0)
             }),
@@ -1314,8 +1353,19 @@ impl ClientProcess {
                 }
             }
         }
+        let unwaited = write
+            && self.writes_wait_at_server
+            && self
+                .txns
+                .get(&txn)
+                .and_then(|t| t.engine.as_ref())
+                .is_some_and(|e| e.may_wait_at_server());
         let at = if !write && self.reads_wait_at_server {
             self.stats.read_ts_unwaited += 1;
+            now
+        } else if unwaited {
+            self.stats.write_ts_unwaited += 1;
+            self.stats.write_ts_unwaited_uncertainty_ns_sum += ticket.uncertainty_ns;
             now
         } else {
             self.stats.ts_count += 1;
@@ -1328,6 +1378,7 @@ impl ClientProcess {
                 txn,
                 ts: ticket.ts,
                 write,
+                unwaited,
                 start_local_ns: now,
             },
         );
@@ -1375,6 +1426,7 @@ impl ClientProcess {
     /// `w`, due at local time `ready`, ends at `now`.
     fn wait_done(&mut self, now: u64, ready: u64, w: Wait) {
         match w {
+            Wait::Resend { txn, seq, write_ts } => self.resend_when_passed(now, txn, seq, write_ts),
             Wait::Sleep(call) => self.reply(call, CallResult::Slept),
             Wait::Clock { txn, write } => {
                 self.clock_parked = self.clock_parked.saturating_sub(1);
@@ -1389,9 +1441,10 @@ impl ClientProcess {
                 txn,
                 ts,
                 write,
+                unwaited,
                 start_local_ns,
             } => {
-                if write || !self.reads_wait_at_server {
+                if (write && !unwaited) || (!write && !self.reads_wait_at_server) {
                     self.stats.ts_wait_ns_sum += now.saturating_sub(start_local_ns);
                     let late = now.saturating_sub(ready);
                     self.stats.ts_late_ns_sum += late;
@@ -1401,6 +1454,7 @@ impl ClientProcess {
                 }
                 if write {
                     let step = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
+                        Some(e) if unwaited => e.on_write_ts_unwaited(ts),
                         Some(e) => e.on_write_ts(ts),
                         None => return,
                     };
@@ -1553,6 +1607,59 @@ impl ClientProcess {
         for id in ids {
             self.remove_rpc(id);
         }
+    }
+
+    /// RPC `id` was answered [`meridian_wire::TxnResponse::NotHeld`]: if it is a commit's
+    /// request held until its `write_ts` passed, wait `write_ts` out on
+    /// this clock and send it again unwrapped (the node did nothing with
+    /// it; `clock.writes_wait_at_server`). False for any other RPC, whose
+    /// answer then goes its usual way (a protocol error).
+    fn held_back_at(&mut self, now: u64, id: u64) -> bool {
+        let held = self.rpcs.get(&id).is_some_and(|r| {
+            matches!(
+                (&r.purpose, &r.req),
+                (
+                    Purpose::Commit(_),
+                    Request::Txn(TxnRequest::AfterWriteTs { .. })
+                )
+            )
+        });
+        let Some(rpc) = held.then(|| self.remove_rpc(id)).flatten() else {
+            return false;
+        };
+        let (Purpose::Commit(txn), Request::Txn(TxnRequest::AfterWriteTs { write_ts, req })) =
+            (rpc.purpose, rpc.req)
+        else {
+            return false;
+        };
+        self.stats.write_ts_sent_back += 1;
+        self.next_wait += 1;
+        let seq = self.next_wait;
+        self.held_back.insert(seq, (rpc.to, Request::Txn(*req)));
+        self.resend_when_passed(now, txn, seq, write_ts);
+        true
+    }
+
+    /// Send held-back request `seq` of `txn` once this clock shows
+    /// `write_ts` past; without a usable clock, look again after
+    /// `clock_park_ns` (a COMMIT-BACKUP may not be given up: the
+    /// transaction may be committed by its other backups' records).
+    fn resend_when_passed(&mut self, now: u64, txn: TxnHandle, seq: u64, write_ts: Timestamp) {
+        if !self.txns.contains_key(&txn) {
+            self.held_back.remove(&seq);
+            return;
+        }
+        let at = match self.clock.passed_at(now, write_ts) {
+            Ok(at) if at <= now => {
+                if let Some((to, req)) = self.held_back.remove(&seq) {
+                    self.send_rpc(now, to, req, Purpose::Commit(txn));
+                }
+                return;
+            }
+            Ok(at) => at,
+            Err(_) => now.saturating_add(self.clock_park_ns),
+        };
+        self.add_wait(at, Wait::Resend { txn, seq, write_ts });
     }
 
     /// Send an idempotent RPC again, or report that the attempts are spent.
@@ -1840,6 +1947,11 @@ impl ClientProcess {
                     r.attempt = r.attempt.saturating_sub(1);
                 }
             }
+            return;
+        }
+        if matches!(resp, Response::Txn(meridian_wire::TxnResponse::NotHeld))
+            && self.held_back_at(now, id)
+        {
             return;
         }
         let Some(rpc) = self.remove_rpc(id) else {
@@ -2206,6 +2318,78 @@ mod tests {
         locks
     }
 
+    /// `clock.writes_wait_at_server` (the default): once every LOCK is
+    /// granted, `write_ts` is taken and the COMMIT-BACKUPs (the
+    /// transaction validates nothing) leave at once, each wrapped to be
+    /// held until `write_ts` passed; nothing waits at the coordinator.
+    #[test]
+    fn a_write_ts_left_to_the_nodes_rides_on_the_commit_backups() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        let backups = locks_granted(&mut p);
+        assert_eq!(backups.len(), 2, "{backups:?}");
+        for (_, _, r, _) in &backups {
+            let Request::Txn(t @ TxnRequest::AfterWriteTs { req, .. }) = r else {
+                panic!("not held: {r:?}");
+            };
+            assert!(matches!(**req, TxnRequest::CommitBackup { .. }), "{r:?}");
+            assert!(t.held_write_ts().is_some(), "malformed: {r:?}");
+        }
+        assert_eq!(p.stats().write_ts_unwaited, 1);
+        assert_eq!(p.stats().ts_count, 0, "no GET_TS wait at the coordinator");
+        p.check_invariants();
+    }
+
+    /// A node that cannot hold a COMMIT-BACKUP until its `write_ts` passed
+    /// answers NotHeld: the coordinator waits `write_ts` out on its own
+    /// clock and only then sends the same COMMIT-BACKUP again, unwrapped,
+    /// to the same node. The commit goes on when that node acknowledges.
+    #[test]
+    fn a_commit_backup_sent_back_goes_again_unwrapped_once_write_ts_passed() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        let backups = locks_granted(&mut p);
+        let (to, _, held, _) = backups[0].clone();
+        let Request::Txn(TxnRequest::AfterWriteTs { write_ts, req }) = held else {
+            panic!("not held: {held:?}");
+        };
+        let e = answer(
+            &mut p,
+            200_500,
+            &backups[..1],
+            Response::Txn(TxnResponse::NotHeld),
+        );
+        assert!(
+            sent(&e).is_empty(),
+            "sent again before write_ts passed: {e:?}"
+        );
+        assert_eq!(p.stats().write_ts_sent_back, 1);
+        let ready = p
+            .clock
+            .passed_at(200_500, write_ts)
+            .expect("a usable clock");
+        assert!(ready > 200_500, "write_ts {write_ts} already past");
+        p.tick(ready - 1);
+        assert!(sent(&p.drain_effects()).is_empty(), "sent again early");
+        p.tick(ready);
+        let again = sent(&p.drain_effects());
+        assert_eq!(again.len(), 1, "{again:?}");
+        assert_eq!(again[0].0, to);
+        assert_eq!(again[0].2, Request::Txn(*req));
+        // Both backups acknowledge: COMMIT-PRIMARY goes to the primaries.
+        let mut acks = again.clone();
+        acks.push(backups[1].clone());
+        let primaries = sent(&answer(
+            &mut p,
+            ready + 100,
+            &acks,
+            Response::Txn(TxnResponse::Ack),
+        ));
+        assert_eq!(primaries.len(), 2, "{primaries:?}");
+        assert!(primaries
+            .iter()
+            .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::CommitPrimary { .. }))));
+        p.check_invariants();
+    }
+
     /// A synchronised client with read-write transaction 1 open.
     fn open_txn(p: &mut ClientProcess) {
         p.tick(1000);
@@ -2387,18 +2571,18 @@ mod tests {
         p.commit(5_001_400, 2, TxnHandle(1));
         let locks = sent(&p.drain_effects());
         assert_eq!(locks.len(), 1);
-        answer(
+        let mut e = answer(
             &mut p,
             5_001_500,
             &locks,
             Response::Txn(TxnResponse::Lock(Ok(()))),
         );
         p.tick(50_000_000);
-        let e = p.drain_effects();
+        e.extend(p.drain_effects());
         let write_ts: Vec<Timestamp> = sent(&e)
             .into_iter()
-            .filter_map(|(_, _, r, _)| match r {
-                Request::Txn(TxnRequest::CommitBackup { write_ts, .. }) => Some(write_ts),
+            .filter_map(|(_, _, r, _)| match unheld(&r) {
+                Some(TxnRequest::CommitBackup { write_ts, .. }) => Some(*write_ts),
                 _ => None,
             })
             .collect();
@@ -2591,14 +2775,36 @@ mod tests {
     /// [`locking`], every LOCK acknowledged: returns the COMMIT-BACKUP
     /// requests.
     fn committing_backups(p: &mut ClientProcess) -> Vec<(NodeId, u64, Request, Vec<TxId>)> {
-        let locks = locking(p);
-        answer(p, 200_400, &locks, Response::Txn(TxnResponse::Lock(Ok(()))));
+        // Sent at once when `write_ts` is left to the nodes (the default),
+        // at the tick that ends its wait otherwise.
+        let mut backups = locks_granted(p);
         p.tick(600_000);
-        let backups = sent(&p.drain_effects());
+        backups.extend(sent(&p.drain_effects()));
         assert!(backups
             .iter()
-            .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::CommitBackup { .. }))));
+            .all(|(_, _, r, _)| matches!(unheld(r), Some(TxnRequest::CommitBackup { .. }))));
         backups
+    }
+
+    /// [`locking`], every LOCK granted at 200.4 µs: what is sent then.
+    fn locks_granted(p: &mut ClientProcess) -> Vec<(NodeId, u64, Request, Vec<TxId>)> {
+        let locks = locking(p);
+        sent(&answer(
+            p,
+            200_400,
+            &locks,
+            Response::Txn(TxnResponse::Lock(Ok(()))),
+        ))
+    }
+
+    /// The transaction request `r` carries, unwrapped if it was sent to be
+    /// held until its `write_ts` passed.
+    fn unheld(r: &Request) -> Option<&TxnRequest> {
+        match r {
+            Request::Txn(TxnRequest::AfterWriteTs { req, .. }) => Some(req),
+            Request::Txn(t) => Some(t),
+            _ => None,
+        }
     }
 
     /// Review finding 2: a LOCK that times out must not leave the other

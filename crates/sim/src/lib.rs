@@ -309,6 +309,12 @@ pub struct SimConfig {
     /// if every write were blind, also for keys the transaction read
     /// (`NodeProcess::set_broken_locks_unchecked`).
     pub broken_locks_unchecked: bool,
+    /// Deliberately broken: clients leave `write_ts`'s uncertainty wait to
+    /// the nodes (`clock.writes_wait_at_server`, the default) but the
+    /// nodes handle the held VALIDATEs and COMMIT-BACKUPs at once, so
+    /// nobody waits it out (FaRMv2 §7.3;
+    /// `NodeProcess::set_broken_writes_unwaited`).
+    pub broken_writes_unwaited: bool,
     /// The nodes' `limits.read_lock_wait_us` (reads that meet a lock wait
     /// for it, by default as long as `Limits::default()` says; 0 aborts
     /// them at once as FaRMv2 §4.7 does).
@@ -349,6 +355,7 @@ impl SimConfig {
             broken_lock_waits_read_past_locks: false,
             broken_restore_forgotten: false,
             broken_locks_unchecked: false,
+            broken_writes_unwaited: false,
             read_lock_wait_us: meridian_config::Limits::default().read_lock_wait_us,
         }
     }
@@ -804,6 +811,7 @@ async fn client_main(cx: TaskCtx) {
                 })
                 .await;
             let now = true_now(&cx.world);
+            let oracle_until = lock(&cx.world).oracle_until_ns;
             let mut l = lock(&cx.log);
             let committed = match r {
                 Ok(((), info)) => {
@@ -811,6 +819,18 @@ async fn client_main(cx: TaskCtx) {
                         if let Err(e) = p.on_commit() {
                             l.failures.push(format!("client {}: {e}", cx.c));
                         }
+                    }
+                    // FaRMv2 §4.2: a commit is reported only once global
+                    // time has passed its `write_ts` (waited out by the
+                    // coordinator, or by the nodes that held its VALIDATEs
+                    // or COMMIT-BACKUPs).
+                    let global = cx.master.local(now);
+                    if info.wrote && now < oracle_until && info.write_ts.0 >= global {
+                        l.failures.push(format!(
+                            "time oracle: client {} was told {} committed at write_ts {} \
+                             before global time ({global}) passed it",
+                            cx.c, info.tx, info.write_ts.0
+                        ));
                     }
                     let wts = info.wrote.then_some(info.write_ts.0);
                     l.finish_current(Outcome::Committed, now, wts);
@@ -1054,6 +1074,7 @@ fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> 
         p.set_broken_lock_waits_read_past_locks(cfg.broken_lock_waits_read_past_locks);
         p.set_broken_restore_forgotten(cfg.broken_restore_forgotten);
         p.set_broken_locks_unchecked(cfg.broken_locks_unchecked);
+        p.set_broken_writes_unwaited(cfg.broken_writes_unwaited);
         p
     })
 }

@@ -18,6 +18,13 @@
 //!    read (a blind write) is only locked (`LockBlind`, no version check:
 //!    its version enters at a `write_ts` taken while the lock is held).
 //! 4. `write_ts = GET_TS()` while the locks are held ([`CommitStep::GetWriteTs`]).
+//!    The driver either waits its uncertainty out ([`Transaction::on_write_ts`])
+//!    or leaves the wait to the nodes ([`Transaction::on_write_ts_unwaited`],
+//!    `clock.writes_wait_at_server`): the first messages that need
+//!    `write_ts` past (the VALIDATEs, or else the COMMIT-BACKUPs) then go
+//!    in `TxnRequest::AfterWriteTs`, held by each node until its clock
+//!    shows `write_ts` past. Either way validation and the release of the
+//!    locks come after `write_ts` passed (FaRMv2 §7.3).
 //! 5. `Validate` keys read but not written, and every scanned range, at their
 //!    primaries: unlocked and unchanged since `read_ts`.
 //! 6. `CommitBackup` to every backup of every written region; wait for all.
@@ -33,7 +40,8 @@
 //! **Invariants** ([`Transaction::check_invariants`]): phases advance in the
 //! order above; `write_ts > read_ts`; no message of a later phase is issued
 //! before every reply of the previous phase is in, except the report after
-//! the first COMMIT-PRIMARY ack.
+//! the first COMMIT-PRIMARY ack; COMMIT-PRIMARY of an unwaited `write_ts`
+//! only after a held VALIDATE or COMMIT-BACKUP phase (asserted).
 
 use meridian_config::{Limits, RegionMap};
 use meridian_wire::{
@@ -282,6 +290,10 @@ pub struct Transaction {
     backup_targets: BTreeSet<NodeId>,
     failure: Option<AbortReason>,
     write_ts: Option<Timestamp>,
+    /// `write_ts` was handed in before it passed
+    /// ([`Transaction::on_write_ts_unwaited`]): the first messages that
+    /// need it past carry it to be held (`TxnRequest::AfterWriteTs`).
+    write_ts_unwaited: bool,
     reported: bool,
 }
 
@@ -311,6 +323,7 @@ impl Transaction {
             backup_targets: BTreeSet::new(),
             failure: None,
             write_ts: None,
+            write_ts_unwaited: false,
             reported: false,
         }
     }
@@ -765,10 +778,54 @@ impl Transaction {
         Ok(CommitStep::Send(msgs))
     }
 
+    /// True if this transaction's `write_ts` wait can be left to the
+    /// nodes (`clock.writes_wait_at_server`): it sends a VALIDATE (it read
+    /// a key it does not write, or scanned), or a COMMIT-BACKUP (a written
+    /// region has a backup), that can carry `write_ts` to be held. A
+    /// transaction with neither must wait at the coordinator.
+    pub fn may_wait_at_server(&self) -> bool {
+        !self.scans.is_empty()
+            || self.reads.keys().any(|k| !self.writes.contains_key(k))
+            || self
+                .writes
+                .keys()
+                .any(|k| !self.map.region_of(k).backups.is_empty())
+    }
+
     /// The write timestamp has been taken (and its uncertainty waited out).
     ///
     /// Errors: `Protocol` if called out of phase.
     pub fn on_write_ts(&mut self, write_ts: Timestamp) -> Result<CommitStep, TxnError> {
+        self.take_write_ts(write_ts, false)
+    }
+
+    /// The write timestamp has been taken from GET_TS and *not* waited
+    /// out (`clock.writes_wait_at_server`, FaRMv2 §4.2's wait moved to the
+    /// nodes): the VALIDATEs, or if there are none the COMMIT-BACKUPs, go
+    /// wrapped in `TxnRequest::AfterWriteTs`, which each node holds until
+    /// its clock shows `write_ts` past. Everything after them follows
+    /// their replies, so validation, the release of the locks and the
+    /// report all come after `write_ts` passed (FaRMv2 §7.3).
+    ///
+    /// Errors: `Protocol` if called out of phase, or for a transaction
+    /// that has nothing to carry the wait ([`Self::may_wait_at_server`]).
+    pub fn on_write_ts_unwaited(&mut self, write_ts: Timestamp) -> Result<CommitStep, TxnError> {
+        if !self.may_wait_at_server() {
+            return Err(TxnError::Protocol {
+                node: NodeId(u32::MAX),
+                detail: "write_ts left to the nodes by a transaction that sends no \
+                         VALIDATE or COMMIT-BACKUP"
+                    .into(),
+            });
+        }
+        self.take_write_ts(write_ts, true)
+    }
+
+    fn take_write_ts(
+        &mut self,
+        write_ts: Timestamp,
+        unwaited: bool,
+    ) -> Result<CommitStep, TxnError> {
         if self.phase != Phase::AwaitWriteTs {
             return Err(TxnError::Protocol {
                 node: NodeId(u32::MAX),
@@ -782,6 +839,7 @@ impl Transaction {
             self.id
         );
         self.write_ts = Some(write_ts);
+        self.write_ts_unwaited = unwaited;
         // Validate keys read but not written, and all scanned ranges.
         let mut by: BTreeMap<NodeId, (Vec<(RegionId, Key)>, Vec<(RegionId, KeyRange)>)> =
             BTreeMap::new();
@@ -815,18 +873,28 @@ impl Transaction {
         Ok(CommitStep::Send(
             by.into_iter()
                 .map(|(n, (keys, ranges))| {
-                    (
-                        n,
-                        TxnRequest::Validate {
-                            tx: self.id,
-                            read_ts: self.read_ts,
-                            keys,
-                            ranges,
-                        },
-                    )
+                    let validate = TxnRequest::Validate {
+                        tx: self.id,
+                        read_ts: self.read_ts,
+                        keys,
+                        ranges,
+                    };
+                    (n, self.held_if_unwaited(validate))
                 })
                 .collect(),
         ))
+    }
+
+    /// `req` wrapped to be held until `write_ts` passed, if it was not
+    /// waited out; as is otherwise.
+    fn held_if_unwaited(&self, req: TxnRequest) -> TxnRequest {
+        match (self.write_ts_unwaited, self.write_ts) {
+            (true, Some(write_ts)) => TxnRequest::AfterWriteTs {
+                write_ts,
+                req: Box::new(req),
+            },
+            _ => req,
+        }
     }
 
     fn start_commit_backup(&mut self) -> CommitStep {
@@ -838,24 +906,30 @@ impl Transaction {
         if by.is_empty() {
             return self.start_commit_primary();
         }
+        // A VALIDATE held until `write_ts` passed answered already: the
+        // COMMIT-BACKUPs need no hold of their own.
+        let held = self.write_ts_unwaited && self.phase != Phase::Validating;
         self.backup_targets = by.keys().copied().collect();
         self.pending = self.backup_targets.clone();
         self.phase = Phase::CommittingBackups;
         CommitStep::Send(
             by.into_iter()
                 .map(|(n, writes)| {
-                    (
-                        n,
-                        TxnRequest::CommitBackup {
-                            record: LockRecord {
-                                tx: self.id,
-                                read_ts: self.read_ts,
-                                regions: regions.clone(),
-                                writes,
-                            },
-                            write_ts,
+                    let backup = TxnRequest::CommitBackup {
+                        record: LockRecord {
+                            tx: self.id,
+                            read_ts: self.read_ts,
+                            regions: regions.clone(),
+                            writes,
                         },
-                    )
+                        write_ts,
+                    };
+                    let req = if held {
+                        self.held_if_unwaited(backup)
+                    } else {
+                        backup
+                    };
+                    (n, req)
                 })
                 .collect(),
         )
@@ -865,6 +939,15 @@ impl Transaction {
         let Some(write_ts) = self.write_ts else {
             return CommitStep::Done(Err(self.failure.unwrap_or(AbortReason::User)));
         };
+        // COMMIT-PRIMARY releases the locks: `write_ts` must have passed,
+        // waited out here or shown past by a node that held a VALIDATE or
+        // COMMIT-BACKUP whose reply is in (FaRMv2 §7.3).
+        assert!(
+            !self.write_ts_unwaited
+                || matches!(self.phase, Phase::Validating | Phase::CommittingBackups),
+            "COMMIT-PRIMARY of {} before any node showed its unwaited write_ts {write_ts} past",
+            self.id
+        );
         self.phase = Phase::CommittingPrimaries;
         self.pending = self.lock_targets.clone();
         CommitStep::Send(

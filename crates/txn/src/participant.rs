@@ -1378,6 +1378,9 @@ impl Participant {
                 self.truncate(txs);
                 ok(TxnResponse::Ack)
             }
+            // The node holds it until its `write_ts` passed and hands the
+            // participant only what it carries.
+            TxnRequest::AfterWriteTs { .. } => Response::Rejected(Rejection::MalformedHold),
         }
     }
 

@@ -266,6 +266,11 @@ pub enum Rejection {
         /// Flags sent.
         flags: usize,
     },
+    /// A [`TxnRequest::AfterWriteTs`] whose `req` is neither a VALIDATE
+    /// nor a COMMIT-BACKUP at the same `write_ts`, or one that reached a
+    /// participant without being held (nodes unwrap it). Appended last, as
+    /// the variant it checks.
+    MalformedHold,
 }
 
 impl fmt::Display for Rejection {
@@ -296,6 +301,10 @@ impl fmt::Display for Rejection {
             Rejection::BlindFlagsMismatch { writes, flags } => {
                 write!(f, "LOCK with {flags} blind-write flags for {writes} writes")
             }
+            Rejection::MalformedHold => f.write_str(
+                "a request held until its write_ts passed must be a VALIDATE or a \
+                 COMMIT-BACKUP at that write_ts, and is unwrapped by the node",
+            ),
         }
     }
 }
@@ -1005,9 +1014,46 @@ pub enum TxnRequest {
         /// Per write of `record.writes`: written without being read.
         blind: Vec<bool>,
     },
+    /// FaRMv2 §4.2's `write_ts` uncertainty wait, moved to the server
+    /// (`clock.writes_wait_at_server`): the coordinator took `write_ts`
+    /// from GET_TS after every LOCK was granted but did not wait it out,
+    /// so this node holds `req` until its own clock shows `write_ts` past
+    /// (its lower bound above it), then handles it as if it had arrived
+    /// then. `req` is the transaction's [`TxnRequest::Validate`] (when it
+    /// validates anything), or else its [`TxnRequest::CommitBackup`] with
+    /// the same `write_ts`; anything else is rejected as malformed. Only
+    /// `req` is ever logged.
+    ///
+    /// Why this is the wait FaRMv2 §7.3 requires: validation then happens
+    /// after global time passed `write_ts`, and since COMMIT-BACKUP follows
+    /// the last VALIDATE reply (or is itself held), and COMMIT-PRIMARY,
+    /// which releases the locks, follows every COMMIT-BACKUP reply, the
+    /// locks are held at global time `write_ts` and nothing is reported
+    /// before it passed. Appended last, so frames and log records of the
+    /// variants above decode as before.
+    AfterWriteTs {
+        /// The transaction's write timestamp, not yet waited out.
+        write_ts: Timestamp,
+        /// The request to handle once `write_ts` has passed here.
+        req: Box<TxnRequest>,
+    },
 }
 
 impl TxnRequest {
+    /// For a [`TxnRequest::AfterWriteTs`], its `write_ts` if `req` is one
+    /// it may carry (a VALIDATE, or a COMMIT-BACKUP at the same
+    /// `write_ts`); `None` for a malformed one or another request.
+    pub fn held_write_ts(&self) -> Option<Timestamp> {
+        match self {
+            TxnRequest::AfterWriteTs { write_ts, req } => match req.as_ref() {
+                TxnRequest::Validate { .. } => Some(*write_ts),
+                TxnRequest::CommitBackup { write_ts: w, .. } if w == write_ts => Some(*write_ts),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The LOCK record of a [`TxnRequest::Lock`] or [`TxnRequest::LockBlind`]
     /// and its blind-write flags (empty for a plain LOCK: every write was
     /// read); `None` for other requests.
@@ -1034,6 +1080,14 @@ pub enum TxnResponse {
     /// Acknowledgement of a log record (COMMIT-BACKUP, COMMIT-PRIMARY,
     /// ABORT, TRUNCATE).
     Ack,
+    /// Reply to a [`TxnRequest::AfterWriteTs`] this node cannot hold until
+    /// its `write_ts` passed: its clock cannot tell now (no usable
+    /// sample, disabled during a CM change), `write_ts` is further ahead
+    /// than a clock sample lives, or its bound on held requests is full.
+    /// Nothing was done; the coordinator waits `write_ts` out itself and
+    /// sends the request again, unwrapped. Appended last, so older
+    /// replies decode as before.
+    NotHeld,
 }
 
 /// Clock synchronisation (FaRMv2 §4.1).
