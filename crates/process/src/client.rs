@@ -1641,9 +1641,11 @@ impl ClientProcess {
     }
 
     /// Send held-back request `seq` of `txn` once this clock shows
-    /// `write_ts` past; without a usable clock, look again after
-    /// `clock_park_ns` (a COMMIT-BACKUP may not be given up: the
-    /// transaction may be committed by its other backups' records).
+    /// `write_ts` past. Without a usable clock, a VALIDATE's transaction
+    /// is abandoned (before its commit point, as a failed GET_TS is), and
+    /// a COMMIT-BACKUP looks again after `clock_park_ns` with a sync asked
+    /// for: it may not be given up, since the transaction may be committed
+    /// by its other backups' records (FaRM §5.3).
     fn resend_when_passed(&mut self, now: u64, txn: TxnHandle, seq: u64, write_ts: Timestamp) {
         if !self.txns.contains_key(&txn) {
             self.held_back.remove(&seq);
@@ -1657,7 +1659,22 @@ impl ClientProcess {
                 return;
             }
             Ok(at) => at,
-            Err(_) => now.saturating_add(self.clock_park_ns),
+            Err(_) => {
+                let validate = matches!(
+                    self.held_back.get(&seq),
+                    Some((_, Request::Txn(TxnRequest::Validate { .. })))
+                );
+                if validate {
+                    self.held_back.remove(&seq);
+                    self.stats.clock_not_ready += 1;
+                    self.abandon(now, txn, TxnError::Aborted(AbortReason::ClockUnavailable));
+                    return;
+                }
+                if !self.sync_inflight {
+                    self.next_sync_ns = Some(now);
+                }
+                now.saturating_add(self.clock_park_ns)
+            }
         };
         self.add_wait(at, Wait::Resend { txn, seq, write_ts });
     }
@@ -2387,6 +2404,58 @@ mod tests {
         assert!(primaries
             .iter()
             .all(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::CommitPrimary { .. }))));
+        p.check_invariants();
+    }
+
+    /// A VALIDATE sent back (NotHeld) when the coordinator's own clock
+    /// cannot show `write_ts` past either (here it lost its samples, as
+    /// after following a new clock master) abandons the transaction,
+    /// which is before its commit point: ABORT goes to every LOCK target
+    /// and the call fails with a retryable `ClockUnavailable` abort,
+    /// instead of holding the locks until the clock comes back.
+    #[test]
+    fn a_validate_sent_back_without_a_usable_clock_aborts() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        open_txn(&mut p);
+        // Read b (region 0) and write a (region 1): b is validated.
+        p.get(200_100, 5, TxnHandle(1), &[0x00, b'b']);
+        let read = sent(&p.drain_effects());
+        read_reply(&mut p, 200_150, read[0].0, read[0].1, Some(b"v"));
+        p.put(TxnHandle(1), vec![0x80, b'a'], b"y".to_vec())
+            .unwrap();
+        p.commit(200_300, 6, TxnHandle(1));
+        let locks = sent(&p.drain_effects());
+        let held = sent(&answer(
+            &mut p,
+            200_400,
+            &locks,
+            Response::Txn(TxnResponse::Lock(Ok(()))),
+        ));
+        assert!(
+            matches!(
+                unheld(&held[0].2),
+                Some(TxnRequest::Validate { .. })
+            ) && matches!(held[0].2, Request::Txn(TxnRequest::AfterWriteTs { .. })),
+            "{held:?}"
+        );
+        p.clock = ClockSync::new(1000);
+        let e = answer(&mut p, 200_500, &held, Response::Txn(TxnResponse::NotHeld));
+        let aborts: Vec<NodeId> = sent(&e)
+            .into_iter()
+            .filter(|(_, _, r, _)| matches!(r, Request::Txn(TxnRequest::Abort { .. })))
+            .map(|(n, ..)| n)
+            .collect();
+        assert_eq!(aborts, vec![locks[0].0], "{e:?}");
+        assert!(
+            matches!(
+                replies(&e)[..],
+                [(
+                    6,
+                    CallResult::Failed(TxnError::Aborted(AbortReason::ClockUnavailable))
+                )]
+            ),
+            "{e:?}"
+        );
         p.check_invariants();
     }
 

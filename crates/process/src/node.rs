@@ -419,7 +419,8 @@ pub struct ReadHoldStats {
     /// whose `write_ts` had passed on arrival.
     #[serde(default)]
     pub write_ts_served_at_once: u64,
-    /// Such requests held until this node's clock showed `write_ts` past.
+    /// Such requests held until this node's clock showed `write_ts` past
+    /// (or until a configuration change, which then refused them).
     #[serde(default)]
     pub write_ts_held: u64,
     /// The time they were held, in all, local ns.
@@ -747,6 +748,8 @@ pub struct NodeProcess {
     /// Deliberately broken: a `TxnRequest::AfterWriteTs` is handled at
     /// once, not held ([`NodeProcess::set_broken_writes_unwaited`]).
     broken_writes_unwaited: bool,
+    /// Deliberately broken: the same, for VALIDATEs only.
+    broken_validates_unwaited: bool,
     /// What the `read_ts` wait did ([`NodeProcess::read_hold_stats`]).
     read_holds: ReadHoldStats,
     /// Thin-client transactions, by the call id of their current call.
@@ -907,6 +910,7 @@ impl NodeProcess {
             lock_waits_dirty: false,
             broken_lock_waits_read_past_locks: false,
             broken_writes_unwaited: false,
+            broken_validates_unwaited: false,
             deferred_seq: 0,
             read_holds: ReadHoldStats::default(),
             executes: BTreeMap::new(),
@@ -1852,8 +1856,16 @@ impl NodeProcess {
                 return None;
             }
         };
-        if self.broken_writes_unwaited
+        let tx_config = match &req {
+            TxnRequest::Validate { tx, .. } => tx.config,
+            TxnRequest::CommitBackup { record, .. } => record.tx.config,
+            _ => config,
+        };
+        let broken = self.broken_writes_unwaited
+            || (self.broken_validates_unwaited && matches!(req, TxnRequest::Validate { .. }));
+        if broken
             || config != self.config.id()
+            || tx_config != self.config.id()
             || self.standing != Standing::Member
         {
             // Refused (or, broken, served) at once by `txn_request`.
@@ -1898,10 +1910,16 @@ impl NodeProcess {
     /// A held VALIDATE or COMMIT-BACKUP whose time came: handled if this
     /// node's clock shows its `write_ts` past (or its configuration is
     /// gone, which `txn_request` refuses), held again if its clock moved
-    /// the time later, and answered [`TxnResponse::NotHeld`] if the clock
-    /// lost its samples meanwhile.
+    /// the time later (within a sample's life of its arrival), and
+    /// answered [`TxnResponse::NotHeld`] if the clock lost its samples
+    /// meanwhile or the time moved beyond that.
     fn serve_held_write(&mut self, now: u64, write_ts: Timestamp, d: DeferredRead) {
-        let at = self.write_ts_passed_at(now, write_ts);
+        // Held at most a clock sample's life in all, however often its
+        // clock moved the time later (then sent back).
+        let horizon_ns = self.config.clock.max_sample_age_us * 1000;
+        let at = self
+            .write_ts_passed_at(now, write_ts)
+            .filter(|at| *at <= d.since.saturating_add(horizon_ns));
         if at.is_some_and(|at| at <= now) || d.config != self.config.id() {
             self.read_holds.write_ts_held += 1;
             self.read_holds.write_ts_held_ns += now.saturating_sub(d.since);
@@ -3091,6 +3109,15 @@ impl NodeProcess {
     #[doc(hidden)]
     pub fn set_broken_writes_unwaited(&mut self, on: bool) {
         self.broken_writes_unwaited = on;
+    }
+
+    /// As [`NodeProcess::set_broken_writes_unwaited`], for held VALIDATEs
+    /// only (`SimConfig::broken_validates_unwaited`): a transaction that
+    /// validates sends no held COMMIT-BACKUP, so nobody waits out its
+    /// `write_ts`.
+    #[doc(hidden)]
+    pub fn set_broken_validates_unwaited(&mut self, on: bool) {
+        self.broken_validates_unwaited = on;
     }
 
     /// A deliberately broken rule for the simulator's variant

@@ -315,6 +315,9 @@ pub struct SimConfig {
     /// nobody waits it out (FaRMv2 §7.3;
     /// `NodeProcess::set_broken_writes_unwaited`).
     pub broken_writes_unwaited: bool,
+    /// Deliberately broken: as `broken_writes_unwaited`, for the held
+    /// VALIDATEs only (`NodeProcess::set_broken_validates_unwaited`).
+    pub broken_validates_unwaited: bool,
     /// The nodes' `limits.read_lock_wait_us` (reads that meet a lock wait
     /// for it, by default as long as `Limits::default()` says; 0 aborts
     /// them at once as FaRMv2 §4.7 does).
@@ -356,6 +359,7 @@ impl SimConfig {
             broken_restore_forgotten: false,
             broken_locks_unchecked: false,
             broken_writes_unwaited: false,
+            broken_validates_unwaited: false,
             read_lock_wait_us: meridian_config::Limits::default().read_lock_wait_us,
         }
     }
@@ -828,7 +832,7 @@ async fn client_main(cx: TaskCtx) {
                     if info.wrote && now < oracle_until && info.write_ts.0 >= global {
                         l.failures.push(format!(
                             "time oracle: client {} was told {} committed at write_ts {} \
-                             before global time ({global}) passed it",
+                             before global time {global} passed it",
                             cx.c, info.tx, info.write_ts.0
                         ));
                     }
@@ -1075,6 +1079,7 @@ fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> 
         p.set_broken_restore_forgotten(cfg.broken_restore_forgotten);
         p.set_broken_locks_unchecked(cfg.broken_locks_unchecked);
         p.set_broken_writes_unwaited(cfg.broken_writes_unwaited);
+        p.set_broken_validates_unwaited(cfg.broken_validates_unwaited);
         p
     })
 }
@@ -1166,6 +1171,11 @@ pub struct Sim {
     /// READs and SCANs delivered to a node and not yet answered, by
     /// (node, sender, request id): their `read_ts`.
     reads_in_service: BTreeMap<(u32, u64, u64), u64>,
+    /// VALIDATEs and COMMIT-BACKUPs sent to be held until their
+    /// `write_ts` passed (`TxnRequest::AfterWriteTs`), delivered and not
+    /// yet answered, by (node, sender, request id): their `write_ts` and
+    /// kind.
+    holds_in_service: BTreeMap<(u32, u64, u64), (u64, &'static str)>,
 }
 
 impl Sim {
@@ -1298,6 +1308,7 @@ impl Sim {
             max_master_time: None,
             time_failures: Vec::new(),
             reads_in_service: BTreeMap::new(),
+            holds_in_service: BTreeMap::new(),
             harvested: Vec::new(),
             trace: std::env::var_os("MERIDIAN_SIM_TRACE").is_some(),
         };
@@ -1695,6 +1706,19 @@ impl Sim {
                             self.reads_in_service
                                 .insert((n, peer_key(peer), *id), read_ts.0);
                         }
+                        if let Frame::Request {
+                            id,
+                            req: Request::Txn(TxnRequest::AfterWriteTs { write_ts, req }),
+                            ..
+                        } = &frame
+                        {
+                            let kind = match **req {
+                                TxnRequest::Validate { .. } => "VALIDATE",
+                                _ => "COMMIT-BACKUP",
+                            };
+                            self.holds_in_service
+                                .insert((n, peer_key(peer), *id), (write_ts.0, kind));
+                        }
                         p.on_message(local, peer, frame);
                         self.route_node(n);
                     }
@@ -1989,6 +2013,19 @@ impl Sim {
                     }
                     if let Frame::Response {
                         id,
+                        resp: Response::Txn(r),
+                    } = &frame
+                    {
+                        if let Some((write_ts, kind)) =
+                            self.holds_in_service.remove(&(n, peer_key(to), *id))
+                        {
+                            if matches!(r, TxnResponse::Validate(Ok(())) | TxnResponse::Ack) {
+                                self.check_held_write(now, n, write_ts, kind);
+                            }
+                        }
+                    }
+                    if let Frame::Response {
+                        id,
                         resp: Response::Txn(r @ (TxnResponse::Read(_) | TxnResponse::Scan(_))),
                     } = &frame
                     {
@@ -2245,6 +2282,23 @@ impl Sim {
             self.time_failures.push(format!(
                 "time oracle: node {node} served a read at read_ts {read_ts} before global \
                  time {global} passed it"
+            ));
+        }
+    }
+
+    /// FaRMv2 §7.3 at the server: a node handles a VALIDATE or
+    /// COMMIT-BACKUP sent to be held until its `write_ts` passed
+    /// (`clock.writes_wait_at_server`) only once global time has passed it
+    /// (checked at its reply, which the node sends when it handles it).
+    fn check_held_write(&mut self, now: u64, node: u32, write_ts: u64, kind: &str) {
+        if now >= lock(&self.world).oracle_until_ns {
+            return;
+        }
+        let global = self.nodes[self.config.cm().0 as usize].clock.local(now);
+        if write_ts >= global && self.time_failures.len() < 8 {
+            self.time_failures.push(format!(
+                "time oracle: node {node} handled a held {kind} of write_ts {write_ts} before \
+                 global time {global} passed it"
             ));
         }
     }
