@@ -818,8 +818,8 @@ fn restored_primaries_serving_at_once_are_caught() {
 /// the message schedule can move them off the window (as it moved the
 /// swarm seeds 561, 9528 and 10297); scan again then. The tenth session's
 /// `write_ts` wait at the nodes moved every one of them: a scan of seeds
-/// 0–1699 found only 1364.
-const RESTORE_SEEDS: [u64; 1] = [1364];
+/// 0–3299 found 1364, 2129 and 3280.
+const RESTORE_SEEDS: [u64; 3] = [1364, 2129, 3280];
 
 /// The bank workload with only a whole-cluster crash from disk, the read
 /// lock wait on, and the broken restore rule if `broken`.
