@@ -2432,10 +2432,8 @@ mod tests {
             Response::Txn(TxnResponse::Lock(Ok(()))),
         ));
         assert!(
-            matches!(
-                unheld(&held[0].2),
-                Some(TxnRequest::Validate { .. })
-            ) && matches!(held[0].2, Request::Txn(TxnRequest::AfterWriteTs { .. })),
+            matches!(unheld(&held[0].2), Some(TxnRequest::Validate { .. }))
+                && matches!(held[0].2, Request::Txn(TxnRequest::AfterWriteTs { .. })),
             "{held:?}"
         );
         p.clock = ClockSync::new(1000);

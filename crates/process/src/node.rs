@@ -1579,16 +1579,7 @@ impl NodeProcess {
                 current: mine,
             });
         }
-        let tx_config = match &r {
-            TxnRequest::Lock(rec)
-            | TxnRequest::LockBlind { record: rec, .. }
-            | TxnRequest::CommitBackup { record: rec, .. } => Some(rec.tx.config),
-            TxnRequest::Validate { tx, .. }
-            | TxnRequest::CommitPrimary { tx, .. }
-            | TxnRequest::Abort { tx } => Some(tx.config),
-            _ => None,
-        };
-        if let Some(c) = tx_config {
+        if let Some(c) = r.tx().map(|tx| tx.config) {
             // A transaction commits within the configuration it began in;
             // an older one is recovery's (FaRM §5.3).
             if c != mine {
@@ -1787,19 +1778,12 @@ impl NodeProcess {
             // Refused (or served) at once by `txn_request`.
             return Some(r);
         }
-        let horizon_ns = self.config.clock.max_sample_age_us * 1000;
-        let at = match self.gateway.clock_mut().passed_at(now, read_ts) {
-            Ok(at) if at <= now => {
+        let at = match self.passed_at_within_sample_life(now, read_ts) {
+            Some(at) if at <= now => {
                 self.read_holds.served_at_once += 1;
                 return Some(r);
             }
-            Ok(at)
-                if at - now <= horizon_ns
-                    && self.deferred_reads.len() + self.lock_waits.len()
-                        < self.config.limits.max_deferred_reads =>
-            {
-                at
-            }
+            Some(at) if self.hold_room() => at,
             _ => {
                 self.read_holds.refused += 1;
                 if let Some(resp) = unavailable(&r) {
@@ -1856,11 +1840,7 @@ impl NodeProcess {
                 return None;
             }
         };
-        let tx_config = match &req {
-            TxnRequest::Validate { tx, .. } => tx.config,
-            TxnRequest::CommitBackup { record, .. } => record.tx.config,
-            _ => config,
-        };
+        let tx_config = req.tx().map_or(config, |tx| tx.config);
         let broken = self.broken_writes_unwaited
             || (self.broken_validates_unwaited && matches!(req, TxnRequest::Validate { .. }));
         if broken
@@ -1871,16 +1851,14 @@ impl NodeProcess {
             // Refused (or, broken, served) at once by `txn_request`.
             return Some(req);
         }
-        let at = match self.write_ts_passed_at(now, write_ts) {
+        let at = match self.passed_at_within_sample_life(now, write_ts) {
             Some(at) if at <= now => {
                 self.read_holds.write_ts_served_at_once += 1;
                 return Some(req);
             }
             at => at,
         };
-        let room = self.deferred_reads.len() + self.lock_waits.len()
-            < self.config.limits.max_deferred_reads;
-        let Some(at) = at.filter(|_| room) else {
+        let Some(at) = at.filter(|_| self.hold_room()) else {
             self.read_holds.write_ts_not_held += 1;
             self.reply(from, id, TxnResponse::NotHeld.into());
             return None;
@@ -1897,14 +1875,22 @@ impl NodeProcess {
         None
     }
 
-    /// The local time at which this node's clock shows `write_ts` past,
-    /// if its clock can tell and that is within a clock sample's life.
-    fn write_ts_passed_at(&mut self, now: u64, write_ts: Timestamp) -> Option<u64> {
+    /// The local time at which this node's clock shows `ts` past, if its
+    /// clock can tell and that is within a clock sample's life
+    /// (`clock.max_sample_age_us`: no coordinator's upper bound is further
+    /// ahead); both holds, of a `read_ts` and of a `write_ts`, use it.
+    fn passed_at_within_sample_life(&mut self, now: u64, ts: Timestamp) -> Option<u64> {
         let horizon_ns = self.config.clock.max_sample_age_us * 1000;
-        match self.gateway.clock_mut().passed_at(now, write_ts) {
+        match self.gateway.clock_mut().passed_at(now, ts) {
             Ok(at) if at <= now.saturating_add(horizon_ns) => Some(at),
             _ => None,
         }
+    }
+
+    /// Room for one more held request (`limits.max_deferred_reads`,
+    /// shared by every kind of hold and lock wait).
+    fn hold_room(&self) -> bool {
+        self.deferred_reads.len() + self.lock_waits.len() < self.config.limits.max_deferred_reads
     }
 
     /// A held VALIDATE or COMMIT-BACKUP whose time came: handled if this
@@ -1918,7 +1904,7 @@ impl NodeProcess {
         // clock moved the time later (then sent back).
         let horizon_ns = self.config.clock.max_sample_age_us * 1000;
         let at = self
-            .write_ts_passed_at(now, write_ts)
+            .passed_at_within_sample_life(now, write_ts)
             .filter(|at| *at <= d.since.saturating_add(horizon_ns));
         if at.is_some_and(|at| at <= now) || d.config != self.config.id() {
             self.read_holds.write_ts_held += 1;

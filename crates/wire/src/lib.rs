@@ -1040,6 +1040,22 @@ pub enum TxnRequest {
 }
 
 impl TxnRequest {
+    /// The transaction a commit-protocol request belongs to (LOCK,
+    /// VALIDATE, COMMIT-BACKUP, COMMIT-PRIMARY, ABORT; a held request's
+    /// own); `None` for reads, scans and TRUNCATE.
+    pub fn tx(&self) -> Option<TxId> {
+        match self {
+            TxnRequest::Lock(rec)
+            | TxnRequest::LockBlind { record: rec, .. }
+            | TxnRequest::CommitBackup { record: rec, .. } => Some(rec.tx),
+            TxnRequest::Validate { tx, .. }
+            | TxnRequest::CommitPrimary { tx, .. }
+            | TxnRequest::Abort { tx } => Some(*tx),
+            TxnRequest::AfterWriteTs { req, .. } => req.tx(),
+            TxnRequest::Read { .. } | TxnRequest::Scan { .. } | TxnRequest::Truncate { .. } => None,
+        }
+    }
+
     /// For a [`TxnRequest::AfterWriteTs`], its `write_ts` if `req` is one
     /// it may carry (a VALIDATE, or a COMMIT-BACKUP at the same
     /// `write_ts`); `None` for a malformed one or another request.
