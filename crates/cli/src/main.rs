@@ -360,6 +360,25 @@ struct BenchOpts {
     /// PostgreSQL a libpq connection string).
     #[arg(long)]
     peer_url: Option<String>,
+    /// Worker threads of the bench client's tokio runtime, for every
+    /// target alike (1..=64). One is the default: on this 2-core machine a
+    /// second worker costs Meridian's client cross-thread wake-ups, and
+    /// every peer was measured at both (docs/performance.md, eleventh
+    /// session).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    client_threads: u16,
+}
+
+/// The bench client's runtime: `threads` tokio workers (`--client-threads`),
+/// the same for Meridian and every peer.
+///
+/// Errors: the runtime cannot be built (threads or the I/O driver).
+fn bench_runtime(threads: u16) -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(threads.max(1)))
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the bench runtime: {e}"))
 }
 
 /// `--target` of a benchmark.
@@ -473,6 +492,10 @@ enum BenchCmd {
         /// Output directory (`sweep-<workload>.json` and `.png`).
         #[arg(long, default_value = "bench-results")]
         out: PathBuf,
+        /// Worker threads of the bench client's runtime, for every target
+        /// alike (as `bench --client-threads`).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+        client_threads: u16,
     },
     /// Closed-loop null RPC round trips (the ceiling).
     Rpc {
@@ -591,6 +614,7 @@ fn failover(
                 edn: None,
                 target: TargetArg::Meridian,
                 peer_url: None,
+                client_threads: 1,
             };
             let r = bench_cmd(BenchCmd::Tatp { opts, subscribers });
             let _ = std::fs::remove_dir_all(&cluster);
@@ -1542,9 +1566,17 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         size,
         nodes,
         out,
+        client_threads,
     } = &b
     {
-        return sweep(workload, targets, sessions, *duration, *size, *nodes, out);
+        return sweep(
+            workload,
+            targets,
+            sessions,
+            (*duration, *size, *nodes),
+            *client_threads,
+            out,
+        );
     }
     if let Some(opts) = b.opts() {
         if opts.target != TargetArg::Meridian {
@@ -1652,15 +1684,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         (None, Some(c)) => c.cm_addr(),
         (None, None) => return Err("no cluster".into()),
     };
-    let workers: usize = std::env::var("MERIDIAN_BENCH_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers.max(1))
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = bench_runtime(opts.client_threads)?;
     let opts_in = opts.clone();
     let result = rt.block_on(async move {
         let opts = opts_in;
@@ -1988,17 +2012,12 @@ fn sweep(
     workload: &str,
     targets: &[String],
     sessions: &[usize],
-    duration: u64,
-    size: u64,
-    nodes: u32,
+    (duration, size, nodes): (u64, u64, u32),
+    client_threads: u16,
     out: &std::path::Path,
 ) -> Result<(), String> {
     use meridian_bench::peers::Peer;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = bench_runtime(client_threads)?;
     let mut points = Vec::new();
     for target in targets {
         let (mix, rows, hint) = sweep_workload(workload, size)?;
@@ -2230,11 +2249,7 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
         )),
         TargetArg::Meridian => return Err("not a peer".into()),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = bench_runtime(opts.client_threads)?;
     let name = peer.name();
     let r = rt.block_on(async {
         eprintln!("loading {} into {name}", mix.name());
