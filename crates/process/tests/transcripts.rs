@@ -490,16 +490,18 @@ fn node_transcript_with(file: &str, tune: impl FnOnce(&mut Configuration)) {
             }),
             (_, req) => req,
         };
+        // `config=C`: the frame's configuration (default 1, the current one).
+        let config = ConfigId(a.opt("config").map_or(1, |v| v.parse().expect("config")));
         let frame = if cmd == "truncate" && a.opt("oneway").is_some() {
             Frame::OneWay {
-                config: ConfigId(1),
+                config,
                 truncate: Default::default(),
                 req,
             }
         } else {
             Frame::Request {
                 id,
-                config: ConfigId(1),
+                config,
                 truncate: Default::default(),
                 req,
             }
