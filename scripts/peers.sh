@@ -8,6 +8,9 @@
 #   scripts/peers.sh start all
 #   scripts/peers.sh stop redis|postgres|etcd|all
 #   scripts/peers.sh status
+#   PEER_CPUS=1 scripts/peers.sh start all   # servers on CPU 1 only (taskset -c
+#                                            # syntax), the match of
+#                                            # `meridian bench --node-cpus 1`
 #
 # Durability is matched to Meridian's modes: Redis runs without persistence
 # (save "", appendonly no), the match of Meridian's memory mode (FaRM's
@@ -19,6 +22,12 @@ cd "$(dirname "$0")/.."
 ROOT="$PWD/.peers"
 cmd="${1:-}"
 peer="${2:-}"
+# The servers' CPUs (PEER_CPUS, taskset -c syntax), or every CPU.
+PIN=()
+if [ -n "${PEER_CPUS:-}" ]; then
+  taskset -c "$PEER_CPUS" true || { echo "PEER_CPUS=$PEER_CPUS: not a usable CPU list" >&2; exit 1; }
+  PIN=(taskset -c "$PEER_CPUS")
+fi
 
 need_root() {
   if [ "$(id -u)" != 0 ]; then
@@ -48,7 +57,7 @@ start_redis() {
   fi
   install_redis
   mkdir -p "$ROOT/redis"
-  redis-server --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+  "${PIN[@]}" redis-server --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
     --dir "$ROOT/redis" --logfile "$ROOT/redis/redis.log" --daemonize yes \
     --pidfile "$ROOT/redis/redis.pid"
   for _ in $(seq 50); do
@@ -113,7 +122,7 @@ fsync = on
 synchronous_commit = on
 max_pred_locks_per_transaction = 256
 CONF
-  as_pg "$PG_BIN/pg_ctl" -D "$dir" -l "$dir/postgres.log" -w start >/dev/null
+  as_pg "${PIN[@]}" "$PG_BIN/pg_ctl" -D "$dir" -l "$dir/postgres.log" -w start >/dev/null
   echo "postgres started on 127.0.0.1:$PG_PORT (fsync on, SERIALIZABLE by the driver)"
 }
 
@@ -155,7 +164,7 @@ start_etcd() {
   # One member (etcd fsyncs its WAL on every commit; there is no switch
   # to turn that off short of --unsafe-no-fsync, not used). Compaction
   # keeps the benchmarks' update history bounded.
-  ETCD_UNSUPPORTED_ARCH= nohup etcd --name bench --data-dir "$dir/data" \
+  ETCD_UNSUPPORTED_ARCH= nohup "${PIN[@]}" etcd --name bench --data-dir "$dir/data" \
     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster bench=http://127.0.0.1:2380 \

@@ -273,6 +273,11 @@ fn spawn_node(
             "--boottime=0".into(),
         ]);
     }
+    // The nodes' CPUs (`--node-cpus`): `taskset` sets them and execs the
+    // node, so the pid stays the node's.
+    if let Some(cpus) = crate::cpus::node_cpus(dir) {
+        prefix.extend(["taskset".into(), "-c".into(), cpus]);
+    }
     let mut cmd = match prefix.split_first() {
         Some((first, rest)) => {
             let mut c = Command::new(first);

@@ -19,6 +19,7 @@
 //! the same run and report the ratio.
 
 pub mod cluster;
+pub mod cpus;
 pub mod drive;
 pub mod etcd;
 pub mod netns;

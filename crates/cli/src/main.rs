@@ -367,13 +367,32 @@ struct BenchOpts {
     /// session).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     client_threads: u16,
+    /// Run the bench client (every thread of it) on these CPUs, in
+    /// `taskset -c` syntax (`0`, `0-1`, `0,2`); default: every CPU. With
+    /// `--node-cpus`, the client and the servers stop competing for cores,
+    /// as on separate machines (`meridian_bench::cpus`).
+    #[arg(long, value_name = "LIST")]
+    client_cpus: Option<String>,
+    /// Start the local cluster's nodes on these CPUs (`taskset -c` syntax);
+    /// default: every CPU. Not with `--cm`. For peers, `PEER_CPUS` of
+    /// `scripts/peers.sh` does the same.
+    #[arg(long, value_name = "LIST")]
+    node_cpus: Option<String>,
 }
 
 /// The bench client's runtime: `threads` tokio workers (`--client-threads`),
-/// the same for Meridian and every peer.
+/// the same for Meridian and every peer, on the CPUs of `cpus`
+/// (`--client-cpus`; the calling thread is pinned first, and the runtime's
+/// threads inherit it).
 ///
-/// Errors: the runtime cannot be built (threads or the I/O driver).
-fn bench_runtime(threads: u16) -> Result<tokio::runtime::Runtime, String> {
+/// Errors: a bad CPU list, a list the kernel refuses, or the runtime
+/// cannot be built (threads or the I/O driver).
+fn bench_runtime(threads: u16, cpus: Option<&str>) -> Result<tokio::runtime::Runtime, String> {
+    if let Some(list) = cpus {
+        let cpus = meridian_bench::cpus::parse(list).map_err(|e| format!("--client-cpus: {e}"))?;
+        meridian_bench::cpus::pin_process(&cpus)
+            .map_err(|e| format!("--client-cpus {list}: cannot run there: {e}"))?;
+    }
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(threads.max(1)))
         .enable_all()
@@ -615,6 +634,8 @@ fn failover(
                 target: TargetArg::Meridian,
                 peer_url: None,
                 client_threads: 1,
+                client_cpus: None,
+                node_cpus: None,
             };
             let r = bench_cmd(BenchCmd::Tatp { opts, subscribers });
             let _ = std::fs::remove_dir_all(&cluster);
@@ -1617,74 +1638,87 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             )
         }
     };
-    let _cluster = match &opts.cm {
-        Some(_) => None,
-        None => {
-            let replication = opts.nodes.clamp(1, 3) as usize;
-            eprintln!(
-                "starting a local {}-node cluster ({replication}-way replication) in {}",
-                opts.nodes,
-                opts.dir.display()
-            );
-            let (lease_ms, durability) = (opts.lease_ms, opts.durability);
-            let (members, spares) = (opts.nodes, opts.spares);
-            // Refuse a bad `--limit` before anything starts.
-            let mut checked = meridian_config::Limits::default();
-            for spec in &opts.limits {
-                checked.set_from_spec(spec).map_err(|e| e.to_string())?;
-            }
-            let mut checked_clock = meridian_config::ClockConfig::default();
-            for spec in &opts.clock {
-                checked_clock
-                    .set_from_spec(spec)
-                    .map_err(|e| e.to_string())?;
-            }
-            Some(
-                cluster::LocalCluster::start_tuned(
-                    &opts.dir,
-                    members + spares,
-                    replication,
-                    12,
-                    |c| {
-                        if spares > 0 {
-                            c.members = (0..members).collect();
-                        }
-                        if let Some(l) = lease_ms {
-                            c.lease.lease_ms = l;
-                        }
-                        for spec in &opts.limits {
-                            // Checked above: the same specs parse here.
-                            if let Err(e) = c.limits.set_from_spec(spec) {
-                                eprintln!("{e}");
+    let _cluster =
+        match &opts.cm {
+            Some(_) if opts.node_cpus.is_some() => return Err(
+                "--node-cpus starts a local cluster's nodes; with --cm the cluster runs already"
+                    .into(),
+            ),
+            Some(_) => None,
+            None => {
+                let replication = opts.nodes.clamp(1, 3) as usize;
+                // The nodes' CPUs (`--node-cpus`), or every CPU: written (or a
+                // stale list removed) before the nodes start.
+                meridian_bench::cpus::set_node_cpus(&opts.dir, opts.node_cpus.as_deref())
+                    .map_err(|e| format!("--node-cpus: {e}"))?;
+                eprintln!(
+                    "starting a local {}-node cluster ({replication}-way replication) in {}{}",
+                    opts.nodes,
+                    opts.dir.display(),
+                    opts.node_cpus
+                        .as_deref()
+                        .map(|c| format!(", nodes on CPUs {c}"))
+                        .unwrap_or_default()
+                );
+                let (lease_ms, durability) = (opts.lease_ms, opts.durability);
+                let (members, spares) = (opts.nodes, opts.spares);
+                // Refuse a bad `--limit` before anything starts.
+                let mut checked = meridian_config::Limits::default();
+                for spec in &opts.limits {
+                    checked.set_from_spec(spec).map_err(|e| e.to_string())?;
+                }
+                let mut checked_clock = meridian_config::ClockConfig::default();
+                for spec in &opts.clock {
+                    checked_clock
+                        .set_from_spec(spec)
+                        .map_err(|e| e.to_string())?;
+                }
+                Some(
+                    cluster::LocalCluster::start_tuned(
+                        &opts.dir,
+                        members + spares,
+                        replication,
+                        12,
+                        |c| {
+                            if spares > 0 {
+                                c.members = (0..members).collect();
                             }
-                        }
-                        for spec in &opts.clock {
-                            // Checked above: the same specs parse here.
-                            if let Err(e) = c.clock.set_from_spec(spec) {
-                                eprintln!("{e}");
+                            if let Some(l) = lease_ms {
+                                c.lease.lease_ms = l;
                             }
-                        }
-                        match durability {
-                            Some(DurabilityArg::Memory) => {
-                                c.durability.mode = meridian_config::DurabilityMode::Memory
+                            for spec in &opts.limits {
+                                // Checked above: the same specs parse here.
+                                if let Err(e) = c.limits.set_from_spec(spec) {
+                                    eprintln!("{e}");
+                                }
                             }
-                            Some(DurabilityArg::Disk) => {
-                                c.durability.mode = meridian_config::DurabilityMode::Disk
+                            for spec in &opts.clock {
+                                // Checked above: the same specs parse here.
+                                if let Err(e) = c.clock.set_from_spec(spec) {
+                                    eprintln!("{e}");
+                                }
                             }
-                            None => {}
-                        }
-                    },
+                            match durability {
+                                Some(DurabilityArg::Memory) => {
+                                    c.durability.mode = meridian_config::DurabilityMode::Memory
+                                }
+                                Some(DurabilityArg::Disk) => {
+                                    c.durability.mode = meridian_config::DurabilityMode::Disk
+                                }
+                                None => {}
+                            }
+                        },
+                    )
+                    .map_err(|e| e.to_string())?,
                 )
-                .map_err(|e| e.to_string())?,
-            )
-        }
-    };
+            }
+        };
     let cm = match (&opts.cm, &_cluster) {
         (Some(a), _) => a.clone(),
         (None, Some(c)) => c.cm_addr(),
         (None, None) => return Err("no cluster".into()),
     };
-    let rt = bench_runtime(opts.client_threads)?;
+    let rt = bench_runtime(opts.client_threads, opts.client_cpus.as_deref())?;
     let opts_in = opts.clone();
     let result = rt.block_on(async move {
         let opts = opts_in;
@@ -2017,7 +2051,7 @@ fn sweep(
     out: &std::path::Path,
 ) -> Result<(), String> {
     use meridian_bench::peers::Peer;
-    let rt = bench_runtime(client_threads)?;
+    let rt = bench_runtime(client_threads, None)?;
     let mut points = Vec::new();
     for target in targets {
         let (mix, rows, hint) = sweep_workload(workload, size)?;
@@ -2232,6 +2266,11 @@ fn tpcc_check_figures(
 /// results file.
 fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
     use meridian_bench::peers::Peer;
+    if opts.node_cpus.is_some() {
+        return Err(
+            "--node-cpus pins Meridian's nodes; start a peer on given CPUs with PEER_CPUS=LIST scripts/peers.sh start".into(),
+        );
+    }
     let (mix, rows, hint) = bench_workload(b)?;
     let url = opts.peer_url.clone();
     let peer = match opts.target {
@@ -2249,7 +2288,7 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
         )),
         TargetArg::Meridian => return Err("not a peer".into()),
     };
-    let rt = bench_runtime(opts.client_threads)?;
+    let rt = bench_runtime(opts.client_threads, opts.client_cpus.as_deref())?;
     let name = peer.name();
     let r = rt.block_on(async {
         eprintln!("loading {} into {name}", mix.name());
