@@ -249,6 +249,10 @@ enum ClusterCmd {
         /// running cluster (FaRM §5.2), which moves replicas onto them.
         #[arg(long, default_value_t = 0)]
         spares: u32,
+        /// Run the nodes on these CPUs (`taskset -c` syntax, e.g. `1` or
+        /// `2-3`), restarts included; default: every CPU.
+        #[arg(long, value_name = "LIST")]
+        node_cpus: Option<String>,
     },
     /// Start the cluster's spare nodes (`start --spares`): each asks the CM
     /// to join, and the CM moves replicas onto it in paced
@@ -1116,10 +1120,15 @@ fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
             base_port,
             netns,
             spares,
+            node_cpus,
         } => {
             if spares > 0 && netns {
                 return Err("--spares and --netns cannot be combined yet".into());
             }
+            // Written, or a list a bench run left in `dir` removed, before
+            // any node starts.
+            meridian_bench::cpus::set_node_cpus(&dir, node_cpus.as_deref())
+                .map_err(|e| format!("--node-cpus: {e}"))?;
             let members = nodes;
             let spare_members = |c: &mut Configuration| {
                 if spares > 0 {
