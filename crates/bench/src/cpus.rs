@@ -131,6 +131,39 @@ mod tests {
         }
     }
 
+    /// Pinning takes: a thread pinned to CPU 0 reads back exactly {0}, and
+    /// a thread it starts inherits that; a CPU that does not exist is
+    /// refused by the kernel.
+    #[test]
+    fn a_pinned_thread_and_its_children_run_only_there() {
+        fn mine() -> Vec<usize> {
+            // SAFETY: a zeroed cpu_set_t is valid; the call writes at most
+            // its size; CPU_ISSET reads within it.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                assert_eq!(
+                    libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+                    0
+                );
+                (0..=MAX_CPU)
+                    .filter(|&c| libc::CPU_ISSET(c, &set))
+                    .collect()
+            }
+        }
+        let got = std::thread::spawn(|| {
+            pin_process(&[0]).unwrap();
+            let child = std::thread::spawn(mine).join().unwrap();
+            (mine(), child)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(got, (vec![0], vec![0]));
+        let refused = std::thread::spawn(|| pin_process(&[MAX_CPU]))
+            .join()
+            .unwrap();
+        assert!(refused.is_err(), "CPU {MAX_CPU} is not on this machine");
+    }
+
     #[test]
     fn the_node_cpu_file_is_written_checked_and_removed() {
         let dir = std::env::temp_dir().join(format!("meridian-cpus-{}", std::process::id()));
