@@ -426,6 +426,23 @@ pub fn start_in_netns(
     start_inner(dir, exe, nodes, replication, regions, None, true, tune)
 }
 
+/// Refuse with [`ClusterError::AlreadyRunning`] if a node of the local
+/// cluster in `dir` (per its stored configuration and pid files) is alive.
+/// Callers that change files the nodes read at (re)start, such as the
+/// node CPU list, check this first, so a refused second start changes
+/// nothing of a running cluster.
+pub fn refuse_running(dir: &Path) -> Result<(), ClusterError> {
+    let Ok(old) = Configuration::load(&config_path(dir)) else {
+        return Ok(());
+    };
+    for n in &old.nodes {
+        if read_pid(&node_dir(&old, dir, n.id).join("pid")).is_some_and(alive) {
+            return Err(ClusterError::AlreadyRunning(dir.display().to_string()));
+        }
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn start_inner(
     dir: &Path,
@@ -441,13 +458,7 @@ fn start_inner(
     let dir = dir
         .canonicalize()
         .map_err(io("resolving the cluster directory"))?;
-    if let Ok(old) = Configuration::load(&config_path(&dir)) {
-        for n in &old.nodes {
-            if read_pid(&node_dir(&old, &dir, n.id).join("pid")).is_some_and(alive) {
-                return Err(ClusterError::AlreadyRunning(dir.display().to_string()));
-            }
-        }
-    }
+    refuse_running(&dir)?;
     // Leftovers of a cluster that ran here before: its namespaces.
     crate::netns::destroy(&dir)?;
     let (mut cfg, held) = match base_port {

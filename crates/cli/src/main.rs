@@ -1126,7 +1126,8 @@ fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
                 return Err("--spares and --netns cannot be combined yet".into());
             }
             // Written, or a list a bench run left in `dir` removed, before
-            // any node starts.
+            // any node starts, and only if none runs there already.
+            cluster::refuse_running(&dir).map_err(|e| e.to_string())?;
             meridian_bench::cpus::set_node_cpus(&dir, node_cpus.as_deref())
                 .map_err(|e| format!("--node-cpus: {e}"))?;
             let members = nodes;
@@ -1657,7 +1658,9 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             None => {
                 let replication = opts.nodes.clamp(1, 3) as usize;
                 // The nodes' CPUs (`--node-cpus`), or every CPU: written (or a
-                // stale list removed) before the nodes start.
+                // stale list removed) before the nodes start, and only if
+                // no cluster runs in the directory already.
+                meridian_bench::cluster::refuse_running(&opts.dir).map_err(|e| e.to_string())?;
                 meridian_bench::cpus::set_node_cpus(&opts.dir, opts.node_cpus.as_deref())
                     .map_err(|e| format!("--node-cpus: {e}"))?;
                 eprintln!(

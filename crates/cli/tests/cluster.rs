@@ -119,6 +119,14 @@ fn cli_one_shot_operations_status_and_bad_input() {
     std::fs::write(&bad, "nodes = 3").expect("write bad config");
     let (ok, _, err) = meridian(&["get", "--config", bad.to_str().expect("utf-8"), "x"]);
     assert!(!ok && err.contains("does not parse"), "{err}");
+    // A second start in a running cluster's directory is refused and
+    // changes nothing its nodes read at a restart (the node CPU list).
+    let (ok, _, err) = meridian(&["cluster", "start", "--dir", d, "--node-cpus", "0"]);
+    assert!(!ok && err.contains("already running"), "{err}");
+    assert!(
+        !dir.join(meridian_bench::cpus::NODE_CPUS_FILE).exists(),
+        "a refused start wrote the node CPU list"
+    );
     drop(c);
     assert!(
         cluster::status(&dir)

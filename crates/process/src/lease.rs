@@ -44,10 +44,13 @@
 //! request's send time plus one lease.
 //!
 //! The lease engine is pure (no I/O, no clock of its own). FaRM §5.1 runs
-//! it on a dedicated high-priority thread so that load cannot starve it;
-//! Meridian's node shell still runs it on the node's one thread, inside
-//! `NodeProcess` (open work, issue 6: under full load on this 2-core
-//! machine that causes false suspicions).
+//! it on a dedicated high-priority thread so that load cannot starve it,
+//! and so does Meridian: every node and client process answers lease
+//! messages and sends renewals on a lease thread of its own
+//! (`meridian_transport::lease_udp`, `SCHED_RR` where the OS allows), over
+//! UDP, through [`LeaseDesk`], which takes only its own small lock, never
+//! the process's. In the simulator, lease messages reach the same desk
+//! through `NodeProcess::on_message`.
 
 use meridian_wire::{ConfigId, LeaseHolder, LeaseMessage, NodeId};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

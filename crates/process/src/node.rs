@@ -3415,6 +3415,95 @@ mod tests {
         assert_eq!(next.members(), c2.members());
     }
 
+    /// The hold cap of `serve_held_write`: a held VALIDATE is held a clock
+    /// sample's life (`clock.max_sample_age_us`) from its arrival in all.
+    /// With a steady clock a re-check only moves the time earlier (the best
+    /// lower bound only rises), so the cap needs a clock reset: here the
+    /// node follows a new master under a far wider drift bound, whose first
+    /// sample puts `write_ts` past the cap, though still within a sample's
+    /// life of the re-check. The request goes back (`NotHeld`) instead of
+    /// being held again.
+    #[test]
+    fn a_held_request_goes_back_once_a_clock_reset_moves_its_time_past_the_cap() {
+        let c = config();
+        let horizon_ns = c.clock.max_sample_age_us * 1000;
+        let mut p = NodeProcess::new(c, NodeId(1), 1).unwrap();
+        let clock = p.gateway.clock_mut();
+        assert!(!clock.is_master(), "n1 follows the clock master");
+        clock
+            .on_sync(meridian_time::SyncSample {
+                send_local_ns: 0,
+                master_ns: 1_000_000,
+                recv_local_ns: 10_000,
+            })
+            .unwrap();
+        let arrival = 100_000;
+        // A write_ts the clock shows past 8 ms after the arrival.
+        let write_ts = Timestamp(clock.time(arrival + 8_000_000).unwrap().lower);
+        let validate = TxnRequest::Validate {
+            tx: meridian_wire::TxId {
+                config: ConfigId(1),
+                coordinator: 7,
+                thread: 0,
+                local: 1,
+            },
+            read_ts: Timestamp(1),
+            keys: vec![(meridian_wire::RegionId(0), vec![0, 1])],
+            ranges: Vec::new(),
+        };
+        p.on_message(
+            arrival,
+            Peer::Conn(3),
+            Frame::Request {
+                id: 5,
+                config: ConfigId(1),
+                truncate: Default::default(),
+                req: Request::Txn(TxnRequest::AfterWriteTs {
+                    write_ts,
+                    req: Box::new(validate),
+                }),
+            },
+        );
+        let wake = p.drain_effects().into_iter().find_map(|e| match e {
+            NodeEffect::Wake { at_local_ns } => Some(at_local_ns),
+            NodeEffect::Send { frame, .. } => panic!("answered at once: {frame:?}"),
+            _ => None,
+        });
+        let wake = wake.expect("held until write_ts passed");
+        assert!(wake > arrival + 7_000_000 && wake < arrival + horizon_ns);
+        // A new master (FaRMv2 §4.3) with a 50 % drift bound: the lower
+        // bound now rises at half speed from the new sample.
+        let clock = p.gateway.clock_mut();
+        let reset_at = arrival + 5_000_000;
+        let master_ns = clock.time(reset_at).unwrap().lower;
+        clock.follow_new_master(0, 500_000);
+        clock
+            .on_sync(meridian_time::SyncSample {
+                send_local_ns: reset_at,
+                master_ns,
+                recv_local_ns: reset_at + 10,
+            })
+            .unwrap();
+        let later = clock.passed_at(wake, write_ts).unwrap();
+        assert!(
+            later > arrival + horizon_ns && later <= wake + horizon_ns,
+            "the new estimate passes the cap but not a sample's life of the re-check"
+        );
+        p.tick(wake);
+        let replies: Vec<_> = p
+            .drain_effects()
+            .into_iter()
+            .filter_map(|e| match e {
+                NodeEffect::Send {
+                    to: Peer::Conn(3),
+                    frame: Frame::Response { id, resp },
+                } => Some((id, resp)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replies, vec![(5, Response::Txn(TxnResponse::NotHeld))]);
+    }
+
     #[test]
     fn non_cm_refuses_registration_and_clock_sync_with_a_typed_error() {
         let mut p = NodeProcess::new(config(), NodeId(1), 1).unwrap();
