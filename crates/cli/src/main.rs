@@ -732,6 +732,12 @@ fn count_events(dir: &std::path::Path, window: (u64, u64)) -> LeaseEvents {
                     n.suspicions += 1;
                     n.suspicions_in_window += u64::from(inside);
                 }
+                Some("LeaseStall") => {
+                    let gap_ns = v["gap_ns"].as_u64().unwrap_or(0);
+                    n.stalls += 1;
+                    n.stalls_in_window += u64::from(inside);
+                    n.longest_stall_ns = n.longest_stall_ns.max(gap_ns);
+                }
                 Some("Committed") => {
                     let id = v["detail"].as_str().unwrap_or("").to_string();
                     if inside {
@@ -757,6 +763,11 @@ struct LeaseEvents {
     configs: u64,
     suspicions_in_window: u64,
     configs_in_window: u64,
+    /// Lease thread stalls the nodes forgave (`LeaseStall` events), how
+    /// many in the window, and the longest, ns.
+    stalls: u64,
+    stalls_in_window: u64,
+    longest_stall_ns: u64,
 }
 
 impl LeaseEvents {
@@ -775,6 +786,20 @@ impl LeaseEvents {
             "config_commits_in_window".into(),
             self.configs_in_window as f64,
         );
+        r.extra
+            .insert("lease_thread_stalls".into(), self.stalls as f64);
+        r.extra.insert(
+            "lease_thread_longest_stall_ms".into(),
+            self.longest_stall_ns as f64 / 1e6,
+        );
+        if self.stalls > 0 {
+            println!(
+                "lease thread stalls: {} (longest {:.1} ms), {} in the measured window; suspicion did not count them",
+                self.stalls,
+                self.longest_stall_ns as f64 / 1e6,
+                self.stalls_in_window,
+            );
+        }
         if !injected && self.suspicions > 0 {
             println!(
                 "lease false positives: {} suspicion(s) and {} configuration commit(s){} without an injected fault, {} and {} of them in the measured window",
@@ -2472,6 +2497,8 @@ mod tests {
                 vec![
                     r#"{"detail":"Committed(ConfigId(2))","event":"Committed","mono_ns":160,"node":1}"#,
                     r#"{"detail":"Applied(ConfigId(3))","event":"Applied","mono_ns":1590,"node":1}"#,
+                    r#"{"detail":"stalled","event":"LeaseStall","gap_ns":75000000,"mono_ns":120,"node":1}"#,
+                    r#"{"detail":"stalled","event":"LeaseStall","gap_ns":31000000,"mono_ns":1700,"node":1}"#,
                 ],
             ),
         ] {
@@ -2486,6 +2513,9 @@ mod tests {
                 configs: 2,
                 suspicions_in_window: 1,
                 configs_in_window: 1,
+                stalls: 2,
+                stalls_in_window: 1,
+                longest_stall_ns: 75_000_000,
             }
         );
         assert_eq!(

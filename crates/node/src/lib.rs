@@ -184,6 +184,8 @@ struct NodeLeases {
     rt: tokio::runtime::Handle,
     by_addr: BTreeMap<std::net::SocketAddr, NodeId>,
     addrs: BTreeMap<NodeId, std::net::SocketAddr>,
+    /// The listener stalls already recorded ([`LeaseDesk::stalls`]).
+    stalls_seen: meridian_process::lease::ListenerStalls,
 }
 
 impl LeaseEndpoint for NodeLeases {
@@ -255,13 +257,48 @@ impl LeaseEndpoint for NodeLeases {
     }
 
     fn on_timer(&mut self, now: u64, out: &mut Outgoing) -> Option<u64> {
-        self.shell.upgrade()?;
+        let shell = self.shell.upgrade()?;
+        // Every loop of the thread is a look: a long gap since the last
+        // one was a stall of this process or machine, forgiven by the
+        // desk (`LeaseDesk::listen`) and recorded here.
+        self.desk.listen(now);
+        let stalls = self.desk.stalls();
+        if stalls.count > self.stalls_seen.count {
+            let gap_ns = stalls.total_ns - self.stalls_seen.total_ns;
+            self.stalls_seen = stalls;
+            record_stall(&shell, gap_ns);
+        }
         if let Some((cm, m)) = self.desk.renew(now) {
             if let Some(a) = self.addrs.get(&cm) {
                 out.push((*a, lease_frame(m)));
             }
         }
-        Some(self.desk.next_renew_ns().unwrap_or(u64::MAX))
+        Some(self.desk.next_look_ns(now))
+    }
+}
+
+/// Append a lease listener stall of `gap_ns` to the node's
+/// `events.jsonl` (event `LeaseStall`, with `gap_ns`), and log it: the
+/// lease thread did not run for that long, so suspicion did not count it
+/// (`LeaseDesk::listen`). `meridian bench` reports them beside the lease
+/// false positives.
+fn record_stall(shell: &Shell, gap_ns: u64) {
+    use std::io::Write;
+    tracing::info!(
+        gap_ms = gap_ns as f64 / 1e6,
+        "the lease thread stalled; suspicion does not count the gap"
+    );
+    let line = serde_json::json!({
+        "mono_ns": mono_ns(),
+        "node": shell.node_id.0,
+        "event": "LeaseStall",
+        "detail": format!("the lease thread did not run for {:.1} ms", gap_ns as f64 / 1e6),
+        "gap_ns": gap_ns,
+    });
+    if let Some(f) = lock(&shell.events).as_mut() {
+        if let Err(e) = writeln!(f, "{line}") {
+            tracing::warn!("cannot append to events.jsonl: {e}");
+        }
     }
 }
 
@@ -626,7 +663,11 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         rt: tokio::runtime::Handle::current(),
         by_addr: shell.lease_addrs.iter().map(|(n, a)| (*a, *n)).collect(),
         addrs: shell.lease_addrs.clone(),
+        stalls_seen: Default::default(),
     };
+    // The lease thread listens from here on: the process's own lease
+    // ticks no longer count as looks (`LeaseDesk::attach_listener`).
+    leases.desk.attach_listener(mono_ns());
     meridian_transport::lease_udp::spawn(&format!("lease-{id}"), lease_socket, leases, mono_ns)
         .map_err(|source| NodeError::Bind {
             addr: format!("{} (lease thread)", me.addr),

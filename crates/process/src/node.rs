@@ -2876,8 +2876,17 @@ impl NodeProcess {
     /// FaRM §5.1: renew, grant, suspect. (In the tokio shell the lease
     /// thread renews too; a renewal is due once, whichever thread asks.)
     fn lease_tick(&mut self, now: u64) {
+        // Without a lease thread (the simulator), this tick is the
+        // listener's look (`LeaseDesk::owner_listens`).
+        self.lease.owner_listens(now);
         if let Some((cm, m)) = self.lease.renew(now) {
             self.send_oneway(cm, Request::Lease(m));
+        }
+        // A listener that has not looked for longer than a stall has not
+        // heard what may be waiting for it: suspect after its next look,
+        // which forgives the stall (`LeaseDesk::listener_current`).
+        if !self.lease.listener_current(now) {
+            return;
         }
         enum Seen {
             CmSuspected(NodeId),
