@@ -284,7 +284,11 @@ pub struct CoordinationConfig {
     pub tick_ms: u64,
     /// Ticks without a leader before a replica campaigns (the replica of
     /// rank r waits `election_ticks + 2r`, which keeps elections
-    /// deterministic and staggered).
+    /// deterministic and staggered). Default 40 (200 ms at 5 ms ticks):
+    /// with 10, a leader whose process or VM stalled for 50 ms lost its
+    /// quorum (`check_quorum`), and under a bulk load on this 2-core VM
+    /// the group went seconds without a leader, so the clock master could
+    /// not raise its time bound and clients could not sync.
     pub election_ticks: usize,
     /// Ticks between leader heartbeats.
     pub heartbeat_ticks: usize,
@@ -295,7 +299,7 @@ impl Default for CoordinationConfig {
         CoordinationConfig {
             replicas: 3,
             tick_ms: 5,
-            election_ticks: 10,
+            election_ticks: 40,
             heartbeat_ticks: 2,
         }
     }
@@ -368,8 +372,9 @@ pub struct ClockConfig {
     /// removed from the configuration have stopped giving out timestamps").
     pub max_sample_age_us: u64,
     /// How far ahead of its time the clock master keeps the time bound
-    /// stored in the coordination service, ms (default 500; it asks again
-    /// when half is left). A new clock master starts global time at the
+    /// stored in the coordination service, ms (default 1000; it asks again
+    /// when half is left, so a raise may take up to 500 ms, a Raft
+    /// election included, before clients wait). A new clock master starts global time at the
     /// stored bound, so global time jumps ahead by up to this at a CM
     /// change; the master hands out no time while a raise is late
     /// (FaRMv2 §4.3's monotonicity, kept across whole-cluster restarts).
@@ -419,7 +424,7 @@ impl Default for ClockConfig {
             sync_interval_us: 1000,
             node_sync_interval_us: 2500,
             max_sample_age_us: 10_000,
-            time_bound_window_ms: 500,
+            time_bound_window_ms: 1000,
             max_rate_ppm: 200,
             rate_window_ms: 1000,
             reads_wait_at_server: true,

@@ -484,6 +484,14 @@ impl ServiceReplica {
     /// election first (it cost one election timeout, about 100 ms, in
     /// every CM failover on real processes). The first such replica in
     /// group order is chosen, so runs replay exactly.
+    ///
+    /// Only to a member of the stored configuration that fills no region:
+    /// a node just removed, or added back empty and filling, is busy
+    /// (freeing its old replicas, taking in new ones) though it answers
+    /// Raft. Leadership handed to such a node (the first in group order
+    /// after a CM failover on a 1M-subscriber load) committed the new
+    /// clock master's time-bound raises seconds late, and clients could
+    /// not sync meanwhile. Without a healthy target the leader stays.
     fn shed_leadership(&mut self) {
         let raft = &self.raw.raft;
         if raft.state != StateRole::Leader
@@ -493,8 +501,13 @@ impl ServiceReplica {
             return;
         }
         let last = raft.raft_log.last_index();
+        let regions = self.current.regions();
+        let healthy = |n: NodeId| {
+            self.current.is_member(n) && !regions.iter().any(|r| r.filling.contains(&n))
+        };
         let target = self.group.iter().copied().find(|n| {
             *n != self.me
+                && healthy(*n)
                 && raft
                     .prs()
                     .get(raft_id(*n))
@@ -1253,6 +1266,8 @@ mod tests {
     fn config() -> Configuration {
         let mut c = Configuration::local(3, 7000, 3, 3, std::path::Path::new("/tmp/raft"));
         c.coordination.tick_ms = 1;
+        // The timelines below are written for a 10-tick election.
+        c.coordination.election_ticks = 10;
         c
     }
 
@@ -1446,6 +1461,36 @@ mod tests {
         net.run(5);
         assert_eq!(net.done[2].len(), 2, "answered within 5 ms");
         assert_eq!(net.done[2][1], Ok(()));
+    }
+
+    /// After a CM change the leader moves only to a healthy replica: not
+    /// to a node the stored configuration removed, nor to one it added
+    /// back empty (filling), though both answer Raft and are caught up.
+    #[test]
+    fn the_leader_moves_only_to_a_member_that_fills_no_region() {
+        let mut net = Net::new();
+        net.run(40);
+        assert_eq!(net.leader(), Some(1), "off node 0, the CM");
+        let alive = |ids: &[u32]| ids.iter().map(|i| NodeId(*i)).collect();
+        // Node 1 becomes the CM and node 0 is removed: leadership goes to
+        // node 2, not to node 0 (first in group order).
+        let without_0 = config().remap(&alive(&[1, 2]), NodeId(1)).unwrap();
+        assert!(!without_0.is_member(NodeId(0)));
+        net.clients[1].start(net.now, ConfigId(1), without_0.clone());
+        net.run(40);
+        assert_eq!(net.done[1], vec![Ok(())]);
+        assert_eq!(net.leader(), Some(2), "not to the removed node 0");
+        // Node 2 becomes the CM with node 0 back, filling: node 1 leads.
+        let back = without_0.remap(&alive(&[0, 1, 2]), NodeId(2)).unwrap();
+        assert!(back.is_member(NodeId(0)));
+        assert!(back
+            .regions()
+            .iter()
+            .any(|r| r.filling.contains(&NodeId(0))));
+        net.clients[2].start(net.now, ConfigId(2), back);
+        net.run(40);
+        assert_eq!(net.done[2], vec![Ok(())]);
+        assert_eq!(net.leader(), Some(1), "not to node 0, filling");
     }
 
     #[test]

@@ -1207,6 +1207,11 @@ impl Sim {
         config.lease.probe_timeout_ms = 1;
         // The embedded Raft group runs on simulated time: 1 ms ticks.
         config.coordination.tick_ms = 1;
+        // Pinned to the values the swarm's seeds were found with (the
+        // real cluster's defaults grew for its VM's stalls): a 10-tick
+        // election and a 500 ms time-bound window.
+        config.coordination.election_ticks = 10;
+        config.clock.time_bound_window_ms = 500;
         config.lease.resend_ms = 1;
         config.durability.mode = if cfg.faults.disk {
             meridian_config::DurabilityMode::Disk
