@@ -492,27 +492,40 @@ impl ServiceReplica {
     /// after a CM failover on a 1M-subscriber load) committed the new
     /// clock master's time-bound raises seconds late, and clients could
     /// not sync meanwhile. Without a healthy target the leader stays.
+    ///
+    /// For the same reason a leader that is itself not healthy (the old
+    /// CM, woken from a stall, can win an election while the new CM is
+    /// busy) hands leadership on: to a healthy replica other than the
+    /// CM's, else to the CM's.
     fn shed_leadership(&mut self) {
         let raft = &self.raw.raft;
-        if raft.state != StateRole::Leader
-            || self.current.cm() != self.me
-            || raft.lead_transferee.is_some()
-        {
+        if raft.state != StateRole::Leader || raft.lead_transferee.is_some() {
             return;
         }
-        let last = raft.raft_log.last_index();
+        let cm = self.current.cm();
         let regions = self.current.regions();
         let healthy = |n: NodeId| {
             self.current.is_member(n) && !regions.iter().any(|r| r.filling.contains(&n))
         };
-        let target = self.group.iter().copied().find(|n| {
+        let unhealthy = !healthy(self.me);
+        if cm != self.me && !unhealthy {
+            return;
+        }
+        let last = raft.raft_log.last_index();
+        let ready = |n: &NodeId| {
             *n != self.me
                 && healthy(*n)
                 && raft
                     .prs()
                     .get(raft_id(*n))
                     .is_some_and(|p| p.matched == last && p.recent_active)
-        });
+        };
+        let target = self
+            .group
+            .iter()
+            .copied()
+            .find(|n| *n != cm && ready(n))
+            .or_else(|| self.group.iter().copied().find(|n| unhealthy && ready(n)));
         if let Some(t) = target {
             self.raw.transfer_leader(raft_id(t));
         }
@@ -1491,6 +1504,19 @@ mod tests {
         net.run(40);
         assert_eq!(net.done[2], vec![Ok(())]);
         assert_eq!(net.leader(), Some(1), "not to node 0, filling");
+        // Node 0, filling, wins leadership anyway (here: handed to it): it
+        // hands it on to a healthy replica that is not the CM's, node 1.
+        net.replicas[1].raw.transfer_leader(raft_id(NodeId(0)));
+        net.collect();
+        for _ in 0..40 {
+            net.run(1);
+            if net.leader() == Some(0) {
+                break;
+            }
+        }
+        assert_eq!(net.leader(), Some(0), "the transfer to node 0 happened");
+        net.run(40);
+        assert_eq!(net.leader(), Some(1), "node 0 does not keep it");
     }
 
     #[test]
