@@ -283,28 +283,19 @@ impl LeaseEndpoint for NodeLeases {
 /// (`LeaseDesk::listen`). `meridian bench` reports them beside the lease
 /// false positives.
 fn record_stall(shell: &Shell, gap_ns: u64) {
-    use std::io::Write;
     tracing::info!(
         gap_ms = gap_ns as f64 / 1e6,
         "the lease thread stalled; suspicion does not count the gap"
     );
-    let line = serde_json::json!({
-        "mono_ns": mono_ns(),
-        "node": shell.node_id.0,
-        "event": "LeaseStall",
-        "detail": format!("the lease thread did not run for {:.1} ms", gap_ns as f64 / 1e6),
-        "gap_ns": gap_ns,
-    });
-    if let Some(f) = lock(&shell.events).as_mut() {
-        if let Err(e) = writeln!(f, "{line}") {
-            tracing::warn!("cannot append to events.jsonl: {e}");
-        }
-    }
+    let detail = format!(
+        "the lease thread did not run for {:.1} ms",
+        gap_ns as f64 / 1e6
+    );
+    append_event(shell, "LeaseStall", detail, Some(gap_ns));
 }
 
 /// Append `ev` to the node's `events.jsonl` (see [`Shell::events`]).
 fn record_event(shell: &Shell, ev: &meridian_process::node::NodeEvent) {
-    use std::io::Write;
     if let meridian_process::node::NodeEvent::RegionLost(config, detail) = ev {
         tracing::error!(
             "configuration {config:?} cannot be replaced: {detail} (more than f replicas of a region failed)"
@@ -316,12 +307,22 @@ fn record_event(shell: &Shell, ev: &meridian_process::node::NodeEvent) {
         .next()
         .unwrap_or("")
         .to_string();
-    let line = serde_json::json!({
+    append_event(shell, &kind, debug, None);
+}
+
+/// Append one line to the node's `events.jsonl`: `{"mono_ns", "node",
+/// "event", "detail"}`, and `"gap_ns"` when given.
+fn append_event(shell: &Shell, kind: &str, detail: String, gap_ns: Option<u64>) {
+    use std::io::Write;
+    let mut line = serde_json::json!({
         "mono_ns": mono_ns(),
         "node": shell.node_id.0,
         "event": kind,
-        "detail": debug,
+        "detail": detail,
     });
+    if let Some(g) = gap_ns {
+        line["gap_ns"] = g.into();
+    }
     if let Some(f) = lock(&shell.events).as_mut() {
         if let Err(e) = writeln!(f, "{line}") {
             tracing::warn!("cannot append to events.jsonl: {e}");

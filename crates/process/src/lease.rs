@@ -1215,6 +1215,18 @@ mod tests {
         d
     }
 
+    /// Node 1's desk, a member holding its lease at CM node 0.
+    fn member_desk() -> LeaseDesk {
+        let c = LeaseClient::new(
+            params(),
+            LeaseHolder::Node(NodeId(1)),
+            ConfigId(1),
+            NodeId(0),
+            0,
+        );
+        LeaseDesk::new(LeaseRole::Member(c), true)
+    }
+
     fn request(holder: LeaseHolder, seq: u64) -> LeaseMessage {
         LeaseMessage::Request {
             config: ConfigId(1),
@@ -1278,14 +1290,7 @@ mod tests {
     /// and a CM that stays silent is suspected a lease of listening later.
     #[test]
     fn a_stall_of_a_members_listener_delays_suspecting_the_cm_not_its_lease() {
-        let c = LeaseClient::new(
-            params(),
-            LeaseHolder::Node(NodeId(1)),
-            ConfigId(1),
-            NodeId(0),
-            0,
-        );
-        let d = LeaseDesk::new(LeaseRole::Member(c), true);
+        let d = member_desk();
         d.attach_listener(0);
         let (_, req) = d.renew(MS).expect("due");
         let LeaseMessage::Request { seq, .. } = req else {
@@ -1393,14 +1398,7 @@ mod tests {
     /// moments).
     #[test]
     fn a_renewal_is_due_once_and_time_never_goes_back() {
-        let c = LeaseClient::new(
-            params(),
-            LeaseHolder::Node(NodeId(1)),
-            ConfigId(1),
-            NodeId(0),
-            0,
-        );
-        let d = LeaseDesk::new(LeaseRole::Member(c), true);
+        let d = member_desk();
         assert!(d.renew(5 * MS).is_some());
         assert!(
             d.renew(5 * MS).is_none(),
