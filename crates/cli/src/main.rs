@@ -10,6 +10,14 @@ use meridian_wire::{
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// Every process the `meridian` binary runs (nodes, bench clients, the
+/// simulator) allocates through mimalloc. With glibc's allocator, malloc
+/// and free were about 18 % of a node's CPU under the 4-key RMW
+/// (`malloc_consolidate` and `unlink_chunk` among them) and 11 % of the
+/// bench client's (docs/performance.md, twelfth session).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "meridian",
