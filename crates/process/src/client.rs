@@ -1685,10 +1685,13 @@ impl ClientProcess {
             return false;
         }
         self.stats.rpc_retries += 1;
-        let attempt = rpc.attempt + 1;
+        // The lag refusals carry over too: they bound the request's
+        // resends, not one resend's (swarm seed 10499).
+        let (attempt, lag_refusals) = (rpc.attempt + 1, rpc.lag_refusals);
         self.send_rpc(now, rpc.to, rpc.req, rpc.purpose);
         if let Some(r) = self.rpcs.get_mut(&(self.next_rpc - 1)) {
             r.attempt = attempt;
+            r.lag_refusals = lag_refusals;
         }
         true
     }
@@ -2837,6 +2840,61 @@ mod tests {
             .any(|(_, r)| matches!(r, CallResult::Failed(TxnError::Indeterminate { .. }))));
         p.begin(now, 9, 0, TxnOptions::default());
         assert_eq!(p.truncate_low(), 0, "held below the unknown transaction");
+    }
+
+    /// Swarm seed 10499: a COMMIT-PRIMARY target stuck in an older
+    /// configuration (removed by a later one, it never learned) refuses
+    /// every resend with `ConfigMismatch`. The refusals' given-back
+    /// attempts are bounded per request, across its resends: once
+    /// `rpc_attempts` of them are spent, the attempts count again and the
+    /// commit ends indeterminate, for recovery to decide. Each resend
+    /// started the count afresh, and the client resent every 20 ms until
+    /// the run's time limit.
+    #[test]
+    fn a_lagging_commit_primary_target_is_resent_a_bounded_number_of_times() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        let backups = committing_backups(&mut p);
+        let mut pending = sent(&answer(
+            &mut p,
+            600_100,
+            &backups,
+            Response::Txn(TxnResponse::Ack),
+        ));
+        assert!(pending
+            .iter()
+            .all(|(_, _, r, _)| matches!(unheld(r), Some(TxnRequest::CommitPrimary { .. }))));
+        let lagging = Response::Rejected(Rejection::ConfigMismatch {
+            sent: p.config_id,
+            current: ConfigId(p.config_id.0 - 1),
+        });
+        let targets = pending.len() as u32;
+        let (mut now, mut resends, mut outcome) = (600_200, 0u32, None);
+        let bound = 4 * p.limits.rpc_attempts * targets + 4;
+        while outcome.is_none() && resends <= bound {
+            let e = answer(&mut p, now, &pending, lagging.clone());
+            outcome = replies(&e).into_iter().next();
+            now += 2_000_000;
+            p.tick(now);
+            let e = p.drain_effects();
+            outcome = outcome.or_else(|| replies(&e).into_iter().next());
+            pending = sent(&e)
+                .into_iter()
+                .filter(|(_, _, r, _)| matches!(unheld(r), Some(TxnRequest::CommitPrimary { .. })))
+                .collect();
+            resends += pending.len() as u32;
+        }
+        match outcome {
+            Some((_, CallResult::Failed(TxnError::Indeterminate { .. }))) => {}
+            other => panic!("after {resends} resends: {other:?}"),
+        }
+        // Per target: `rpc_attempts` refusals given back, then
+        // `rpc_attempts` counted.
+        assert!(
+            resends <= 2 * p.limits.rpc_attempts * targets,
+            "{resends} resends to {targets} targets for rpc_attempts = {}",
+            p.limits.rpc_attempts
+        );
+        p.check_invariants();
     }
 
     /// [`locking`], every LOCK acknowledged: returns the COMMIT-BACKUP
