@@ -1075,3 +1075,17 @@ fn commits_reported_before_write_ts_passed_are_caught() {
         "caught, but not by a check of time or isolation: {validates}"
     );
 }
+
+/// Swarm seed 10499 (found 2026-11-28) used to end stuck. n0, CM of
+/// configuration 2 behind a one-way partition, was removed by 3 and never
+/// learned it; a client whose transaction from configuration 1 was
+/// decided kept resending its COMMIT-PRIMARY to n0, which refused each
+/// with `ConfigMismatch` (it lagged). Each refusal gave its attempt back,
+/// at most `rpc_attempts` times per request, but every resend was a new
+/// request whose count started at 0, so the resends never ended. The
+/// count now carries over (`ClientProcess::retry`), and the commit ends
+/// indeterminate for recovery to decide.
+#[test]
+fn swarm_seed_10499_finishes() {
+    assert_finishes(SimConfig::swarm(10499));
+}
