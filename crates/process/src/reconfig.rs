@@ -680,6 +680,21 @@ impl Reconfig {
             return;
         };
         if let Err(current) = result {
+            if current.id() > self.config.id() && !current.is_member(self.me) {
+                // The winner removed this node: no NEW-CONFIG of it will
+                // come, and a CM whose own configuration still waits for
+                // its commit would otherwise neither suspect anyone nor
+                // be suspected by itself, staying in it for good (swarm
+                // seed 10499). Removed, it joins again (FaRM §5.2), as a
+                // probe over such a configuration makes it (seed 437).
+                self.removed = true;
+                self.abandoned = None;
+                self.service_config = None;
+                self.out.push(ReconfigOutput::Removed {
+                    config: current.id(),
+                });
+                return;
+            }
             // Someone else won; its NEW-CONFIG should come. If it does not
             // (its CM died after the CAS), the next attempt starts from it.
             if current.id() > self.config.id() {
@@ -2030,6 +2045,60 @@ mod tests {
         net.collect(NodeId(0));
         net.run_ms(3);
         assert!(net.log.iter().all(|l| !l.contains("cas")), "{:?}", net.log);
+    }
+
+    /// Swarm seed 10499: the CM of a configuration still waiting for one
+    /// member's ACK probes that member and CASes a successor, but another
+    /// prober's CAS removing the CM won first. Its configuration applied
+    /// and uncommitted, the CM neither suspected anyone (its commit was
+    /// pending) nor its CM (itself), and no NEW-CONFIG of the winner came
+    /// (not a member): it stayed in its configuration for good, never
+    /// rejoining. A lost CAS to a configuration without this node now
+    /// tells it it was removed, as a probe over such a configuration does.
+    #[test]
+    fn a_cm_whose_cas_loses_to_a_configuration_without_it_is_removed() {
+        let mut net = Net::new(6);
+        // The CM removes n5 and applies 2; n4 answers the probe, then is
+        // cut off and never ACKs the NEW-CONFIG.
+        net.cm_suspects(5);
+        for _ in 0..40 {
+            if net.nodes[&NodeId(0)].describe().starts_with("casing") {
+                break;
+            }
+            net.step();
+        }
+        net.dead.insert(NodeId(4));
+        net.run_ms(5);
+        assert_eq!(net.store.id(), ConfigId(2), "{:?}", net.log);
+        assert!(net.nodes[&NodeId(0)].reconfiguring(), "{:?}", net.log);
+        net.run_ms(10);
+        // n4 is back. n1 suspects the CM and probes one step ahead; the CM
+        // then gives up on n4's ACK and probes too. n1's CAS wins.
+        net.dead.remove(&NodeId(4));
+        let now = net.now;
+        net.nodes
+            .get_mut(&NodeId(1))
+            .unwrap()
+            .start_probe(now, [NodeId(0)].into_iter().collect());
+        net.collect(NodeId(1));
+        net.step();
+        let now = net.now;
+        let probing = net
+            .nodes
+            .get_mut(&NodeId(0))
+            .unwrap()
+            .abandon_unacked(now, &[NodeId(4)]);
+        assert_eq!(probing, vec![NodeId(4)], "{:?}", net.log);
+        net.collect(NodeId(0));
+        net.run_ms(40);
+        assert!(!net.store.is_member(NodeId(0)), "{:?}", net.log);
+        assert!(
+            net.nodes[&NodeId(0)].removed(),
+            "the CM stays in {:?}: {}; {:?}",
+            net.nodes[&NodeId(0)].config().id(),
+            net.nodes[&NodeId(0)].describe(),
+            net.log
+        );
     }
 
     #[test]
