@@ -1084,7 +1084,10 @@ fn commits_reported_before_write_ts_passed_are_caught() {
 /// at most `rpc_attempts` times per request, but every resend was a new
 /// request whose count started at 0, so the resends never ended. The
 /// count now carries over (`ClientProcess::retry`), and the commit ends
-/// indeterminate for recovery to decide.
+/// indeterminate for recovery to decide. n0 itself had lost its own CAS
+/// to the configuration that removed it, and stayed a CM whose
+/// configuration waited for its commit; a lost CAS to a configuration
+/// without the node now reports it removed, and n0 joins again.
 #[test]
 fn swarm_seed_10499_finishes() {
     assert_finishes(SimConfig::swarm(10499));
