@@ -14,7 +14,7 @@ use std::process::ExitCode;
 /// simulator) allocates through mimalloc. With glibc's allocator, malloc
 /// and free were about 18 % of a node's CPU under the 4-key RMW
 /// (`malloc_consolidate` and `unlink_chunk` among them) and 11 % of the
-/// bench client's (docs/performance.md, twelfth session).
+/// bench client's (docs/performance.md, thirteenth session).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -622,10 +622,7 @@ impl Reconfig {
             // members of the winner's refused as a non-member's, and
             // nothing ever committed again (swarm seed 437).
             self.tell_probe_failed();
-            self.removed = true;
-            self.abandoned = None;
-            self.state = State::Member;
-            self.out.push(ReconfigOutput::Removed { config: base.id() });
+            self.become_removed(base.id());
             return;
         }
         let alive: BTreeSet<NodeId> = alive
@@ -687,12 +684,8 @@ impl Reconfig {
                 // be suspected by itself, staying in it for good (swarm
                 // seed 10499). Removed, it joins again (FaRM §5.2), as a
                 // probe over such a configuration makes it (seed 437).
-                self.removed = true;
-                self.abandoned = None;
                 self.service_config = None;
-                self.out.push(ReconfigOutput::Removed {
-                    config: current.id(),
-                });
+                self.become_removed(current.id());
                 return;
             }
             // Someone else won; its NEW-CONFIG should come. If it does not
@@ -983,10 +976,7 @@ impl Reconfig {
                     }
                 }
                 if !next.is_member(me) {
-                    self.removed = true;
-                    self.abandoned = None;
-                    self.state = State::Member;
-                    self.out.push(ReconfigOutput::Removed { config });
+                    self.become_removed(config);
                     return false;
                 }
                 // A newer configuration supersedes whatever this node was
@@ -1292,6 +1282,16 @@ impl Reconfig {
     /// ([`ReconfigMessage::ProbeFailed`] from every prober answered).
     pub fn take_resume_renewals(&mut self) -> bool {
         std::mem::take(&mut self.resume_renewals)
+    }
+
+    /// `config` (stored, or sent by its CM) does not list this node: stop
+    /// whatever it was attempting and report it removed; it joins again as
+    /// a new member (FaRM §5.2).
+    fn become_removed(&mut self, config: ConfigId) {
+        self.removed = true;
+        self.abandoned = None;
+        self.state = State::Member;
+        self.out.push(ReconfigOutput::Removed { config });
     }
 
     fn probe_failed(&mut self, now: u64) {
