@@ -2396,6 +2396,9 @@ fn sim(
     use meridian_sim::{Faults, SimConfig};
     let mut failed: Vec<u64> = Vec::new();
     let mut stuck_seeds: Vec<u64> = Vec::new();
+    // Runs that reported a lost region, and whether each then finished
+    // (`true`) or ran into the time limit.
+    let mut lost_seeds: Vec<(u64, bool)> = Vec::new();
     let t0 = std::time::Instant::now();
     let (mut committed, mut aborted, mut unknown, mut crashes, mut dropped, mut stuck) =
         (0, 0, 0, 0, 0, 0);
@@ -2441,6 +2444,9 @@ fn sim(
         crashes += r.crashes;
         dropped += r.dropped;
         lost += r.region_lost as u64;
+        if r.region_lost {
+            lost_seeds.push((seed, !r.timed_out));
+        }
         stuck += (r.timed_out && !r.region_lost) as u64;
         if r.timed_out && !r.region_lost {
             stuck_seeds.push(seed);
@@ -2468,6 +2474,13 @@ fn sim(
     );
     if keep_going {
         println!("failed seeds: {failed:?}; stuck seeds: {stuck_seeds:?}");
+        let (lost_done, lost_limit): (Vec<_>, Vec<_>) = lost_seeds.iter().partition(|l| l.1);
+        let seeds_of = |v: &[&(u64, bool)]| v.iter().map(|l| l.0).collect::<Vec<_>>();
+        println!(
+            "seeds that lost a region and finished: {:?}; lost a region and ran into the time limit: {:?}",
+            seeds_of(&lost_done),
+            seeds_of(&lost_limit)
+        );
         if !failed.is_empty() {
             return Err(format!(
                 "{} of {seeds} seeds failed: {failed:?}",

@@ -2070,7 +2070,28 @@ impl NodeProcess {
                 let removed_unaware = self.standing == Standing::Removed
                     && *config > self.config.id()
                     && !self.restored;
-                if (self.standing == Standing::Restarted && !self.restored) || removed_unaware {
+                // A node restored from disk, probed in the configuration it
+                // was restored in, answers as empty too: its old incarnation
+                // is gone just as a memory-less restart's is, so it is on no
+                // side of a partition and grants the old CM nothing, and the
+                // prober leaves it out of the next configuration, after which
+                // it joins again (as a restored node the CM removed with a
+                // majority of its own already does). Silent, it left a CM of
+                // four whose two other members crashed and came back from
+                // disk without a majority for good (swarm seed 17431). Only
+                // its own configuration: a probe of a newer one comes from a
+                // member that applied a proposal this node never
+                // acknowledged, such as its CM's renewal after a
+                // whole-cluster restart, where staying silent lets the CM
+                // resend that NEW-CONFIG and keep this node's restored data,
+                // while an empty answer would have the CM drop it.
+                let restored_same = self.standing == Standing::Restarted
+                    && self.restored
+                    && *config == self.config.id();
+                if (self.standing == Standing::Restarted && !self.restored)
+                    || removed_unaware
+                    || restored_same
+                {
                     // Never again accept a NEW-CONFIG of this configuration
                     // (from its old CM): having counted toward a successor's
                     // probe, this node must not grant that CM a lease.
@@ -3422,6 +3443,68 @@ mod tests {
         let next = Configuration::from_toml(&proposed).unwrap();
         assert_eq!((next.id(), next.cm()), (ConfigId(3), NodeId(3)));
         assert_eq!(next.members(), c2.members());
+    }
+
+    /// Swarm seed 17431: n0, CM of a configuration of four, saw n2 and n4
+    /// crash and come back restored from disk. Restored nodes never answered
+    /// a probe, so n0 and n3 (two of four) could never replace the
+    /// configuration. A restored node answers a probe of the configuration
+    /// it was restored in as empty (it counts toward the majority and is
+    /// left out, then joins again); a probe of a newer configuration stays
+    /// unanswered (its CM's renewal may still come for it).
+    #[test]
+    fn a_restored_node_answers_a_probe_of_its_configuration_as_empty() {
+        let c1 = Configuration::local(5, 7000, 3, 6, std::path::Path::new("/nonexistent"));
+        let mut n3 = NodeProcess::restore(c1.clone(), NodeId(3), 2, None, &[]).unwrap();
+        n3.drain_effects();
+        let mut probe = |n3: &mut NodeProcess, config: ConfigId, seq: u64| {
+            n3.on_message(
+                1_000 + seq,
+                Peer::Node(NodeId(0)),
+                Frame::OneWay {
+                    config,
+                    truncate: Default::default(),
+                    req: Request::Reconfig(ReconfigMessage::Probe {
+                        config,
+                        from: NodeId(0),
+                        seq,
+                    }),
+                },
+            );
+            n3.drain_effects()
+                .into_iter()
+                .filter_map(|e| match e {
+                    NodeEffect::Send {
+                        to: Peer::Node(to),
+                        frame:
+                            Frame::OneWay {
+                                req: Request::Reconfig(r @ ReconfigMessage::ProbeReply { .. }),
+                                ..
+                            },
+                    } => Some((to, r)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let same = probe(&mut n3, c1.id(), 1);
+        assert_eq!(
+            same,
+            vec![(
+                NodeId(0),
+                ReconfigMessage::ProbeReply {
+                    config: c1.id(),
+                    from: NodeId(3),
+                    seq: 1,
+                    empty: true,
+                }
+            )],
+            "a restored node answers a probe of its own configuration as empty"
+        );
+        let newer = probe(&mut n3, ConfigId(c1.id().0 + 1), 2);
+        assert!(
+            newer.is_empty(),
+            "a probe of a newer configuration got {newer:?}"
+        );
     }
 
     /// The hold cap of `serve_held_write`: a held VALIDATE is held a clock

@@ -1092,3 +1092,15 @@ fn commits_reported_before_write_ts_passed_are_caught() {
 fn swarm_seed_10499_finishes() {
     assert_finishes(SimConfig::swarm(10499));
 }
+
+/// Swarm seed 17431 (found 2026-11-28) used to end stuck. In disk mode,
+/// n2 and n4 of configuration 4 (members n0, n2, n3, n4; CM n0) crashed and
+/// came back restored from disk. A restored node answered no probe, so n0
+/// suspected them every 12 ms but, with only n3's answer, never had a
+/// majority of four. A restored node now answers a probe of the
+/// configuration it was restored in as empty, like a restart that lost
+/// its memory: n0 removes both, and they join again.
+#[test]
+fn swarm_seed_17431_finishes() {
+    assert_finishes(SimConfig::swarm(17431));
+}

@@ -996,15 +996,6 @@ impl Participant {
         if self.finished.get(&tx) == Some(&Finish::Aborted) {
             return;
         }
-        self.recovered.remove(&tx);
-        let done: Vec<(TxId, RegionId)> = self
-            .recovered_regions
-            .range((tx, RegionId(0))..=(tx, RegionId(u32::MAX)))
-            .copied()
-            .collect();
-        for k in done {
-            self.recovered_regions.remove(&k);
-        }
         self.truncate(&[tx]);
     }
 
@@ -1697,6 +1688,22 @@ impl Participant {
     fn truncate(&mut self, txs: &[TxId]) {
         for tx in txs {
             self.finish(*tx, Finish::Truncated);
+            // COMMIT-RECOVERY's marks end with any truncation, not only
+            // TRUNCATE-RECOVERY: the finished set now says the same
+            // (evidence `Truncated`, which recovery counts as committed),
+            // and a plain TRUNCATE whose TRUNCATE-RECOVERY never came
+            // used to leave them here for good.
+            self.recovered.remove(tx);
+            if !self.recovered_regions.is_empty() {
+                let done: Vec<(TxId, RegionId)> = self
+                    .recovered_regions
+                    .range((*tx, RegionId(0))..=(*tx, RegionId(u32::MAX)))
+                    .copied()
+                    .collect();
+                for k in done {
+                    self.recovered_regions.remove(&k);
+                }
+            }
             // Regions whose writes of `tx` are in place here once the
             // records below are applied.
             let mut applied: std::collections::BTreeSet<RegionId> =
@@ -2414,6 +2421,37 @@ mod tests {
             meridian_wire::Evidence::Truncated
         );
         assert_deleted(&b, region, key);
+        b.check_invariants();
+    }
+
+    /// A transaction COMMIT-RECOVERY committed here and that then ends with
+    /// a plain TRUNCATE (its coordinator finished it; no TRUNCATE-RECOVERY
+    /// follows) leaves no recovery mark behind: the marks used to stay for
+    /// good, one map entry and one set entry per such transaction and
+    /// region. Its evidence is then the finished set's `Truncated`.
+    #[test]
+    fn a_plain_truncate_ends_commit_recoverys_marks() {
+        let mut b = Participant::new(NodeId(1), &two_nodes());
+        let rec = record(&b, tx(1), 5, &[&[1], &[2]]);
+        let region = rec.writes[0].region;
+        b.commit_recovery(region, &rec, Timestamp(10));
+        assert_eq!(
+            (b.recovered.len(), b.recovered_regions.len()),
+            (1, 1),
+            "COMMIT-RECOVERY marks the transaction"
+        );
+        b.handle(&[tx(1)], &TxnRequest::Truncate { txs: vec![] });
+        assert!(
+            b.recovered.is_empty() && b.recovered_regions.is_empty(),
+            "left after TRUNCATE: {:?} {:?}",
+            b.recovered,
+            b.recovered_regions
+        );
+        assert_eq!(
+            b.evidence(tx(1), region),
+            meridian_wire::Evidence::Truncated
+        );
+        assert!(b.outcome_known(tx(1)) && b.decided_in(tx(1), region));
         b.check_invariants();
     }
 

@@ -792,8 +792,10 @@ pub enum ReconfigMessage {
         from: NodeId,
         /// The probe round answered.
         seq: u64,
-        /// The replier restarted without its memory and is outside every
-        /// configuration (it asks to join): it counts toward the probe's
+        /// The replier restarted without its memory, or was restored from
+        /// disk in the probed configuration and is not back in one yet,
+        /// and is outside every configuration (it asks to join): it
+        /// counts toward the probe's
         /// majority — its old incarnation is gone and it grants the old CM
         /// no lease — but holds no replica, so the new configuration
         /// leaves it out (it joins again afterwards).
