@@ -362,8 +362,38 @@ impl Peer {
         secs: u64,
         seed: u64,
     ) -> Result<Ran, String> {
-        let start_ns = mono_ns();
         let label = format!("{} ({})", mix.name(), self.name());
+        self.run_labeled(label, mix, clients, secs, seed).await
+    }
+
+    /// [`Peer::run`] for `secs` keeping no figures: the same warm-up as
+    /// Meridian's ([`crate::run::warm_up`]). `secs` = 0 does nothing.
+    ///
+    /// Errors: a session could not connect.
+    pub async fn warm_up(&self, mix: Arc<Mix>, clients: usize, secs: u64) -> Result<(), String> {
+        if secs == 0 {
+            return Ok(());
+        }
+        let label = format!("{} ({}) warm-up", mix.name(), self.name());
+        let ran = self
+            .run_labeled(label.clone(), mix, clients, secs, crate::run::WARM_UP_SEED)
+            .await?;
+        tracing::info!(
+            "{label}: {:.0} tx/s for {secs} s, not counted",
+            ran.result.committed_per_s
+        );
+        Ok(())
+    }
+
+    async fn run_labeled(
+        &self,
+        label: String,
+        mix: Arc<Mix>,
+        clients: usize,
+        secs: u64,
+        seed: u64,
+    ) -> Result<Ran, String> {
+        let start_ns = mono_ns();
         let err = |e: PeerError| format!("{}: {e}", self.name());
         // One arm per peer: the session loop must be spawned where its
         // session type is concrete (see `crate::drive`).

@@ -476,6 +476,42 @@ pub async fn meridian(
     ran
 }
 
+/// Run `mix` on Meridian for `secs` with `clients` sessions and keep no
+/// figures: the warm-up before a measured run, so that the run measures
+/// the steady state rather than what the load left behind (in disk mode,
+/// the checkpoint the load's last records start runs 2–5 s on a
+/// background thread; docs/performance.md). Peers get the same warm-up
+/// ([`crate::peers::Peer::warm_up`]). `secs` = 0 does nothing.
+pub async fn warm_up(client: &Client, mix: Arc<Mix>, clients: usize, secs: u64) {
+    if secs == 0 {
+        return;
+    }
+    let label = format!("{} warm-up", mix.name());
+    let sessions: Vec<_> = (0..clients).map(|_| client.session()).collect();
+    let (acc, _) = run_sessions(&label, sessions, mix, WARM_UP_SEED, secs, |s, c| {
+        tokio::spawn(session_loop(s, c))
+    })
+    .await;
+    tracing::info!(
+        "{label}: {} committed in {secs} s, not counted",
+        acc.committed
+    );
+}
+
+/// The warm-up's seed: not a measured run's, so that a run does not replay
+/// its warm-up's inputs.
+pub(crate) const WARM_UP_SEED: u64 = 0x3a3a_3a3a;
+
+/// The closed-loop mix of a YCSB configuration.
+///
+/// Errors: the configuration does not validate.
+pub fn ycsb_mix(cfg: &ycsb::YcsbConfig) -> Result<Mix, String> {
+    Ok(Mix::Ycsb {
+        generator: ycsb::YcsbGenerator::new(cfg)?,
+        value_bytes: cfg.value_bytes,
+    })
+}
+
 /// Run the TATP mix for `secs` with `clients` sessions.
 pub async fn tatp(client: &Client, cfg: tatp::TatpConfig, clients: usize, secs: u64) -> Ran {
     meridian(
@@ -498,10 +534,7 @@ pub async fn ycsb(
     clients: usize,
     secs: u64,
 ) -> Result<Ran, String> {
-    let mix = Mix::Ycsb {
-        generator: ycsb::YcsbGenerator::new(&cfg)?,
-        value_bytes: cfg.value_bytes,
-    };
+    let mix = ycsb_mix(&cfg)?;
     let label = format!("ycsb-{}", cfg.workload.name());
     Ok(meridian(client, &label, Arc::new(mix), clients, secs, 0x5c5b).await)
 }

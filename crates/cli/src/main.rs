@@ -294,9 +294,14 @@ struct BenchOpts {
     /// CM address of a running cluster; omitted = start a local 3-node cluster.
     #[arg(long)]
     cm: Option<String>,
-    /// Seconds to run.
+    /// Seconds to run (measured).
     #[arg(long, default_value_t = 30)]
     duration: u64,
+    /// Seconds of unmeasured warm-up after the load and before the
+    /// measured run, the same for every target (0 = none): the run then
+    /// measures the steady state, not what the load left behind.
+    #[arg(long, default_value_t = 5)]
+    warmup: u64,
     /// Concurrent sessions (each keeps one transaction outstanding).
     #[arg(long, default_value_t = 32)]
     clients: usize,
@@ -627,6 +632,7 @@ fn failover(
             let opts = BenchOpts {
                 cm: None,
                 duration,
+                warmup: 0,
                 clients,
                 baseline: 0,
                 json: Some(json.clone()),
@@ -1790,6 +1796,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                     .map_err(|e| format!("bank alongside: {e}"))
             }
         };
+        let warmed = !matches!(b, BenchCmd::Bank { .. } | BenchCmd::Rpc { .. });
         let (ran, bank) = match b {
             BenchCmd::Tatp { subscribers, .. } => {
                 let cfg = meridian_workload::tatp::TatpConfig { subscribers };
@@ -1830,6 +1837,13 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                     }
                     _ => None,
                 };
+                meridian_bench::run::warm_up(
+                    &client,
+                    std::sync::Arc::new(meridian_bench::drive::Mix::Tatp(cfg)),
+                    opts.clients,
+                    opts.warmup,
+                )
+                .await;
                 let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
                 let (mut ran, bank) = tokio::join!(
                     meridian_bench::run::tatp(&client, cfg, opts.clients, opts.duration),
@@ -1860,6 +1874,13 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 )
                 .await
                 .map_err(|e| e.to_string())?;
+                meridian_bench::run::warm_up(
+                    &client,
+                    std::sync::Arc::new(meridian_bench::run::ycsb_mix(&cfg)?),
+                    opts.clients,
+                    opts.warmup,
+                )
+                .await;
                 let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
                 let (ran, bank) = tokio::join!(
                     meridian_bench::run::ycsb(&client, cfg, opts.clients, opts.duration),
@@ -1876,6 +1897,8 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 meridian_bench::run::load(&client, rows, hint, 64, 8)
                     .await
                     .map_err(|e| e.to_string())?;
+                meridian_bench::run::warm_up(&client, mix.clone(), opts.clients, opts.warmup)
+                    .await;
                 let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
                 let (mut ran, bank) = tokio::join!(
                     meridian_bench::run::meridian(
@@ -1945,6 +1968,9 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
         };
         let fault = fault_ns.load(std::sync::atomic::Ordering::SeqCst);
         let mut r = ran.result.clone();
+        if warmed {
+            r.extra.insert("warmup_s".into(), opts.warmup as f64);
+        }
         add_read_holds(&mut r, &opts.dir, ran.start_ns, ran.end_ns);
         // Lease false positives (FaRM Figure 16): suspicions and new
         // configurations the nodes recorded, whether or not a fault was
@@ -2350,9 +2376,13 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
             .map_err(|e| format!("{name}: {e} (is it running? scripts/peers.sh start {name})"))?;
         bar.finish_and_clear();
         eprintln!("loaded {n} rows");
+        peer.warm_up(mix.clone(), opts.clients, opts.warmup).await?;
         let mut ran = peer
             .run(mix.clone(), opts.clients, opts.duration, 0x5eed)
             .await?;
+        ran.result
+            .extra
+            .insert("warmup_s".into(), opts.warmup as f64);
         if let meridian_bench::drive::Mix::Rmw(cfg) = &*mix {
             let sum = peer.audit_rmw(cfg).await?;
             rmw_audit_figures(&mut ran.result, cfg, sum)?;
