@@ -1125,3 +1125,18 @@ fn swarm_seed_17050_keeps_the_filled_copies() {
         r.stuck.join("\n")
     );
 }
+
+/// Swarm seed 18876 (found 2026-11-28, memory mode) ends by the time limit
+/// and must count as beyond the fault model, not stuck. Configuration 4
+/// was n4 alone (the others removed, or restarted empty), so every region
+/// lived only in n4's memory, and n4 crashed: the data is gone, and with no
+/// member left nobody probes, so no node reports the loss. The simulator's
+/// oracle (`Sim::last_copy_crashed`) sees that the crash took the last copy.
+#[test]
+fn swarm_seed_18876_counts_as_lost() {
+    let r = run_and_check(SimConfig::swarm(18876)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        r.region_lost,
+        "seed 18876: the crash of n4 took every region's last copy"
+    );
+}
