@@ -1105,27 +1105,6 @@ fn swarm_seed_17431_finishes() {
     assert_finishes(SimConfig::swarm(17431));
 }
 
-/// Swarm seed 17050 (found 2026-11-28) lost a region it had not lost. The
-/// CM n0, primary of r4, had two new backups (n2, n3), and both finished
-/// filling; their `ReplicaReady` reached only n0's memory, and n0 crashed
-/// 28 ms later, before any configuration recorded the copies complete. The
-/// survivors' remap took n0's copy for r4's only complete one and reported
-/// r4 lost. Probe answers now carry the regions a member finished filling,
-/// and the remap counts those copies complete: the run finishes, no
-/// region lost.
-#[test]
-fn swarm_seed_17050_keeps_the_filled_copies() {
-    let r = run_and_check(SimConfig::swarm(17050)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        !r.region_lost && !r.timed_out,
-        "seed 17050 ({}): lost {} timed out {}:\n{}",
-        r.faults.describe(),
-        r.region_lost,
-        r.timed_out,
-        r.stuck.join("\n")
-    );
-}
-
 /// Swarm seed 18876 (found 2026-11-28, memory mode) ends by the time limit
 /// and must count as beyond the fault model, not stuck. Configuration 4
 /// was n4 alone (the others removed, or restarted empty), so every region
