@@ -368,11 +368,12 @@ impl Peer {
 
     /// [`Peer::run`] for `secs` keeping no figures: the same warm-up as
     /// Meridian's ([`crate::run::warm_up`]). `secs` = 0 does nothing.
+    /// Returns the transactions it committed.
     ///
     /// Errors: a session could not connect.
-    pub async fn warm_up(&self, mix: Arc<Mix>, clients: usize, secs: u64) -> Result<(), String> {
+    pub async fn warm_up(&self, mix: Arc<Mix>, clients: usize, secs: u64) -> Result<u64, String> {
         if secs == 0 {
-            return Ok(());
+            return Ok(0);
         }
         let label = format!("{} ({}) warm-up", mix.name(), self.name());
         let ran = self
@@ -382,7 +383,7 @@ impl Peer {
             "{label}: {:.0} tx/s for {secs} s, not counted",
             ran.result.committed_per_s
         );
-        Ok(())
+        Ok(ran.result.committed)
     }
 
     async fn run_labeled(

@@ -481,10 +481,12 @@ pub async fn meridian(
 /// the steady state rather than what the load left behind (in disk mode,
 /// the checkpoint the load's last records start runs 2–5 s on a
 /// background thread; docs/performance.md). Peers get the same warm-up
-/// ([`crate::peers::Peer::warm_up`]). `secs` = 0 does nothing.
-pub async fn warm_up(client: &Client, mix: Arc<Mix>, clients: usize, secs: u64) {
+/// ([`crate::peers::Peer::warm_up`]). `secs` = 0 does nothing. Returns
+/// the transactions it committed (an audit over the whole store, like the
+/// RMW's, counts them too).
+pub async fn warm_up(client: &Client, mix: Arc<Mix>, clients: usize, secs: u64) -> u64 {
     if secs == 0 {
-        return;
+        return 0;
     }
     let label = format!("{} warm-up", mix.name());
     let sessions: Vec<_> = (0..clients).map(|_| client.session()).collect();
@@ -496,6 +498,7 @@ pub async fn warm_up(client: &Client, mix: Arc<Mix>, clients: usize, secs: u64) 
         "{label}: {} committed in {secs} s, not counted",
         acc.committed
     );
+    acc.committed
 }
 
 /// The warm-up's seed: not a measured run's, so that a run does not replay

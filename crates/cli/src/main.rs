@@ -1897,8 +1897,9 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 meridian_bench::run::load(&client, rows, hint, 64, 8)
                     .await
                     .map_err(|e| e.to_string())?;
-                meridian_bench::run::warm_up(&client, mix.clone(), opts.clients, opts.warmup)
-                    .await;
+                let warmed_commits =
+                    meridian_bench::run::warm_up(&client, mix.clone(), opts.clients, opts.warmup)
+                        .await;
                 let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
                 let (mut ran, bank) = tokio::join!(
                     meridian_bench::run::meridian(
@@ -1917,7 +1918,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                     (Mix::Rmw(cfg), _) => {
                         let sum =
                             meridian_bench::drive::audit_rmw(&mut client.session(), cfg).await?;
-                        rmw_audit_figures(&mut ran.result, cfg, sum)?;
+                        rmw_audit_figures(&mut ran.result, cfg, sum, warmed_commits)?;
                     }
                     (Mix::Tpcc(cfg), BenchCmd::Tpcc { no_check: false, .. }) => {
                         let check = meridian_bench::drive::check_tpcc(
@@ -2291,12 +2292,17 @@ fn rmw_audit_figures(
     r: &mut meridian_bench::run::BenchResult,
     cfg: &meridian_workload::rmw::RmwConfig,
     sum: u64,
+    warmed_commits: u64,
 ) -> Result<(), String> {
-    let expected = r.committed * cfg.keys as u64;
+    // The store holds the warm-up's increments too.
+    let commits = r.committed + warmed_commits;
+    let expected = commits * cfg.keys as u64;
     r.extra.insert("audit_sum".into(), sum as f64);
     r.extra.insert("audit_expected".into(), expected as f64);
+    r.extra
+        .insert("warmup_committed".into(), warmed_commits as f64);
     println!(
-        "rmw audit: the counters sum to {sum}, {} x {} commits = {expected}: {}",
+        "rmw audit: the counters sum to {sum}, {} x {commits} commits ({} measured, {warmed_commits} in the warm-up) = {expected}: {}",
         cfg.keys,
         r.committed,
         if sum == expected { "OK" } else { "VIOLATION" }
@@ -2376,7 +2382,7 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
             .map_err(|e| format!("{name}: {e} (is it running? scripts/peers.sh start {name})"))?;
         bar.finish_and_clear();
         eprintln!("loaded {n} rows");
-        peer.warm_up(mix.clone(), opts.clients, opts.warmup).await?;
+        let warmed_commits = peer.warm_up(mix.clone(), opts.clients, opts.warmup).await?;
         let mut ran = peer
             .run(mix.clone(), opts.clients, opts.duration, 0x5eed)
             .await?;
@@ -2385,7 +2391,7 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
             .insert("warmup_s".into(), opts.warmup as f64);
         if let meridian_bench::drive::Mix::Rmw(cfg) = &*mix {
             let sum = peer.audit_rmw(cfg).await?;
-            rmw_audit_figures(&mut ran.result, cfg, sum)?;
+            rmw_audit_figures(&mut ran.result, cfg, sum, warmed_commits)?;
         }
         if let (
             meridian_bench::drive::Mix::Tpcc(cfg),
