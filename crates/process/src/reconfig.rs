@@ -173,6 +173,9 @@ enum State {
     Casing {
         proposed: Box<Configuration>,
         probe_end_ns: u64,
+        /// When to ask the service again after a CAS that got no answer
+        /// (see [`Reconfig::on_cas`]); `None` while one is in flight.
+        ask_again_ns: Option<u64>,
     },
     /// Steps 5–7 at the new CM.
     Proposing {
@@ -362,6 +365,7 @@ impl Reconfig {
         self.state = State::Casing {
             proposed,
             probe_end_ns: now,
+            ask_again_ns: None,
         };
     }
 
@@ -395,6 +399,7 @@ impl Reconfig {
         self.state = State::Casing {
             proposed,
             probe_end_ns: now,
+            ask_again_ns: None,
         };
     }
 
@@ -640,6 +645,7 @@ impl Reconfig {
                 self.state = State::Casing {
                     proposed,
                     probe_end_ns: now,
+                    ask_again_ns: None,
                 };
             }
             Err(e) => {
@@ -677,6 +683,28 @@ impl Reconfig {
             return;
         };
         if let Err(current) = result {
+            if current.id() < proposed.id() {
+                // Nothing stored at the proposal's id: the CAS client gave
+                // up (no answer from the service, this node cut off from
+                // its majority), and the CAS may or may not have taken
+                // effect. Ask again until the service answers: either it
+                // stores the proposal (above) or another one (below).
+                // Dropping the attempt here left a CM that had abandoned
+                // its own unacknowledged proposal for this probe a member
+                // whose configuration waited for a commit nobody would
+                // send, suspecting no one (swarm seed 25297).
+                // (Asked again after a lease, not at once: a replica here
+                // may answer at once, and from a stale copy.) The CAS
+                // client counts a stored proposal equal to this one as
+                // swapped, so a CAS that took effect unanswered ends
+                // well.
+                self.state = State::Casing {
+                    proposed,
+                    probe_end_ns,
+                    ask_again_ns: Some(now.saturating_add(self.params.lease.lease_ns)),
+                };
+                return;
+            }
             if current.id() > self.config.id() && !current.is_member(self.me) {
                 // The winner removed this node: no NEW-CONFIG of it will
                 // come, and a CM whose own configuration still waits for
@@ -1207,6 +1235,18 @@ impl Reconfig {
                 // Still suspected? The node process calls suspect_* again.
             }
             State::Probing { .. } => self.maybe_end_probe(now),
+            State::Casing {
+                proposed,
+                ask_again_ns: Some(at),
+                ..
+            } if now >= *at => {
+                let proposed = proposed.clone();
+                let expected = ConfigId(proposed.id().0.saturating_sub(1));
+                if let State::Casing { ask_again_ns, .. } = &mut self.state {
+                    *ask_again_ns = None;
+                }
+                self.out.push(ReconfigOutput::Cas { expected, proposed });
+            }
             State::Proposing { .. } => {
                 self.maybe_commit(now, clock_upper_ns);
                 self.resend(now);
@@ -1355,7 +1395,7 @@ impl Reconfig {
             State::Member => None,
             State::Deferred { until_ns } => Some(*until_ns),
             State::Probing { deadline_ns, .. } => Some(*deadline_ns),
-            State::Casing { .. } => None,
+            State::Casing { ask_again_ns, .. } => *ask_again_ns,
             State::Proposing {
                 commit_after_ns,
                 next_resend_ns,
@@ -2099,6 +2139,61 @@ mod tests {
             net.nodes[&NodeId(0)].describe(),
             net.log
         );
+    }
+
+    /// Swarm seed 25297: a prober's CAS got no answer (the CAS client
+    /// gave up, cut off from the service's majority) and the prober went
+    /// back to being a plain member, dropping the attempt; as a CM that
+    /// had abandoned its own unacknowledged proposal for the probe, it
+    /// then waited for a commit nobody would send. It now asks again a
+    /// lease later, until the service answers.
+    #[test]
+    fn a_cas_without_an_answer_is_asked_again() {
+        let mut net = Net::new(5);
+        net.expiry_ns = 0;
+        // The members reach each other, but the CAS of a node on the cut
+        // side gets no answer (the service is out of reach).
+        net.cut = [0, 1, 2, 4].into_iter().map(NodeId).collect();
+        net.dead.insert(NodeId(3));
+        net.nodes
+            .get_mut(&NodeId(0))
+            .unwrap()
+            .suspect_members(MS, &[NodeId(3)]);
+        net.collect(NodeId(0));
+        for _ in 0..40 {
+            if net.nodes[&NodeId(0)].describe().starts_with("casing") {
+                break;
+            }
+            net.step();
+        }
+        net.step();
+        assert_eq!(net.store.id(), ConfigId(1), "{:?}", net.log);
+        assert_eq!(
+            net.nodes[&NodeId(0)].describe(),
+            "casing 2",
+            "{:?}",
+            net.log
+        );
+        // The CAS client gives up: it reports the configuration it
+        // expected to replace.
+        let (now, given_up) = (net.now, net.store.clone());
+        net.nodes
+            .get_mut(&NodeId(0))
+            .unwrap()
+            .on_cas(now, Err(given_up), |_| 0);
+        net.collect(NodeId(0));
+        assert_eq!(
+            net.nodes[&NodeId(0)].describe(),
+            "casing 2",
+            "{:?}",
+            net.log
+        );
+        // The service is back in reach: the CAS is asked again a lease on.
+        net.cut.clear();
+        net.run_ms(40);
+        assert_eq!(net.store.id(), ConfigId(2), "{:?}", net.log);
+        assert!(!net.store.is_member(NodeId(3)));
+        assert_eq!(net.committed(0), (2, 0, false), "{:?}", net.log);
     }
 
     #[test]

@@ -1129,3 +1129,17 @@ fn a_memory_mode_cluster_crash_counts_as_lost() {
         r.region_lost
     );
 }
+
+/// Swarm seed 25297 (found 2026-11-28) used to end stuck, on the code of
+/// the session before too. n0, CM of configuration 5 (a rebalancing
+/// step) and still waiting for n2's ACK behind a partition, gave up on
+/// it and probed; the probe had its majority, but the CAS got no answer
+/// (n0 was cut off from the service's leader) and the CAS client gave
+/// up. The prober dropped the attempt and became a plain member again,
+/// and with its own proposal abandoned for the probe it waited for a
+/// commit nobody would send, suspecting no one. A CAS without an answer
+/// is now asked again a lease later.
+#[test]
+fn swarm_seed_25297_finishes() {
+    assert_finishes(SimConfig::swarm(25297));
+}
