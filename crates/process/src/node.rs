@@ -1410,12 +1410,33 @@ impl NodeProcess {
     /// it refused that NEW-CONFIG forever (swarm seed 2802).
     fn restored_complete(&self) -> BTreeSet<RegionId> {
         let mut had = complete_replicas(&self.config, self.id);
-        for r in self.config.regions() {
-            if r.filling.contains(&self.id) && self.participant.is_filled(r.id) {
-                had.insert(r.id);
-            }
-        }
+        had.extend(self.filled_here(&self.config));
         had
+    }
+
+    /// The regions configuration `c` lists as filling on this node whose
+    /// data recovery finished under it ([`Participant::is_filled`]; the
+    /// participant resets that when a configuration lists the region as
+    /// filling anew). Empty if the participant runs another configuration.
+    fn filled_here(&self, c: &Configuration) -> BTreeSet<RegionId> {
+        if self.participant.config().id() != c.id() {
+            return BTreeSet::new();
+        }
+        c.placement
+            .iter()
+            .filter(|r| r.filling.contains(&self.id) && self.participant.is_filled(r.id))
+            .map(|r| r.id)
+            .collect()
+    }
+
+    /// Tell the reconfiguration engine which regions this node finished
+    /// filling in the configuration it runs ([`Reconfig::set_filled`]),
+    /// before it answers or runs a probe.
+    fn sync_filled(&mut self) {
+        let c = self.reconfig.config();
+        let filled = self.filled_here(c);
+        let id = c.id();
+        self.reconfig.set_filled(id, filled);
     }
 
     /// A frame from `from`.
@@ -2101,6 +2122,7 @@ impl NodeProcess {
                         from: self.id,
                         seq: *seq,
                         empty: true,
+                        filled: Vec::new(),
                     };
                     self.send_oneway(from, Request::Reconfig(reply));
                 }
@@ -2212,6 +2234,12 @@ impl NodeProcess {
             _ => 0,
         });
         let acks_new_config = matches!(m, ReconfigMessage::NewConfig { .. });
+        if matches!(
+            m,
+            ReconfigMessage::Probe { .. } | ReconfigMessage::ProbeReply { .. }
+        ) {
+            self.sync_filled();
+        }
         if self.reconfig.on_message(now, m, upper, left) {
             self.lease.with(now, |r, now| {
                 if let LeaseRole::Member(c) = r {
@@ -2841,6 +2869,9 @@ impl NodeProcess {
             self.rebalance_tick(now);
             self.keep_time_bound_ahead(now);
             let upper = self.ff_value(now);
+            if self.reconfig.probing() {
+                self.sync_filled();
+            }
             self.reconfig.tick(now, upper);
             self.recovery.tick(now);
             self.after_engines(now);
@@ -3496,6 +3527,7 @@ mod tests {
                     from: NodeId(3),
                     seq: 1,
                     empty: true,
+                    filled: Vec::new(),
                 }
             )],
             "a restored node answers a probe of its own configuration as empty"

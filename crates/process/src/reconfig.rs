@@ -165,6 +165,9 @@ enum State {
         /// Members that answered from outside every configuration: they
         /// restarted empty (count toward the majority, hold nothing).
         empty: BTreeSet<NodeId>,
+        /// Regions each replier finished filling in this configuration
+        /// (its `ProbeReply::filled`): counted complete at the remap.
+        filled: BTreeMap<NodeId, Vec<meridian_wire::RegionId>>,
         deadline_ns: u64,
         /// The suspects were probed too (only their empty answers count).
         ask_suspects: bool,
@@ -295,6 +298,10 @@ pub struct Reconfig {
     /// applied configuration nobody will ever commit (found by the swarm:
     /// seed 8).
     abandoned: Option<Box<State>>,
+    /// Regions this node holds as a filling replica in the configuration
+    /// named and has finished filling there ([`Reconfig::set_filled`]);
+    /// used only while that is still `config` ([`Reconfig::filled_here`]).
+    filled_here: (ConfigId, BTreeSet<meridian_wire::RegionId>),
     out: Vec<ReconfigOutput>,
 }
 
@@ -317,8 +324,39 @@ impl Reconfig {
             state: State::Member,
             next_probe_seq: 1,
             abandoned: None,
+            filled_here: (ConfigId(0), BTreeSet::new()),
             out: Vec::new(),
         }
+    }
+
+    /// Tell the engine which regions this node holds as a filling replica
+    /// in configuration `config` and has finished filling there (FaRM
+    /// §5.4; the node's `ReplicaReady` to the CM says the same). A probe
+    /// of `config` reports them, and a probe this node runs counts its own
+    /// complete at the remap: the CM marks a filled replica ready only in
+    /// its own memory ([`Reconfig::mark_ready`]), so if the CM fails before
+    /// a configuration records it, its successor would otherwise take the
+    /// region's last complete replica for its only one (swarm seed 17050:
+    /// two replicas filled, the primary crashed 28 ms later, region lost).
+    /// Ignored for any configuration but the one this node runs.
+    pub fn set_filled(&mut self, config: ConfigId, regions: BTreeSet<meridian_wire::RegionId>) {
+        self.filled_here = (config, regions);
+    }
+
+    /// [`Reconfig::set_filled`]'s regions if they were given for the
+    /// configuration this node runs now, else none (a newer configuration
+    /// may list the same region as filling anew, its copy reset).
+    fn filled_here(&self) -> Vec<meridian_wire::RegionId> {
+        if self.filled_here.0 == self.config.id() {
+            self.filled_here.1.iter().copied().collect()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// True while this node probes (a tick may end the probe).
+    pub fn probing(&self) -> bool {
+        matches!(self.state, State::Probing { .. })
     }
 
     /// The configuration this node runs.
@@ -569,6 +607,7 @@ impl Reconfig {
             suspects,
             replied: BTreeSet::new(),
             empty: BTreeSet::new(),
+            filled: BTreeMap::new(),
             deadline_ns: now.saturating_add(self.params.probe_timeout_ns),
             ask_suspects,
         };
@@ -580,6 +619,7 @@ impl Reconfig {
             suspects,
             replied,
             empty,
+            filled,
             deadline_ns,
             ask_suspects,
             ..
@@ -615,10 +655,25 @@ impl Reconfig {
             self.probe_failed(now);
             return;
         }
-        let base = match &self.service_config {
+        let mut base = match &self.service_config {
             Some(c) if c.id() > self.config.id() => (**c).clone(),
             _ => self.config.clone(),
         };
+        if base.id() == self.config.id() {
+            // Copies this configuration's members finished filling are
+            // complete (FaRM §5.4), whether or not the CM's memory of
+            // their `ReplicaReady` survived: a suspect's are not counted
+            // (it is left out), nor are those reported for another
+            // configuration (the service's newer one was never run).
+            let mine = (self.me, self.filled_here());
+            for (n, regions) in filled.iter().chain(std::iter::once((&mine.0, &mine.1))) {
+                if alive.contains(n) {
+                    for r in regions {
+                        base.mark_ready(*r, *n);
+                    }
+                }
+            }
+        }
         if !base.is_member(self.me) {
             // The stored configuration (another prober's CAS won) removed
             // this node: it must not propose a successor of it that adds
@@ -917,6 +972,11 @@ impl Reconfig {
                     if from != self.config.cm() {
                         self.answered.insert(from, (seq, now));
                     }
+                    let filled = if config == mine {
+                        self.filled_here()
+                    } else {
+                        Vec::new()
+                    };
                     self.send(
                         from,
                         ReconfigMessage::ProbeReply {
@@ -924,6 +984,7 @@ impl Reconfig {
                             from: me,
                             seq,
                             empty: false,
+                            filled,
                         },
                     );
                     return from != self.config.cm();
@@ -934,12 +995,14 @@ impl Reconfig {
                 from,
                 seq,
                 empty: was_emptied,
+                filled: regions,
             } => {
                 if let State::Probing {
                     seq: s,
                     suspects,
                     replied,
                     empty,
+                    filled,
                     ..
                 } = &mut self.state
                 {
@@ -953,6 +1016,7 @@ impl Reconfig {
                         } else {
                             empty.remove(&from);
                             replied.insert(from);
+                            filled.insert(from, regions);
                         }
                     }
                 }
@@ -1949,6 +2013,67 @@ mod tests {
         assert_eq!(net.store.members(), vec![NodeId(1), NodeId(3), NodeId(4)]);
     }
 
+    /// Swarm seed 17050: the CM, primary of a region whose two backups
+    /// were new (filling), crashed 28 ms after both finished filling. Their
+    /// `ReplicaReady` had reached only the CM's memory, so the survivors'
+    /// remap took the CM's copy for the region's only complete one and
+    /// reported the region lost. Probe answers now carry the regions each
+    /// member finished filling, and the remap counts those copies complete.
+    #[test]
+    fn copies_filled_before_the_cm_failed_survive_it() {
+        let run = |report_filled: bool| {
+            let mut net = Net::new(5);
+            let mut c = net.store.clone();
+            c.placement = c.regions();
+            let r = c
+                .placement
+                .iter_mut()
+                .find(|r| r.primary == NodeId(0))
+                .expect("a region the CM leads");
+            r.filling = r.backups.clone();
+            let (region, fillers) = (r.id, r.backups.clone());
+            for m in c.members() {
+                net.nodes.insert(m, Reconfig::new(m, params(), c.clone()));
+            }
+            net.store = c.clone();
+            if report_filled {
+                for f in &fillers {
+                    net.nodes
+                        .get_mut(f)
+                        .unwrap()
+                        .set_filled(c.id(), [region].into_iter().collect());
+                }
+            }
+            net.dead.insert(NodeId(0));
+            for m in [1, 2, 3, 4] {
+                net.nodes.get_mut(&NodeId(m)).unwrap().suspect_cm(MS);
+                net.collect(NodeId(m));
+            }
+            net.run_ms(40);
+            (net, region, fillers)
+        };
+        let (net, region, fillers) = run(true);
+        assert!(
+            net.log.iter().all(|l| !l.contains("lost a region")),
+            "{:?}",
+            net.log
+        );
+        assert_eq!(net.store.id(), ConfigId(2), "{:?}", net.log);
+        let r = net.store.regions()[region.0 as usize].clone();
+        assert!(
+            fillers.contains(&r.primary) && r.filling.iter().all(|f| !fillers.contains(f)),
+            "{r:?}"
+        );
+        // Without the reports the survivors find the region lost.
+        let (net, _, _) = run(false);
+        assert!(
+            net.log.iter().any(|l| l.contains("lost a region")),
+            "{:?}",
+            net.log
+        );
+        assert_eq!(net.store.id(), ConfigId(1));
+    }
+
     #[test]
     fn a_minority_cannot_reconfigure_and_the_majority_removes_it() {
         let mut net = Net::new(5);
@@ -2039,6 +2164,7 @@ mod tests {
                     from,
                     seq,
                     empty: true,
+                    filled: Vec::new(),
                 },
                 0,
                 0,
@@ -2075,6 +2201,7 @@ mod tests {
                             from: to,
                             seq,
                             empty: false,
+                            filled: Vec::new(),
                         },
                         0,
                         0,

@@ -586,7 +586,9 @@ impl RecoveryFlow {
                     // transaction's record (seed 3935). It asks again.
                     return;
                 }
-                if let Some((objects, done)) = p.copy_region(region, after.as_deref()) {
+                if let Some((objects, done, source_safe_point)) =
+                    p.copy_region(region, after.as_deref())
+                {
                     // The last chunk carries what this replica knows of
                     // finished transactions: the copy holds their writes
                     // without their records (seed 9253).
@@ -603,6 +605,7 @@ impl RecoveryFlow {
                             after,
                             objects,
                             done,
+                            source_safe_point,
                             finished,
                         },
                     );
@@ -614,6 +617,7 @@ impl RecoveryFlow {
                 after,
                 objects,
                 done,
+                source_safe_point,
                 finished,
             } if c == config => {
                 let Some(f) = self.filling.get_mut(&region) else {
@@ -622,7 +626,7 @@ impl RecoveryFlow {
                 if f.after != after {
                     return; // a duplicate or a stale answer
                 }
-                p.merge_copies(region, &objects);
+                p.merge_copies(region, after.as_deref(), &objects, done, source_safe_point);
                 self.stats.objects_copied += objects.len() as u64;
                 if done {
                     p.learn_finished(&finished);

@@ -1143,3 +1143,40 @@ fn a_memory_mode_cluster_crash_counts_as_lost() {
 fn swarm_seed_25297_finishes() {
     assert_finishes(SimConfig::swarm(25297));
 }
+
+/// Swarm seed 2447 (found 2026-11-28, with the filled copies of seed 17050
+/// below) brought a deleted key back. n3, filling r0 in configuration 3,
+/// logged a write of k (T75) and its delete (T154); T75's TRUNCATE never
+/// came, and recovery in configuration 4 kept its write to put in place at
+/// truncation. Configuration 4 refilled n3 from the primary n0, which had
+/// collected the delete's tombstone, so its copy said nothing of k, and
+/// T75's old write, put in place on the refilled copy, was served as k's
+/// value after n3 became r0's primary (G2-item). A refill now fences
+/// writes below the source's GC safe point to keys its copy does not hold
+/// (`RegionStore::merge_chunk`); without the fence this seed fails the
+/// checker.
+#[test]
+fn swarm_seed_2447_keeps_a_collected_delete() {
+    run_and_check(SimConfig::swarm(2447)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Swarm seed 17050 (found 2026-11-28) lost a region it had not lost. The
+/// CM n0, primary of r4, had two new backups (n2, n3), and both finished
+/// filling; their `ReplicaReady` reached only n0's memory, and n0 crashed
+/// 28 ms later, before any configuration recorded the copies complete. The
+/// survivors' remap took n0's copy for r4's only complete one and reported
+/// r4 lost. Probe answers now carry the regions a member finished filling,
+/// and the remap counts those copies complete: the run finishes, no
+/// region lost.
+#[test]
+fn swarm_seed_17050_keeps_the_filled_copies() {
+    let r = run_and_check(SimConfig::swarm(17050)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        !r.region_lost && !r.timed_out,
+        "seed 17050 ({}): lost {} timed out {}:\n{}",
+        r.faults.describe(),
+        r.region_lost,
+        r.timed_out,
+        r.stuck.join("\n")
+    );
+}

@@ -108,6 +108,10 @@ pub struct StoreStats {
     pub versions_freed: u64,
     /// Objects removed (tombstones collected).
     pub objects_removed: u64,
+    /// Writes a refilled replica did not put in place, and copies it
+    /// dropped, because its source had collected a newer tombstone of the
+    /// key ([`RegionStore::merge_chunk`], the fill fence).
+    pub stale_fill_writes: u64,
 }
 
 /// A key as the store holds it: up to [`INLINE_KEY_BYTES`] bytes inline
@@ -243,6 +247,17 @@ pub struct RegionStore {
     gc_queue: VecDeque<(Timestamp, Key)>,
     max_versions: usize,
     stats: StoreStats,
+    /// The fill fence ([`RegionStore::merge_chunk`]): the highest GC safe
+    /// point of the source among the chunks merged into this replica
+    /// (`ZERO` on a replica that was never filled). A write below it to a
+    /// key this replica does not hold is stale unless the key is in
+    /// `fill_pending`.
+    fill_floor_ts: Timestamp,
+    /// Keys the source reported locked with no version (a pending insert):
+    /// their transaction's write, below `fill_floor_ts` or not, is still
+    /// to be put in place here. Bounded by the source's locks; a key
+    /// leaves when a write is applied to it.
+    fill_pending: std::collections::BTreeSet<Key>,
 }
 
 fn check_range(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
@@ -277,7 +292,14 @@ impl RegionStore {
             gc_queue: VecDeque::new(),
             max_versions: max_versions.max(1),
             stats: StoreStats::default(),
+            fill_floor_ts: Timestamp::ZERO,
+            fill_pending: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// The fill fence's timestamp ([`RegionStore::merge_chunk`]).
+    pub fn fill_floor_ts(&self) -> Timestamp {
+        self.fill_floor_ts
     }
 
     /// Number of objects (live or tombstoned or lock placeholders).
@@ -493,7 +515,30 @@ impl RegionStore {
     /// already pushed the floor past it: no read at or above the floor can
     /// see it, so it is dropped (counted as freed) rather than placed below
     /// the floor.
+    ///
+    /// On a refilled replica, a write below the fill fence to a key the
+    /// replica does not hold is dropped (counted in `stale_fill_writes`):
+    /// its source had applied it and collected a newer tombstone
+    /// ([`RegionStore::merge_chunk`] argues why), so putting it in place
+    /// would bring a deleted key back.
     pub fn apply_backup(&mut self, key: &[u8], write_ts: Timestamp, value: Option<Value>) {
+        if write_ts < self.fill_floor_ts
+            && !self.fill_pending.contains(key)
+            && self.objects.get(key).is_none()
+        {
+            self.stats.stale_fill_writes += 1;
+            return;
+        }
+        if !self.fill_pending.is_empty() {
+            self.fill_pending.remove(key);
+        }
+        self.insert_version(key, write_ts, value);
+    }
+
+    /// [`RegionStore::apply_backup`] without the fill fence: a version
+    /// copied from the source, or a committed write at a replica that
+    /// passed it.
+    fn insert_version(&mut self, key: &[u8], write_ts: Timestamp, value: Option<Value>) {
         if self.objects.get(key).is_some_and(|o| write_ts < o.floor_ts) {
             self.stats.versions_freed += 1;
             return;
@@ -649,7 +694,9 @@ impl RegionStore {
 
     /// FaRM §5.4 data recovery, source side: up to `max` objects after
     /// `after` (exclusive), with their versions, and whether the region
-    /// ends there. Lock placeholders (no versions) are skipped.
+    /// ends there. A lock placeholder (a key locked by a pending insert,
+    /// no versions) is copied with no versions, so that the new replica
+    /// knows the key's write is still to come ([`RegionStore::merge_chunk`]).
     pub fn copy_after(
         &self,
         after: Option<&[u8]>,
@@ -663,9 +710,6 @@ impl RegionStore {
         for (k, obj) in self.objects.range::<_, [u8]>((lower, Bound::Unbounded)) {
             if out.len() == max.max(1) {
                 return (out, false);
-            }
-            if obj.versions.is_empty() {
-                continue;
             }
             out.push(meridian_wire::ObjectCopy {
                 key: k.to_vec(),
@@ -685,7 +729,7 @@ impl RegionStore {
     /// `write_ts`; the floor only rises).
     pub fn merge_copy(&mut self, copy: &meridian_wire::ObjectCopy) {
         for (ts, value) in &copy.versions {
-            self.apply_backup(&copy.key, *ts, value.clone());
+            self.insert_version(&copy.key, *ts, value.clone());
         }
         if let Some(obj) = self.objects.get_mut(&copy.key[..]) {
             if copy.floor_ts > obj.floor_ts {
@@ -696,6 +740,101 @@ impl RegionStore {
                 }
             }
         }
+    }
+
+    /// FaRM §5.4 data recovery, new replica side: merge one chunk of the
+    /// source's copy, the objects after `after` through the chunk's last
+    /// key (through the region's end if `done`), copied when the source's
+    /// GC safe point was `source_safe_point`.
+    ///
+    /// **The fill fence** (swarm seed 2447). A refilled replica starts
+    /// empty, but the node keeps its log: COMMIT-BACKUP records, and
+    /// COMMIT-RECOVERY's kept writes, of transactions it logged before the
+    /// refill, put in place at truncation. The source applied those writes
+    /// long ago and may since have deleted the key and collected the
+    /// tombstone, so its copy says nothing of the key, and the old write
+    /// put in place here brings the deleted key back. A key the copy does
+    /// not hold is, at the source when the chunk was taken, one of:
+    /// - absent: never written, or deleted with its tombstone collected. A
+    ///   collected tombstone is at or below the source's safe point and
+    ///   newer than every write it hid, so every write to the key below
+    ///   that safe point is stale;
+    /// - locked by a pending insert: the source is the region's primary
+    ///   and holds the lock of every transaction that has not installed
+    ///   there (FaRM §5.3 step 4 re-takes them before any chunk is served),
+    ///   so the copy carries the key as a placeholder with no versions, and
+    ///   the key goes into `fill_pending`: its write is still to come;
+    /// - not yet locked: a transaction that locks it later takes a
+    ///   `write_ts` above the source's clock at that time, so above the
+    ///   safe point.
+    ///
+    /// So in the chunk's range, versions below `source_safe_point` of keys
+    /// the copy does not hold are dropped here, and a later write below
+    /// the highest such safe point (`fill_floor_ts`) to a key this replica
+    /// does not hold is dropped by [`RegionStore::apply_backup`], unless
+    /// the key is pending. Both are counted in `stale_fill_writes`.
+    ///
+    /// Left open: a stale write to a key that is pending again (deleted,
+    /// collected and locked by a new insert at the source) passes the
+    /// fence; it is hidden once the insert installs, and stays if the
+    /// insert aborts.
+    pub fn merge_chunk(
+        &mut self,
+        after: Option<&[u8]>,
+        objects: &[meridian_wire::ObjectCopy],
+        done: bool,
+        source_safe_point: Timestamp,
+    ) {
+        let lower = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        let upper = match (done, objects.last()) {
+            (true, _) => Some(Bound::Unbounded),
+            (false, Some(o)) => Some(Bound::Included(o.key.as_slice())),
+            (false, None) => None,
+        };
+        if let Some(upper) = upper {
+            let copied = |k: &[u8]| {
+                objects
+                    .binary_search_by(|o| o.key.as_slice().cmp(k))
+                    .is_ok()
+            };
+            let stale: Vec<Key> = self
+                .objects
+                .range::<_, [u8]>((lower, upper))
+                .filter(|(k, o)| {
+                    o.lock.is_none()
+                        && !copied(&k[..])
+                        && o.versions.first().is_some_and(|v| v.ts < source_safe_point)
+                })
+                .map(|(k, _)| k.to_vec())
+                .collect();
+            for key in stale {
+                let Some(obj) = self.objects.get_mut(&key[..]) else {
+                    continue;
+                };
+                let drop = obj.versions.partition_point(|v| v.ts < source_safe_point);
+                obj.versions.drain(..drop);
+                self.stats.stale_fill_writes += drop as u64;
+                match obj.versions.first() {
+                    Some(v) => obj.floor_ts = v.ts,
+                    None => {
+                        self.objects.remove(&key[..]);
+                    }
+                }
+            }
+        }
+        for o in objects {
+            if o.versions.is_empty() {
+                if self.objects.get(&o.key[..]).is_none() {
+                    self.fill_pending.insert(o.key.clone());
+                }
+            } else {
+                self.merge_copy(o);
+            }
+        }
+        self.fill_floor_ts = self.fill_floor_ts.max(source_safe_point);
     }
 
     /// Advance the GC safe point to `safe_point` (never backwards) and free
@@ -1142,6 +1281,90 @@ mod tests {
         // A transaction with a fresh snapshot can.
         s.lock(tx(4), b"k", Some(ts(41))).unwrap();
         s.check_invariants();
+    }
+
+    fn copy(key: &[u8], versions: &[(u64, Option<u8>)]) -> meridian_wire::ObjectCopy {
+        meridian_wire::ObjectCopy {
+            key: key.to_vec(),
+            versions: versions
+                .iter()
+                .map(|(t, v)| (ts(*t), v.map(|b| vec![b])))
+                .collect(),
+            floor_ts: versions.first().map_or(Timestamp::ZERO, |(t, _)| ts(*t)),
+        }
+    }
+
+    /// Swarm seed 2447: k is written at 10 and deleted at 20, and the
+    /// source collects the tombstone (safe point 50). A refilled replica
+    /// that put the write at 10 in place from its own log before the chunk
+    /// came loses it when the chunk, which does not hold k, is merged.
+    #[test]
+    fn a_chunk_drops_a_write_whose_tombstone_the_source_collected() {
+        let mut s = RegionStore::new(8);
+        s.apply_backup(b"k", ts(10), Some(vec![1]));
+        s.apply_backup(b"m", ts(60), Some(vec![6])); // newer than the copy
+        s.merge_chunk(None, &[copy(b"a", &[(5, Some(9))])], true, ts(50));
+        assert!(s.object(b"k").is_none(), "the stale write is dropped");
+        assert_eq!(s.read(b"k", ts(70)).unwrap(), None);
+        assert_eq!(s.read(b"m", ts(70)).unwrap().unwrap().value, vec![6]);
+        assert_eq!(s.read(b"a", ts(70)).unwrap().unwrap().value, vec![9]);
+        assert_eq!(s.stats().stale_fill_writes, 1);
+        s.check_invariants();
+    }
+
+    /// The same write put in place after the chunk is dropped by the fence,
+    /// unless the source reported the key as a pending insert.
+    #[test]
+    fn the_fill_fence_drops_late_stale_writes_but_not_pending_ones() {
+        let mut s = RegionStore::new(8);
+        s.merge_chunk(
+            None,
+            &[copy(b"a", &[(5, Some(9))]), copy(b"p", &[])],
+            true,
+            ts(50),
+        );
+        assert!(s.object(b"p").is_none(), "a placeholder is not an object");
+        s.apply_backup(b"k", ts(10), Some(vec![1]));
+        assert!(s.object(b"k").is_none(), "below the fence, not held: stale");
+        s.apply_backup(b"p", ts(10), Some(vec![2]));
+        assert_eq!(s.read(b"p", ts(70)).unwrap().unwrap().value, vec![2]);
+        s.apply_backup(b"a", ts(30), Some(vec![3]));
+        assert_eq!(s.read(b"a", ts(70)).unwrap().unwrap().value, vec![3]);
+        s.apply_backup(b"n", ts(55), Some(vec![4]));
+        assert_eq!(s.read(b"n", ts(70)).unwrap().unwrap().value, vec![4]);
+        assert_eq!(s.stats().stale_fill_writes, 1);
+        s.check_invariants();
+    }
+
+    /// A chunk only speaks for its own range: keys past its last one wait
+    /// for the next chunk.
+    #[test]
+    fn a_chunk_drops_nothing_past_its_last_key() {
+        let mut s = RegionStore::new(8);
+        s.apply_backup(b"b", ts(10), Some(vec![1]));
+        s.apply_backup(b"z", ts(10), Some(vec![2]));
+        s.merge_chunk(None, &[copy(b"c", &[(5, Some(9))])], false, ts(50));
+        assert!(s.object(b"b").is_none(), "inside the chunk's range");
+        assert!(s.object(b"z").is_some(), "past the chunk's last key");
+        s.merge_chunk(Some(b"c"), &[], true, ts(50));
+        assert!(s.object(b"z").is_none(), "the last chunk covers the rest");
+        s.check_invariants();
+    }
+
+    /// The source copies a lock placeholder (a pending insert) with no
+    /// versions, so the new replica knows the key's write is to come.
+    #[test]
+    fn the_copy_carries_lock_placeholders() {
+        let mut s = RegionStore::new(8);
+        s.install(tx(1), b"a", ts(10), Some(vec![1]));
+        s.lock(tx(2), b"p", None).unwrap();
+        let (objects, done) = s.copy_after(None, 10);
+        assert!(done);
+        let keys: Vec<_> = objects
+            .iter()
+            .map(|o| (o.key.clone(), o.versions.len()))
+            .collect();
+        assert_eq!(keys, vec![(b"a".to_vec(), 1), (b"p".to_vec(), 0)]);
     }
 
     #[test]

@@ -202,8 +202,14 @@ pub enum Mutation {
     MergeCopies {
         /// Region.
         region: RegionId,
+        /// The chunk's resume point.
+        after: Option<meridian_wire::Key>,
         /// Copied objects.
         objects: Vec<meridian_wire::ObjectCopy>,
+        /// The chunk ends the region.
+        done: bool,
+        /// The source's GC safe point when it copied them.
+        source_safe_point: Timestamp,
     },
     /// [`Participant::gc`].
     Gc(Timestamp),
@@ -491,8 +497,20 @@ impl Participant {
                 self.replicate_tx_state(*region, tx);
                 Ok(())
             }
-            Mutation::MergeCopies { region, objects } => {
-                self.merge_copies(*region, objects);
+            Mutation::MergeCopies {
+                region,
+                after,
+                objects,
+                done,
+                source_safe_point,
+            } => {
+                self.merge_copies(
+                    *region,
+                    after.as_deref(),
+                    objects,
+                    *done,
+                    *source_safe_point,
+                );
                 Ok(())
             }
             Mutation::Gc(sp) => {
@@ -1076,26 +1094,39 @@ impl Participant {
         }
     }
 
-    /// FaRM §5.4, source: objects of `region` after `after`.
+    /// FaRM §5.4, source: objects of `region` after `after`, whether the
+    /// region ends there, and the replica's GC safe point (the new
+    /// replica's fill fence, [`RegionStore::merge_chunk`]).
     pub fn copy_region(
         &self,
         region: RegionId,
         after: Option<&[u8]>,
-    ) -> Option<(Vec<meridian_wire::ObjectCopy>, bool)> {
+    ) -> Option<(Vec<meridian_wire::ObjectCopy>, bool, Timestamp)> {
         let s = self.stores.get(&region)?;
-        Some(s.copy_after(after, self.limits.data_recovery_chunk_objects))
+        let (objects, done) = s.copy_after(after, self.limits.data_recovery_chunk_objects);
+        Some((objects, done, s.safe_point()))
     }
 
-    /// FaRM §5.4, new replica: merge copied objects into `region`.
-    pub fn merge_copies(&mut self, region: RegionId, objects: &[meridian_wire::ObjectCopy]) {
+    /// FaRM §5.4, new replica: merge one chunk of copied objects into
+    /// `region` ([`RegionStore::merge_chunk`]: the chunk's range, and the
+    /// fill fence at the source's safe point).
+    pub fn merge_copies(
+        &mut self,
+        region: RegionId,
+        after: Option<&[u8]>,
+        objects: &[meridian_wire::ObjectCopy],
+        done: bool,
+        source_safe_point: Timestamp,
+    ) {
         self.journal(|| Mutation::MergeCopies {
             region,
+            after: after.map(<[u8]>::to_vec),
             objects: objects.to_vec(),
+            done,
+            source_safe_point,
         });
         if let Some(s) = self.stores.get_mut(&region) {
-            for o in objects {
-                s.merge_copy(o);
-            }
+            s.merge_chunk(after, objects, done, source_safe_point);
         }
     }
 

@@ -683,6 +683,9 @@ pub enum RecoveryMessage {
         objects: Vec<ObjectCopy>,
         /// True if no object follows.
         done: bool,
+        /// The source replica's GC safe point when it copied `objects`:
+        /// the new replica's fill fence (`RegionStore::merge_chunk`).
+        source_safe_point: Timestamp,
         /// On the last chunk (`done`): what the source knows of finished
         /// transactions, the ids it truncated and each coordinator's low
         /// bound (FaRM §5.3 step 6 votes `truncated` on it). The copy holds
@@ -800,6 +803,12 @@ pub enum ReconfigMessage {
         /// no lease — but holds no replica, so the new configuration
         /// leaves it out (it joins again afterwards).
         empty: bool,
+        /// Regions the replier holds as a filling replica in `config` and
+        /// has finished filling there (FaRM §5.4 data recovery done): the
+        /// prober may count those copies complete when it remaps `config`,
+        /// as the CM does once it got the replier's `ReplicaReady`. Empty
+        /// unless the replier holds `config` itself.
+        filled: Vec<RegionId>,
     },
     /// Step 5: the new configuration, as TOML text (the `config` crate's
     /// format), from its CM. Also the new CM's lease request.
