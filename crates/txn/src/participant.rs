@@ -647,6 +647,10 @@ impl Participant {
             // interrupted by a configuration change restarts from scratch
             // anyway, and everything it applied is at the primary too
             // (backups apply at truncation, after the primary installed).
+            // The node's log is kept, and a record of it may be put in
+            // place after the primary deleted the key and collected the
+            // tombstone: the new copy's fill fence drops such a write
+            // (`RegionStore::merge_chunk`, swarm seed 2447).
             let refill = r.filling.contains(&self.node);
             if refill || !self.stores.contains_key(&r.id) {
                 let empty = RegionStore::new(self.limits.max_versions_per_object);
