@@ -697,6 +697,8 @@ impl RegionStore {
     /// ends there. A lock placeholder (a key locked by a pending insert,
     /// no versions) is copied with no versions, so that the new replica
     /// knows the key's write is still to come ([`RegionStore::merge_chunk`]).
+    /// So is a key held by lock recovery (FaRM §5.3 step 4) that this
+    /// replica holds no object of: a recovering transaction's insert.
     pub fn copy_after(
         &self,
         after: Option<&[u8]>,
@@ -707,9 +709,11 @@ impl RegionStore {
             None => Bound::Unbounded,
         };
         let mut out = Vec::new();
+        let mut done = true;
         for (k, obj) in self.objects.range::<_, [u8]>((lower, Bound::Unbounded)) {
             if out.len() == max.max(1) {
-                return (out, false);
+                done = false;
+                break;
             }
             out.push(meridian_wire::ObjectCopy {
                 key: k.to_vec(),
@@ -721,7 +725,27 @@ impl RegionStore {
                 floor_ts: obj.floor_ts,
             });
         }
-        (out, true)
+        if !self.recovery_locks.is_empty() {
+            let upper = match (done, out.last()) {
+                (false, Some(o)) => Bound::Included(o.key.as_slice()),
+                _ => Bound::Unbounded,
+            };
+            let held: Vec<meridian_wire::ObjectCopy> = self
+                .recovery_locks
+                .range::<[u8], _>((lower, upper))
+                .filter(|(k, _)| self.objects.get(&k[..]).is_none())
+                .map(|(k, _)| meridian_wire::ObjectCopy {
+                    key: k.clone(),
+                    versions: Vec::new(),
+                    floor_ts: Timestamp::ZERO,
+                })
+                .collect();
+            if !held.is_empty() {
+                out.extend(held);
+                out.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+        }
+        (out, done)
     }
 
     /// FaRM §5.4 data recovery, new replica side: merge a copied object
@@ -1365,6 +1389,33 @@ mod tests {
             .map(|o| (o.key.clone(), o.versions.len()))
             .collect();
         assert_eq!(keys, vec![(b"a".to_vec(), 1), (b"p".to_vec(), 0)]);
+    }
+
+    /// A key held by lock recovery with no object here (a recovering
+    /// transaction's insert) is copied as a placeholder too, in key order
+    /// and within the chunk's range.
+    #[test]
+    fn the_copy_carries_keys_held_by_lock_recovery() {
+        let mut s = RegionStore::new(8);
+        s.install(tx(1), b"a", ts(10), Some(vec![1]));
+        s.install(tx(1), b"c", ts(10), Some(vec![1]));
+        s.install(tx(1), b"e", ts(10), Some(vec![1]));
+        s.recovery_lock(tx(2), b"b");
+        s.recovery_lock(tx(2), b"d");
+        let (objects, done) = s.copy_after(None, 2);
+        assert!(!done);
+        let keys: Vec<_> = objects
+            .iter()
+            .map(|o| (o.key.clone(), o.versions.len()))
+            .collect();
+        assert_eq!(
+            keys,
+            vec![(b"a".to_vec(), 1), (b"b".to_vec(), 0), (b"c".to_vec(), 1)]
+        );
+        let (objects, done) = s.copy_after(Some(b"c"), 2);
+        assert!(done);
+        let keys: Vec<_> = objects.iter().map(|o| o.key.clone()).collect();
+        assert_eq!(keys, vec![b"d".to_vec(), b"e".to_vec()]);
     }
 
     #[test]
