@@ -2439,6 +2439,8 @@ fn sim(
     let (mut committed, mut aborted, mut unknown, mut crashes, mut dropped, mut stuck) =
         (0, 0, 0, 0, 0, 0);
     let mut lost = 0;
+    // Writes the refill fence dropped, and the runs it dropped any in.
+    let (mut fenced, mut fenced_runs) = (0u64, 0u64);
     let bar = indicatif::ProgressBar::new(seeds);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -2480,6 +2482,8 @@ fn sim(
         crashes += r.crashes;
         dropped += r.dropped;
         lost += r.region_lost as u64;
+        fenced += r.stale_fill_writes;
+        fenced_runs += (r.stale_fill_writes > 0) as u64;
         if r.region_lost {
             lost_seeds.push((seed, !r.timed_out));
         }
@@ -2504,7 +2508,7 @@ fn sim(
          {committed} committed, {aborted} aborted, {unknown} unknown; \
          {crashes} crashes, {dropped} messages dropped; {lost} runs lost a region's every \
          replica (more than f failures, beyond the fault model); {stuck} other runs ended by \
-         the time limit (stuck)",
+         the time limit (stuck); the refill fence dropped {fenced} stale writes in {fenced_runs} runs",
         if faults { " with faults" } else { "" },
         t0.elapsed().as_secs_f64()
     );

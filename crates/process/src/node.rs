@@ -192,6 +192,12 @@ impl Discarded {
     pub fn objects(&self) -> usize {
         self.0.iter().map(meridian_txn::RegionStore::len).sum()
     }
+
+    /// Writes the fill fence dropped on these replicas, over every one
+    /// (`RegionStore::merge_chunk`).
+    pub fn stale_fill_writes(&self) -> u64 {
+        self.0.iter().map(|s| s.stats().stale_fill_writes).sum()
+    }
 }
 
 impl std::fmt::Debug for Discarded {

@@ -485,6 +485,10 @@ pub struct SimReport {
     /// Region replicas the nodes let go of ([`NodeEffect::Discard`]: a
     /// refilled replica's old copy, a region moved away, a reset).
     pub discarded_replicas: u64,
+    /// Writes and copied versions the refill fence dropped
+    /// (`RegionStore::merge_chunk`): on replicas let go of, and on those
+    /// held by the nodes alive at the end (a restart zeroes a node's).
+    pub stale_fill_writes: u64,
     /// Reconfiguration milestones: (true time ns, node, event).
     pub node_events: Vec<(u64, u32, NodeEvent)>,
 }
@@ -1156,6 +1160,8 @@ pub struct Sim {
     uncertainty: (u128, u64),
     too_old: u64,
     discarded_replicas: u64,
+    /// Fenced writes on the replicas let go of ([`SimReport::stale_fill_writes`]).
+    discarded_stale_fill_writes: u64,
     harvested: Vec<u32>,
     /// The coordination service (FaRM §5.2's Zookeeper; a Raft group in
     /// the tokio cluster): one CAS register, answered after a delay.
@@ -1314,6 +1320,7 @@ impl Sim {
             uncertainty: (0, 0),
             too_old: 0,
             discarded_replicas: 0,
+            discarded_stale_fill_writes: 0,
             max_master_time: None,
             time_failures: Vec::new(),
             reads_in_service: BTreeMap::new(),
@@ -2131,7 +2138,10 @@ impl Sim {
                 | NodeEffect::AppendLog { .. }
                 | NodeEffect::Checkpoint { .. } => {}
                 // Simulated time does not pass while a replica is freed.
-                NodeEffect::Discard(d) => self.discarded_replicas += d.replicas() as u64,
+                NodeEffect::Discard(d) => {
+                    self.discarded_replicas += d.replicas() as u64;
+                    self.discarded_stale_fill_writes += d.stale_fill_writes();
+                }
                 NodeEffect::Event(ev) => {
                     if self.trace {
                         eprintln!("t={now} node {n}: {ev:?}");
@@ -2426,6 +2436,13 @@ impl Sim {
             .filter_map(|n| n.process.as_ref())
             .map(|p| p.read_hold_stats().blind_locks_waited)
             .sum();
+        let stale_fill_writes = self.discarded_stale_fill_writes
+            + self
+                .nodes
+                .iter()
+                .filter_map(|n| n.process.as_ref())
+                .map(|p| p.participant().stale_fill_writes())
+                .sum::<u64>();
         let count = |o: Outcome| history.txns.iter().filter(|t| t.outcome == o).count() as u64;
         let (committed, aborted, unknown) = (
             count(Outcome::Committed) + unrecorded_committed,
@@ -2458,6 +2475,7 @@ impl Sim {
             recovered,
             blind_locks_waited,
             discarded_replicas: self.discarded_replicas,
+            stale_fill_writes,
             node_events: std::mem::take(&mut self.node_events),
         }
     }

@@ -1250,6 +1250,15 @@ impl Participant {
         self.log.len()
     }
 
+    /// Writes and copied versions the fill fence dropped, over the
+    /// replicas held ([`RegionStore::merge_chunk`]).
+    pub fn stale_fill_writes(&self) -> u64 {
+        self.stores
+            .values()
+            .map(|s| s.stats().stale_fill_writes)
+            .sum()
+    }
+
     /// The replica of `region`, if held.
     pub fn store(&self, region: RegionId) -> Option<&RegionStore> {
         self.stores.get(&region)
