@@ -3189,6 +3189,14 @@ impl NodeProcess {
         self.participant.set_broken_locks_unchecked(on);
     }
 
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_refill_unfenced`, see
+    /// `Participant::set_broken_refill_unfenced`).
+    #[doc(hidden)]
+    pub fn set_broken_refill_unfenced(&mut self, on: bool) {
+        self.participant.set_broken_refill_unfenced(on);
+    }
+
     /// What the `read_ts` wait at this node did since it started
     /// (`clock.reads_wait_at_server`, FaRMv2 §4.1). The node shell writes
     /// it to `stats.jsonl` once a second; `meridian bench` reports it.

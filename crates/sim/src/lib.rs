@@ -309,6 +309,11 @@ pub struct SimConfig {
     /// if every write were blind, also for keys the transaction read
     /// (`NodeProcess::set_broken_locks_unchecked`).
     pub broken_locks_unchecked: bool,
+    /// Deliberately broken: a new replica merges its chunks without the
+    /// refill fence, so an old write from its own log can come back over
+    /// a delete its source collected
+    /// (`NodeProcess::set_broken_refill_unfenced`; swarm seed 2447).
+    pub broken_refill_unfenced: bool,
     /// Deliberately broken: clients leave `write_ts`'s uncertainty wait to
     /// the nodes (`clock.writes_wait_at_server`, the default) but the
     /// nodes handle the held VALIDATEs and COMMIT-BACKUPs at once, so
@@ -358,6 +363,7 @@ impl SimConfig {
             broken_lock_waits_read_past_locks: false,
             broken_restore_forgotten: false,
             broken_locks_unchecked: false,
+            broken_refill_unfenced: false,
             broken_writes_unwaited: false,
             broken_validates_unwaited: false,
             read_lock_wait_us: meridian_config::Limits::default().read_lock_wait_us,
@@ -1082,6 +1088,7 @@ fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> 
         p.set_broken_lock_waits_read_past_locks(cfg.broken_lock_waits_read_past_locks);
         p.set_broken_restore_forgotten(cfg.broken_restore_forgotten);
         p.set_broken_locks_unchecked(cfg.broken_locks_unchecked);
+        p.set_broken_refill_unfenced(cfg.broken_refill_unfenced);
         p.set_broken_writes_unwaited(cfg.broken_writes_unwaited);
         p.set_broken_validates_unwaited(cfg.broken_validates_unwaited);
         p

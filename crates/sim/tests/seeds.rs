@@ -1158,6 +1158,12 @@ fn swarm_seed_25297_finishes() {
 #[test]
 fn swarm_seed_2447_keeps_a_collected_delete() {
     run_and_check(SimConfig::swarm(2447)).unwrap_or_else(|e| panic!("{e}"));
+    let broken = SimConfig {
+        broken_refill_unfenced: true,
+        ..SimConfig::swarm(2447)
+    };
+    let e = run_and_check(broken).expect_err("the unfenced refill passed seed 2447");
+    assert!(e.contains("violation"), "{e}");
 }
 
 /// Swarm seed 17050 (found 2026-11-28) lost a region it had not lost. The

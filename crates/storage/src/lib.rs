@@ -861,6 +861,15 @@ impl RegionStore {
         self.fill_floor_ts = self.fill_floor_ts.max(source_safe_point);
     }
 
+    /// [`RegionStore::merge_chunk`] without the fill fence: the simulator's
+    /// deliberately broken variant only (`SimConfig::broken_refill_unfenced`).
+    #[doc(hidden)]
+    pub fn merge_chunk_unfenced(&mut self, objects: &[meridian_wire::ObjectCopy]) {
+        for o in objects.iter().filter(|o| !o.versions.is_empty()) {
+            self.merge_copy(o);
+        }
+    }
+
     /// Advance the GC safe point to `safe_point` (never backwards) and free
     /// versions no reader at or above it can need.
     pub fn gc(&mut self, safe_point: Timestamp) {

@@ -144,6 +144,9 @@ pub struct Participant {
     /// The simulator's deliberately broken variant
     /// ([`Participant::set_broken_locks_unchecked`]).
     broken_locks_unchecked: bool,
+    /// The simulator's deliberately broken variant
+    /// ([`Participant::set_broken_refill_unfenced`]).
+    broken_refill_unfenced: bool,
 }
 
 /// One input that changed a participant's state: the unit of the
@@ -438,6 +441,7 @@ impl Participant {
                     restored: false,
                     broken_restore_forgotten: false,
                     broken_locks_unchecked: false,
+                    broken_refill_unfenced: false,
                 }
             }
         };
@@ -589,6 +593,7 @@ impl Participant {
             restored: false,
             broken_restore_forgotten: false,
             broken_locks_unchecked: false,
+            broken_refill_unfenced: false,
         }
     }
 
@@ -717,6 +722,17 @@ impl Participant {
     #[doc(hidden)]
     pub fn set_broken_locks_unchecked(&mut self, on: bool) {
         self.broken_locks_unchecked = on;
+    }
+
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_refill_unfenced`): a new replica merges its
+    /// chunks without the fill fence (`RegionStore::merge_chunk_unfenced`),
+    /// as before swarm seed 2447, so an old write from its own log can be
+    /// put in place over a delete its source collected. The checker must
+    /// catch it.
+    #[doc(hidden)]
+    pub fn set_broken_refill_unfenced(&mut self, on: bool) {
+        self.broken_refill_unfenced = on;
     }
 
     /// Regions blocked by recovery at this primary.
@@ -1130,7 +1146,11 @@ impl Participant {
             source_safe_point,
         });
         if let Some(s) = self.stores.get_mut(&region) {
-            s.merge_chunk(after, objects, done, source_safe_point);
+            if self.broken_refill_unfenced {
+                s.merge_chunk_unfenced(objects);
+            } else {
+                s.merge_chunk(after, objects, done, source_safe_point);
+            }
         }
     }
 
