@@ -297,11 +297,6 @@ impl RegionStore {
         }
     }
 
-    /// The fill fence's timestamp ([`RegionStore::merge_chunk`]).
-    pub fn fill_floor_ts(&self) -> Timestamp {
-        self.fill_floor_ts
-    }
-
     /// Number of objects (live or tombstoned or lock placeholders).
     pub fn len(&self) -> usize {
         self.objects.len()
