@@ -3502,7 +3502,7 @@ mod tests {
         let c1 = Configuration::local(5, 7000, 3, 6, std::path::Path::new("/nonexistent"));
         let mut n3 = NodeProcess::restore(c1.clone(), NodeId(3), 2, None, &[]).unwrap();
         n3.drain_effects();
-        let mut probe = |n3: &mut NodeProcess, config: ConfigId, seq: u64| {
+        let probe = |n3: &mut NodeProcess, config: ConfigId, seq: u64| {
             n3.on_message(
                 1_000 + seq,
                 Peer::Node(NodeId(0)),
