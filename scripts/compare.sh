@@ -28,11 +28,13 @@ bash scripts/peers.sh start all >/dev/null
 trap 'bash scripts/peers.sh stop all >/dev/null 2>&1 || true' EXIT
 SUM="$OUT/summary.txt"
 [ "$PARTS" = "tatp tpcc ycsb rmw rpc scale" ] && : >"$SUM"
+RAN=""
 run() { # name, then the bench arguments
   local name="$1"; shift
+  RAN="$RAN $name"
   echo "== $name: $*" | tee -a "$SUM"
   if "$M" bench "$@" --json "$OUT/$name.json" >"$OUT/$name.out" 2>&1; then
-    grep -E "committed:|MQTh|tpmC|clock:|null-RPC|null RPC|memory:|audit|consistency|lease false|^all " "$OUT/$name.out" | tee -a "$SUM" || true
+    grep -E "committed:|MQTh|tpmC|clock:|null-RPC|null RPC|cpu per|memory:|audit|consistency|lease false|^all " "$OUT/$name.out" | tee -a "$SUM" || true
   else
     echo "FAILED (see $OUT/$name.out)" | tee -a "$SUM"
   fi
@@ -135,4 +137,24 @@ pooled = f"{big / small:.2f}" if small > 0 else "n/a"
 print(f"goal 8: TATP 1M / 100k, memory, 32 sessions, pooled over {pairs} pairs: {pooled} ({'; '.join(each)})")
 EOF
 fi
+# CPU per transaction of every run of this invocation (client: the bench
+# process; servers: the nodes, or the peer's processes), beside its rate:
+# the cost of a transaction, steadier than the rate on this shared machine.
+python3 - "$OUT" $RAN <<'EOF' | tee -a "$SUM"
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+print(f"{'run':<30} {'tx/s':>9} {'client µs/tx':>13} {'servers µs/tx':>14} {'total µs/tx':>12}")
+for n in names:
+    try:
+        r = json.load(open(f"{out}/{n}.json"))
+    except (OSError, ValueError):
+        continue
+    x = r.get("extra", {})
+    c, s = x.get("client_cpu_us_per_tx"), x.get("server_cpu_us_per_tx")
+    if c is None:
+        continue
+    tot = f"{c + s:.1f}" if s is not None else "-"
+    sv = f"{s:.1f}" if s is not None else "-"
+    print(f"{n:<30} {r['committed_per_s']:>9.0f} {c:>13.1f} {sv:>14} {tot:>12}")
+EOF
 echo "summary in $SUM"

@@ -318,6 +318,21 @@ pub fn alive(pid: i32) -> bool {
             != Some(true)
 }
 
+/// Pids of the cluster's live node processes (from each node's `pid`
+/// file), by node id; nodes that are down are left out.
+///
+/// Errors: the cluster's configuration cannot be read.
+pub fn node_pids(dir: &Path) -> Result<Vec<u32>, ClusterError> {
+    let cfg = Configuration::load(&config_path(dir))?;
+    Ok(cfg
+        .nodes
+        .iter()
+        .filter_map(|n| read_pid(&node_dir(&cfg, dir, n.id).join("pid")))
+        .filter(|p| alive(*p))
+        .filter_map(|p| u32::try_from(p).ok())
+        .collect())
+}
+
 fn read_pid(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }

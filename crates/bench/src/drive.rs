@@ -407,14 +407,17 @@ pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> Acc
 
 /// Run `sessions` for `secs`, one loop each, spawned by `spawn` (written
 /// where the session type is concrete: `|s, ctx|
-/// tokio::spawn(session_loop(s, ctx))`). Returns the merged accumulator
-/// and the seconds measured. Session `i` gets seed `seed ^ i`.
+/// tokio::spawn(session_loop(s, ctx))`). Returns the merged accumulator,
+/// with the CPU the bench client and `servers` used over the window
+/// ([`crate::cpu`]), and the seconds measured. Session `i` gets seed
+/// `seed ^ i`.
 pub(crate) async fn run_sessions<S, F, J>(
     label: &str,
     sessions: Vec<S>,
     mix: Arc<Mix>,
     seed: u64,
     secs: u64,
+    servers: &crate::cpu::Servers,
     spawn: F,
 ) -> (Acc, f64)
 where
@@ -424,6 +427,7 @@ where
     let count = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let bar = progress(label, secs, count.clone(), stop.clone());
+    let cpu = crate::cpu::CpuSample::take(servers);
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
     let tasks: Vec<J> = sessions
@@ -453,6 +457,7 @@ where
         }
     }
     let el = start.elapsed().as_secs_f64();
+    acc.cpu = Some(cpu.since(servers));
     stop.store(true, Ordering::Relaxed);
     let _ = bar.await;
     (acc, el)

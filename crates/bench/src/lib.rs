@@ -9,6 +9,8 @@
 //!   peers), over workload mixes written against `TxnOps`.
 //! - [`peers`], [`pg`], [`etcd`]: the same workloads against Redis,
 //!   PostgreSQL and etcd, for side-by-side figures (issue 7).
+//! - [`cpu`]: CPU per transaction of the bench client and of the servers,
+//!   over the measured window, for every target.
 //! - [`run`]: closed-loop drivers for TATP, YCSB, the null-RPC baseline and
 //!   the checked bank workload. Each session keeps one transaction
 //!   outstanding; latencies go to per-type HDR histograms; results print as a
@@ -19,6 +21,7 @@
 //! the same run and report the ratio.
 
 pub mod cluster;
+pub mod cpu;
 pub mod cpus;
 pub mod drive;
 pub mod etcd;

@@ -331,6 +331,18 @@ impl Peer {
         }
     }
 
+    /// The peer's server processes, by the name its Debian package runs
+    /// them under (PostgreSQL's postmaster and every backend are
+    /// `postgres`), for the CPU per transaction ([`crate::cpu`]). A peer
+    /// on another machine matches none.
+    pub fn servers(&self) -> crate::cpu::Servers {
+        crate::cpu::Servers::Named(match self {
+            Peer::Redis(_) => "redis-server",
+            Peer::Postgres(_) => "postgres",
+            Peer::Etcd(_) => "etcd",
+        })
+    }
+
     /// Empty the peer's store, then store `rows`; returns how many.
     /// `progress` gets the running count.
     ///
@@ -395,6 +407,7 @@ impl Peer {
         seed: u64,
     ) -> Result<Ran, String> {
         let start_ns = mono_ns();
+        let servers = self.servers();
         let err = |e: PeerError| format!("{}: {e}", self.name());
         // One arm per peer: the session loop must be spawned where its
         // session type is concrete (see `crate::drive`).
@@ -404,7 +417,7 @@ impl Peer {
                 for _ in 0..clients {
                     v.push($p.session().await.map_err(err)?);
                 }
-                run_sessions(&label, v, mix.clone(), seed, secs, |s, c| {
+                run_sessions(&label, v, mix.clone(), seed, secs, &servers, |s, c| {
                     tokio::spawn(session_loop(s, c))
                 })
                 .await

@@ -1,5 +1,6 @@
 //! Closed-loop benchmark drivers.
 
+use crate::cpu::Servers;
 use crate::drive::{run_sessions, session_loop, Mix};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -93,6 +94,9 @@ pub(crate) struct Acc {
     /// Completion time of every commit, monotonic ns (the failover
     /// timeline's input; 8 bytes per commit).
     pub(crate) commits_ns: Vec<u64>,
+    /// CPU used over the whole measured window, by the client and the
+    /// servers (set once by `run_sessions`; not merged).
+    pub(crate) cpu: Option<crate::cpu::CpuUse>,
 }
 
 impl Acc {
@@ -354,6 +358,27 @@ fn add_client_figures(r: &mut BenchResult, client: &Client, base: &ClientStats) 
     extra.insert("client_indeterminate".into(), stats.indeterminate as f64);
 }
 
+/// The CPU figures of a window into `extra`: `client_cpu_us_per_tx`,
+/// `client_cores` (CPU seconds per wall-clock second), and, when server
+/// processes were measured, `server_cpu_us_per_tx`, `server_cores` and
+/// `server_processes` ([`crate::cpu`]).
+pub(crate) fn add_cpu_figures(
+    extra: &mut BTreeMap<String, f64>,
+    cpu: &crate::cpu::CpuUse,
+    committed: u64,
+) {
+    let wall = cpu.wall_s.max(f64::MIN_POSITIVE);
+    if let Some(us) = cpu.client_us_per(committed) {
+        extra.insert("client_cpu_us_per_tx".into(), us);
+    }
+    extra.insert("client_cores".into(), cpu.client_s / wall);
+    if let Some(us) = cpu.servers_us_per(committed) {
+        extra.insert("server_cpu_us_per_tx".into(), us);
+        extra.insert("server_cores".into(), cpu.servers_s / wall);
+        extra.insert("server_processes".into(), cpu.server_processes as f64);
+    }
+}
+
 /// Throughput and latency figures of `acc` (any target).
 pub(crate) fn summarize_core(bench: &str, secs: f64, clients: usize, acc: Acc) -> BenchResult {
     let mut latency = BTreeMap::new();
@@ -380,6 +405,9 @@ pub(crate) fn summarize_core(bench: &str, secs: f64, clients: usize, acc: Acc) -
         },
     );
     let mut extra = BTreeMap::new();
+    if let Some(cpu) = &acc.cpu {
+        add_cpu_figures(&mut extra, cpu, acc.committed);
+    }
     extra.insert("rollbacks".into(), acc.rollbacks as f64);
     extra.insert("inconsistent".into(), acc.inconsistent as f64);
     extra.insert("errors".into(), acc.errors as f64);
@@ -456,6 +484,8 @@ pub struct Ran {
 /// Run `mix` on Meridian for `secs` with `clients` sessions: the closed
 /// loop of [`crate::drive`], the same as the peers'. `label` names the
 /// progress bar and the result.
+/// `servers` are the nodes whose CPU the result reports per transaction
+/// ([`crate::cpu`]).
 pub async fn meridian(
     client: &Client,
     label: &str,
@@ -463,11 +493,12 @@ pub async fn meridian(
     clients: usize,
     secs: u64,
     seed: u64,
+    servers: &Servers,
 ) -> Ran {
     let start_ns = mono_ns();
     let base = client.stats();
     let sessions: Vec<_> = (0..clients).map(|_| client.session()).collect();
-    let (acc, el) = run_sessions(label, sessions, mix.clone(), seed, secs, |s, c| {
+    let (acc, el) = run_sessions(label, sessions, mix.clone(), seed, secs, servers, |s, c| {
         tokio::spawn(session_loop(s, c))
     })
     .await;
@@ -490,7 +521,8 @@ pub async fn warm_up(client: &Client, mix: Arc<Mix>, clients: usize, secs: u64) 
     }
     let label = format!("{} warm-up", mix.name());
     let sessions: Vec<_> = (0..clients).map(|_| client.session()).collect();
-    let (acc, _) = run_sessions(&label, sessions, mix, WARM_UP_SEED, secs, |s, c| {
+    let none = Servers::Unknown;
+    let (acc, _) = run_sessions(&label, sessions, mix, WARM_UP_SEED, secs, &none, |s, c| {
         tokio::spawn(session_loop(s, c))
     })
     .await;
@@ -515,8 +547,15 @@ pub fn ycsb_mix(cfg: &ycsb::YcsbConfig) -> Result<Mix, String> {
     })
 }
 
-/// Run the TATP mix for `secs` with `clients` sessions.
-pub async fn tatp(client: &Client, cfg: tatp::TatpConfig, clients: usize, secs: u64) -> Ran {
+/// Run the TATP mix for `secs` with `clients` sessions (`servers`: as
+/// [`meridian`]).
+pub async fn tatp(
+    client: &Client,
+    cfg: tatp::TatpConfig,
+    clients: usize,
+    secs: u64,
+    servers: &Servers,
+) -> Ran {
     meridian(
         client,
         "tatp",
@@ -524,11 +563,13 @@ pub async fn tatp(client: &Client, cfg: tatp::TatpConfig, clients: usize, secs: 
         clients,
         secs,
         0x7a7b,
+        servers,
     )
     .await
 }
 
-/// Run a YCSB workload for `secs` with `clients` sessions.
+/// Run a YCSB workload for `secs` with `clients` sessions (`servers`: as
+/// [`meridian`]).
 ///
 /// Errors: the configuration does not validate.
 pub async fn ycsb(
@@ -536,10 +577,20 @@ pub async fn ycsb(
     cfg: ycsb::YcsbConfig,
     clients: usize,
     secs: u64,
+    servers: &Servers,
 ) -> Result<Ran, String> {
     let mix = ycsb_mix(&cfg)?;
     let label = format!("ycsb-{}", cfg.workload.name());
-    Ok(meridian(client, &label, Arc::new(mix), clients, secs, 0x5c5b).await)
+    Ok(meridian(
+        client,
+        &label,
+        Arc::new(mix),
+        clients,
+        secs,
+        0x5c5b,
+        servers,
+    )
+    .await)
 }
 
 /// Outcome of the checked bank workload.

@@ -45,13 +45,15 @@ impl Point {
     }
 }
 
-/// Run `mix` on Meridian at each session count, `secs` each.
+/// Run `mix` on Meridian at each session count, `secs` each (`servers`:
+/// as [`crate::run::meridian`]).
 pub async fn meridian(
     client: &Client,
     label: &str,
     mix: Arc<Mix>,
     sessions: &[usize],
     secs: u64,
+    servers: &crate::cpu::Servers,
 ) -> Vec<Point> {
     let mut out = Vec::new();
     for &n in sessions {
@@ -62,6 +64,7 @@ pub async fn meridian(
             n,
             secs,
             0x5eed,
+            servers,
         )
         .await;
         out.push(Point::of(label, &ran.result));

@@ -160,6 +160,21 @@ fn ycsb_runs_against_redis_with_the_shared_workload_code() {
             "{:?}",
             ran.result.latency.keys()
         );
+        // CPU per transaction: this process as the client, and at least
+        // the redis-server this test started (others may run beside it).
+        let x = &ran.result.extra;
+        assert!(
+            x.get("client_cpu_us_per_tx").is_some_and(|v| *v > 0.0),
+            "{x:?}"
+        );
+        assert!(
+            x.get("server_processes").is_some_and(|n| *n >= 1.0),
+            "{x:?}"
+        );
+        assert!(
+            x.get("server_cpu_us_per_tx").is_some_and(|v| *v > 0.0),
+            "{x:?}"
+        );
     });
 }
 

@@ -1532,6 +1532,24 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
     if let Some(s) = r.successful_per_s {
         println!("successful (MQTh): {s:.0} tx/s");
     }
+    if let Some(c) = r.extra.get("client_cpu_us_per_tx") {
+        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
+        let servers = match r.extra.get("server_cpu_us_per_tx") {
+            Some(s) => {
+                let n = get("server_processes");
+                format!(
+                    "servers {s:.1} µs ({:.2} cores, {n} process{})",
+                    get("server_cores"),
+                    if n == 1.0 { "" } else { "es" }
+                )
+            }
+            None => "servers not measured (none found on this machine)".into(),
+        };
+        println!(
+            "cpu per transaction: client {c:.1} µs ({:.2} cores), {servers}",
+            get("client_cores")
+        );
+    }
     if let Some(t) = r.extra.get("tpmC") {
         println!(
             "NEW_ORDER: {:.0}/s, tpmC {t:.0} (rolled back NEW_ORDERs included: {})",
@@ -1614,6 +1632,12 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
     }
     if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
         println!("null-RPC baseline (same run): {b:.0} round trips/s; ratio tx/s ÷ rpc/s = {q:.3}");
+        if let (Some(c), Some(n)) = (
+            r.extra.get("rpc_client_cpu_us_per_rt"),
+            r.extra.get("rpc_server_cpu_us_per_rt"),
+        ) {
+            println!("null-RPC baseline: cpu per round trip: client {c:.2} µs, servers {n:.2} µs");
+        }
     }
     println!(
         "{:<26} {:>10} {:>10} {:>10} {:>10}",
@@ -1797,6 +1821,9 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             }
         };
         let warmed = !matches!(b, BenchCmd::Bank { .. } | BenchCmd::Rpc { .. });
+        // The nodes whose CPU per transaction the result reports: the
+        // cluster in `--dir` (the local one, or the one `--cm` names).
+        let servers = meridian_bench::cpu::Servers::ClusterDir(opts.dir.clone());
         let (ran, bank) = match b {
             BenchCmd::Tatp { subscribers, .. } => {
                 let cfg = meridian_workload::tatp::TatpConfig { subscribers };
@@ -1846,7 +1873,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 .await;
                 let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
                 let (mut ran, bank) = tokio::join!(
-                    meridian_bench::run::tatp(&client, cfg, opts.clients, opts.duration),
+                    meridian_bench::run::tatp(&client, cfg, opts.clients, opts.duration, &servers),
                     alongside(client.clone())
                 );
                 if let Some((per_copy, raw)) = memory {
@@ -1883,7 +1910,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 .await;
                 let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
                 let (ran, bank) = tokio::join!(
-                    meridian_bench::run::ycsb(&client, cfg, opts.clients, opts.duration),
+                    meridian_bench::run::ycsb(&client, cfg, opts.clients, opts.duration, &servers),
                     alongside(client.clone())
                 );
                 finish_killer(killer).await?;
@@ -1908,7 +1935,8 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                         mix.clone(),
                         opts.clients,
                         opts.duration,
-                        0x4d57
+                        0x4d57,
+                        &servers,
                     ),
                     alongside(client.clone())
                 );
@@ -1937,12 +1965,22 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 return Err("failover and sweep are run by bench_cmd".into())
             }
             BenchCmd::Rpc { .. } => {
+                let cpu = meridian_bench::cpu::CpuSample::take(&servers);
                 let per_s =
                     meridian_bench::run::rpc(&client, opts.clients, opts.duration, true).await;
+                let used = cpu.since(&servers);
                 println!(
                     "null RPC: {per_s:.0} round trips/s with {} sessions",
                     opts.clients
                 );
+                let rts = (per_s * used.wall_s) as u64;
+                if let (Some(c), Some(n)) = (used.client_us_per(rts), used.servers_us_per(rts)) {
+                    println!(
+                        "cpu per round trip: client {c:.2} µs ({:.2} cores), servers {n:.2} µs ({:.2} cores)",
+                        used.client_s / used.wall_s,
+                        used.servers_s / used.wall_s
+                    );
+                }
                 client.close().await;
                 return Ok(None);
             }
@@ -1991,9 +2029,20 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             check_bank(&out, &opts, &mut r)?;
         }
         if opts.baseline > 0 {
+            let cpu = meridian_bench::cpu::CpuSample::take(&servers);
             let per_s = meridian_bench::run::rpc(&client, opts.clients, opts.baseline, true).await;
+            let used = cpu.since(&servers);
             r.rpc_baseline_per_s = Some(per_s);
             r.ratio_to_rpc = Some(r.committed_per_s / per_s);
+            // The same CPU figures per null round trip, to set a
+            // transaction's CPU against (issue 7 goal 5).
+            let rts = (per_s * used.wall_s) as u64;
+            if let Some(c) = used.client_us_per(rts) {
+                r.extra.insert("rpc_client_cpu_us_per_rt".into(), c);
+            }
+            if let Some(n) = used.servers_us_per(rts) {
+                r.extra.insert("rpc_server_cpu_us_per_rt".into(), n);
+            }
         }
         // Release the client's lease: otherwise the CM suspects this
         // process a lease after it exits and renews the configuration.
@@ -2157,9 +2206,11 @@ fn sweep(
                     meridian_bench::run::load(&client, rows, hint, 64, 8)
                         .await
                         .map_err(|e| e.to_string())?;
-                    let pts =
-                        meridian_bench::sweep::meridian(&client, &label, mix, sessions, duration)
-                            .await;
+                    let servers = meridian_bench::cpu::Servers::ClusterDir(dir.clone());
+                    let pts = meridian_bench::sweep::meridian(
+                        &client, &label, mix, sessions, duration, &servers,
+                    )
+                    .await;
                     client.close().await;
                     Ok::<_, String>(pts)
                 });

@@ -396,6 +396,18 @@ fn bench_tatp_main_job_runs_and_reports() {
     let v: serde_json::Value = serde_json::from_str(&text).expect("valid json");
     assert!(v["committed"].as_u64().unwrap_or(0) > 100, "{text}");
     assert!(v["ratio_to_rpc"].as_f64().unwrap_or(0.0) > 0.0, "{text}");
+    // CPU per transaction and per null round trip: the bench process and
+    // the cluster's three nodes, found by their pid files.
+    let x = &v["extra"];
+    assert_eq!(x["server_processes"].as_f64(), Some(3.0), "{text}");
+    for k in [
+        "client_cpu_us_per_tx",
+        "server_cpu_us_per_tx",
+        "rpc_client_cpu_us_per_rt",
+        "rpc_server_cpu_us_per_rt",
+    ] {
+        assert!(x[k].as_f64().unwrap_or(0.0) > 0.0, "no {k} in {text}");
+    }
     for kind in [
         "GET_SUBSCRIBER_DATA",
         "UPDATE_LOCATION",
