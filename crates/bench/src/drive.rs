@@ -323,8 +323,11 @@ pub struct LoopCtx {
 static RETRY: std::sync::LazyLock<meridian_config::Limits> =
     std::sync::LazyLock::new(meridian_config::Limits::default);
 
-/// The closed loop of one session (see the module essay).
-pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> Acc {
+/// The closed loop of one session (see the module essay). Returns the
+/// session too, so that [`run_sessions`] closes it only after the
+/// window's CPU is read (a PostgreSQL backend exits with its connection,
+/// and its CPU with it).
+pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> (Acc, S) {
     let mut acc = Acc::default();
     let mut rng = SmallRng::seed_from_u64(ctx.seed);
     let mix = &*ctx.mix;
@@ -402,7 +405,7 @@ pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> Acc
             }
         }
     }
-    acc
+    (acc, s)
 }
 
 /// Run `sessions` for `secs`, one loop each, spawned by `spawn` (written
@@ -422,7 +425,7 @@ pub(crate) async fn run_sessions<S, F, J>(
 ) -> (Acc, f64)
 where
     F: Fn(S, LoopCtx) -> J,
-    J: Future<Output = Result<Acc, tokio::task::JoinError>>,
+    J: Future<Output = Result<(Acc, S), tokio::task::JoinError>>,
 {
     let count = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -447,9 +450,13 @@ where
         })
         .collect();
     let mut acc = Acc::default();
+    let mut open = Vec::with_capacity(tasks.len());
     for t in tasks {
         match t.await {
-            Ok(a) => acc.merge(a),
+            Ok((a, s)) => {
+                acc.merge(a);
+                open.push(s);
+            }
             Err(e) => {
                 tracing::error!("{label}: a session task failed: {e}");
                 acc.errors += 1;
@@ -458,6 +465,7 @@ where
     }
     let el = start.elapsed().as_secs_f64();
     acc.cpu = Some(cpu.since(servers));
+    drop(open);
     stop.store(true, Ordering::Relaxed);
     let _ = bar.await;
     (acc, el)

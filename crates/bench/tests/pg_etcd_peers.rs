@@ -219,6 +219,18 @@ fn postgres_runs_tatp_and_the_contended_rmw_without_lost_updates() {
             r.latency.keys()
         );
         assert!(r.successful_per_s.is_some_and(|s| s > 0.0));
+        // CPU per transaction counts the postmaster and the 4 sessions'
+        // backends: the sessions are closed only after the window's CPU
+        // is read (a backend exits with its connection).
+        assert!(
+            r.extra.get("server_processes").is_some_and(|n| *n >= 5.0),
+            "{:?}",
+            r.extra
+        );
+        assert!(r
+            .extra
+            .get("server_cpu_us_per_tx")
+            .is_some_and(|v| *v > 0.0));
     });
 }
 

@@ -2492,6 +2492,9 @@ fn sim(
     let mut lost = 0;
     // Writes the refill fence dropped, and the runs it dropped any in.
     let (mut fenced, mut fenced_runs) = (0u64, 0u64);
+    // Seeds whose copies carried keys held by lock recovery (a path of
+    // the fill fence only rare schedules reach).
+    let mut held_copied_seeds: Vec<u64> = Vec::new();
     let bar = indicatif::ProgressBar::new(seeds);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -2535,6 +2538,9 @@ fn sim(
         lost += r.region_lost as u64;
         fenced += r.stale_fill_writes;
         fenced_runs += (r.stale_fill_writes > 0) as u64;
+        if r.copied_recovery_holds > 0 {
+            held_copied_seeds.push(seed);
+        }
         if r.region_lost {
             lost_seeds.push((seed, !r.timed_out));
         }
@@ -2559,9 +2565,12 @@ fn sim(
          {committed} committed, {aborted} aborted, {unknown} unknown; \
          {crashes} crashes, {dropped} messages dropped; {lost} runs lost a region's every \
          replica (more than f failures, beyond the fault model); {stuck} other runs ended by \
-         the time limit (stuck); the refill fence dropped {fenced} stale writes in {fenced_runs} runs",
+         the time limit (stuck); the refill fence dropped {fenced} stale writes in {fenced_runs} runs; \
+         copies carried keys held by lock recovery in {} runs (first seeds: {:?})",
         if faults { " with faults" } else { "" },
-        t0.elapsed().as_secs_f64()
+        t0.elapsed().as_secs_f64(),
+        held_copied_seeds.len(),
+        &held_copied_seeds[..held_copied_seeds.len().min(20)]
     );
     if keep_going {
         println!("failed seeds: {failed:?}; stuck seeds: {stuck_seeds:?}");

@@ -495,6 +495,10 @@ pub struct SimReport {
     /// (`RegionStore::merge_chunk`): on replicas let go of, and on those
     /// held by the nodes alive at the end (a restart zeroes a node's).
     pub stale_fill_writes: u64,
+    /// Keys held by lock recovery with no object that a copy carried to a
+    /// new replica (`ParticipantStats::copied_recovery_holds`), over the
+    /// whole run: how often the swarm reaches that path of the fill fence.
+    pub copied_recovery_holds: u64,
     /// Reconfiguration milestones: (true time ns, node, event).
     pub node_events: Vec<(u64, u32, NodeEvent)>,
 }
@@ -1169,6 +1173,8 @@ pub struct Sim {
     discarded_replicas: u64,
     /// Fenced writes on the replicas let go of ([`SimReport::stale_fill_writes`]).
     discarded_stale_fill_writes: u64,
+    /// [`SimReport::copied_recovery_holds`] of crashed node processes.
+    crashed_copied_recovery_holds: u64,
     harvested: Vec<u32>,
     /// The coordination service (FaRM §5.2's Zookeeper; a Raft group in
     /// the tokio cluster): one CAS register, answered after a delay.
@@ -1328,6 +1334,7 @@ impl Sim {
             too_old: 0,
             discarded_replicas: 0,
             discarded_stale_fill_writes: 0,
+            crashed_copied_recovery_holds: 0,
             max_master_time: None,
             time_failures: Vec::new(),
             reads_in_service: BTreeMap::new(),
@@ -1789,8 +1796,10 @@ impl Sim {
             Event::CrashNode(n) => {
                 self.last_copy_crashed |= self.last_copy_crashed(n);
                 let slot = &mut self.nodes[n as usize];
-                if slot.process.take().is_some() {
+                if let Some(p) = slot.process.take() {
                     self.crashes += 1;
+                    self.crashed_copied_recovery_holds +=
+                        p.participant().stats().copied_recovery_holds;
                 }
                 // What was not fsynced is gone, and so is what waited for it.
                 slot.volatile.clear();
@@ -2450,6 +2459,13 @@ impl Sim {
                 .filter_map(|n| n.process.as_ref())
                 .map(|p| p.participant().stale_fill_writes())
                 .sum::<u64>();
+        let copied_recovery_holds = self.crashed_copied_recovery_holds
+            + self
+                .nodes
+                .iter()
+                .filter_map(|n| n.process.as_ref())
+                .map(|p| p.participant().stats().copied_recovery_holds)
+                .sum::<u64>();
         let count = |o: Outcome| history.txns.iter().filter(|t| t.outcome == o).count() as u64;
         let (committed, aborted, unknown) = (
             count(Outcome::Committed) + unrecorded_committed,
@@ -2483,6 +2499,7 @@ impl Sim {
             blind_locks_waited,
             discarded_replicas: self.discarded_replicas,
             stale_fill_writes,
+            copied_recovery_holds,
             node_events: std::mem::take(&mut self.node_events),
         }
     }

@@ -1186,3 +1186,23 @@ fn swarm_seed_17050_keeps_the_filled_copies() {
         r.stuck.join("\n")
     );
 }
+
+/// Swarm seed 1877 (found 2026-11-28 by counting, one of 12 in seeds
+/// 0–2999) reaches the rare path of the fill fence: a primary serves a copy
+/// while lock recovery holds a key it has no object of (a recovering
+/// insert), and the chunk carries that key with no versions, so the new
+/// replica treats the insert's write as pending rather than stale
+/// (`RegionStore::copy_after`). The run must reach the path and pass the
+/// checker. (A variant that leaves such keys out also passes the checker
+/// on all 12 seeds: the swarm reaches the path but has not shown its
+/// failure; the storage test `the_copy_carries_keys_held_by_lock_recovery`
+/// is what catches the omission.)
+#[test]
+fn swarm_seed_1877_copies_a_key_held_by_lock_recovery() {
+    let r = run_and_check(SimConfig::swarm(1877)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        r.copied_recovery_holds > 0,
+        "seed 1877 ({}) no longer copies a key held by lock recovery",
+        r.faults.describe()
+    );
+}

@@ -699,6 +699,19 @@ impl RegionStore {
         after: Option<&[u8]>,
         max: usize,
     ) -> (Vec<meridian_wire::ObjectCopy>, bool) {
+        let (out, done, _) = self.copy_after_counted(after, max);
+        (out, done)
+    }
+
+    /// [`RegionStore::copy_after`], also counting the keys held by lock
+    /// recovery with no object that the chunk carries (how often a copy
+    /// meets a recovering insert: the simulator reports it, to show the
+    /// swarm reaches that path).
+    pub fn copy_after_counted(
+        &self,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> (Vec<meridian_wire::ObjectCopy>, bool, usize) {
         let lower = match after {
             Some(k) => Bound::Excluded(k),
             None => Bound::Unbounded,
@@ -735,12 +748,14 @@ impl RegionStore {
                     floor_ts: Timestamp::ZERO,
                 })
                 .collect();
-            if !held.is_empty() {
+            let n = held.len();
+            if n > 0 {
                 out.extend(held);
                 out.sort_by(|a, b| a.key.cmp(&b.key));
             }
+            return (out, done, n);
         }
-        (out, done)
+        (out, done, 0)
     }
 
     /// FaRM §5.4 data recovery, new replica side: merge a copied object

@@ -71,6 +71,10 @@ pub struct ParticipantStats {
     /// which this is not 0. Keys absent here (a collected tombstone) are
     /// not counted: their history cannot be told.
     pub holds_released_unapplied: u64,
+    /// Keys held by lock recovery with no object here that this replica's
+    /// copies carried to a new replica as keys with no versions (a
+    /// recovering insert; [`RegionStore::copy_after`], the fill fence).
+    pub copied_recovery_holds: u64,
 }
 
 /// One node's participant engine.
@@ -1118,13 +1122,16 @@ impl Participant {
     /// region ends there, and the replica's GC safe point (the new
     /// replica's fill fence, [`RegionStore::merge_chunk`]).
     pub fn copy_region(
-        &self,
+        &mut self,
         region: RegionId,
         after: Option<&[u8]>,
     ) -> Option<(Vec<meridian_wire::ObjectCopy>, bool, Timestamp)> {
         let s = self.stores.get(&region)?;
-        let (objects, done) = s.copy_after(after, self.limits.data_recovery_chunk_objects);
-        Some((objects, done, s.safe_point()))
+        let (objects, done, held) =
+            s.copy_after_counted(after, self.limits.data_recovery_chunk_objects);
+        let safe_point = s.safe_point();
+        self.stats.copied_recovery_holds += held as u64;
+        Some((objects, done, safe_point))
     }
 
     /// FaRM §5.4, new replica: merge one chunk of copied objects into
