@@ -191,6 +191,41 @@ pub async fn rpc(client: &Client, clients: usize, secs: u64, show: bool) -> f64 
     count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// A null-RPC run with the CPU it cost (issue 7 goal 5).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RpcRun {
+    /// Round trips per second.
+    pub per_s: f64,
+    /// CPU of the window (client and servers).
+    pub cpu: crate::cpu::CpuUse,
+    /// Bench-client CPU per round trip, µs (`None` if none completed).
+    pub client_us_per_rt: Option<f64>,
+    /// Server CPU per round trip, µs (`None` if none completed or no
+    /// server process was measured).
+    pub servers_us_per_rt: Option<f64>,
+}
+
+/// [`rpc`], with the CPU of this process and of `servers` over the same
+/// window, per round trip.
+pub async fn rpc_with_cpu(
+    client: &Client,
+    clients: usize,
+    secs: u64,
+    show: bool,
+    servers: &crate::cpu::Servers,
+) -> RpcRun {
+    let sample = crate::cpu::CpuSample::take(servers);
+    let per_s = rpc(client, clients, secs, show).await;
+    let cpu = sample.since(servers);
+    let rts = (per_s * cpu.wall_s) as u64;
+    RpcRun {
+        per_s,
+        client_us_per_rt: cpu.client_us_per(rts),
+        servers_us_per_rt: cpu.servers_us_per(rts),
+        cpu,
+    }
+}
+
 /// Times a load batch is retried after an error that a reconfiguration
 /// explains (each attempt is itself `Session::run`, which retries aborts).
 pub const LOAD_ATTEMPTS: u32 = 20;

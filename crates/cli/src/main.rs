@@ -1965,20 +1965,23 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 return Err("failover and sweep are run by bench_cmd".into())
             }
             BenchCmd::Rpc { .. } => {
-                let cpu = meridian_bench::cpu::CpuSample::take(&servers);
-                let per_s =
-                    meridian_bench::run::rpc(&client, opts.clients, opts.duration, true).await;
-                let used = cpu.since(&servers);
+                let run = meridian_bench::run::rpc_with_cpu(
+                    &client,
+                    opts.clients,
+                    opts.duration,
+                    true,
+                    &servers,
+                )
+                .await;
                 println!(
-                    "null RPC: {per_s:.0} round trips/s with {} sessions",
-                    opts.clients
+                    "null RPC: {:.0} round trips/s with {} sessions",
+                    run.per_s, opts.clients
                 );
-                let rts = (per_s * used.wall_s) as u64;
-                if let (Some(c), Some(n)) = (used.client_us_per(rts), used.servers_us_per(rts)) {
+                if let (Some(c), Some(n)) = (run.client_us_per_rt, run.servers_us_per_rt) {
                     println!(
                         "cpu per round trip: client {c:.2} µs ({:.2} cores), servers {n:.2} µs ({:.2} cores)",
-                        used.client_s / used.wall_s,
-                        used.servers_s / used.wall_s
+                        run.cpu.client_s / run.cpu.wall_s,
+                        run.cpu.servers_s / run.cpu.wall_s
                     );
                 }
                 client.close().await;
@@ -2029,18 +2032,22 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             check_bank(&out, &opts, &mut r)?;
         }
         if opts.baseline > 0 {
-            let cpu = meridian_bench::cpu::CpuSample::take(&servers);
-            let per_s = meridian_bench::run::rpc(&client, opts.clients, opts.baseline, true).await;
-            let used = cpu.since(&servers);
-            r.rpc_baseline_per_s = Some(per_s);
-            r.ratio_to_rpc = Some(r.committed_per_s / per_s);
+            let run = meridian_bench::run::rpc_with_cpu(
+                &client,
+                opts.clients,
+                opts.baseline,
+                true,
+                &servers,
+            )
+            .await;
+            r.rpc_baseline_per_s = Some(run.per_s);
+            r.ratio_to_rpc = Some(r.committed_per_s / run.per_s);
             // The same CPU figures per null round trip, to set a
             // transaction's CPU against (issue 7 goal 5).
-            let rts = (per_s * used.wall_s) as u64;
-            if let Some(c) = used.client_us_per(rts) {
+            if let Some(c) = run.client_us_per_rt {
                 r.extra.insert("rpc_client_cpu_us_per_rt".into(), c);
             }
-            if let Some(n) = used.servers_us_per(rts) {
+            if let Some(n) = run.servers_us_per_rt {
                 r.extra.insert("rpc_server_cpu_us_per_rt".into(), n);
             }
         }
