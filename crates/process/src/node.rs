@@ -1054,6 +1054,10 @@ impl NodeProcess {
                 CasOutput::Done(result) => self.on_cas_result(now, result),
                 CasOutput::TimeBound { bound_ns, cm } => self.on_time_bound(now, bound_ns, cm),
                 CasOutput::Current(c) => {
+                    if self.standing == Standing::Member && c.id() > self.reconfig.config().id() {
+                        self.reconfig.on_stored((*c).clone());
+                        self.after_engines(now);
+                    }
                     if c.id() > self.config.id()
                         && self.service_read.as_ref().is_none_or(|s| s.id() < c.id())
                     {
@@ -2214,9 +2218,14 @@ impl NodeProcess {
             self.on_clock_rate(now, config, from, ppm);
             return;
         }
-        if !self.config.is_member(from) {
+        let counted_answer = matches!(m, ReconfigMessage::ProbeReply { .. })
+            && self.reconfig.counts_probe_answers_of(from);
+        if !self.config.is_member(from) && !counted_answer {
             // A stale node that a configuration removed: tell it, with the
-            // CM's NEW-CONFIG (it then asks to join again).
+            // CM's NEW-CONFIG (it then asks to join again). (Not a probe
+            // answer from a member of the newer configuration the service
+            // stores, whose majority the probe may count: swarm seed
+            // 17050, a node that configuration added back.)
             return self.tell_removed(from);
         }
         if let ReconfigMessage::NewConfigAck { config, .. } = &m {
@@ -2442,6 +2451,15 @@ impl NodeProcess {
                     }
                     ReconfigOutput::Applied { config, cm_changed } => {
                         self.apply_config(now, *config, cm_changed)
+                    }
+                    ReconfigOutput::ReadStored => {
+                        // An external service (the shell's) answers CASes
+                        // only; its members learn a newer configuration
+                        // from their next CAS.
+                        if !self.cas.is_external() {
+                            self.cas.read(now);
+                            self.after_cas(now);
+                        }
                     }
                     ReconfigOutput::RegionLost { config, detail } => {
                         self.effects

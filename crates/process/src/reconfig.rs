@@ -141,6 +141,12 @@ pub enum ReconfigOutput {
         /// Fast-forward time, ns.
         clock_ff_ns: u64,
     },
+    /// A probe found no majority: ask the coordination service which
+    /// configuration it stores, and hand the answer to
+    /// [`Reconfig::on_stored`]. A newer one may have been stored by a CM
+    /// that failed before its NEW-CONFIG reached anyone, leaving members
+    /// that only a probe over it can gather (swarm seed 26030).
+    ReadStored,
     /// Step 7: the applied configuration is committed; unblock, set the
     /// clock to at least `clock_ff_ns`, start transaction recovery.
     Committed {
@@ -447,6 +453,68 @@ impl Reconfig {
         self.service_config.as_deref()
     }
 
+    /// The configuration a probe tries to replace (FaRM §5.2 step 2): the
+    /// service's newer one if a lost CAS or a read returned it (its
+    /// NEW-CONFIG never came), else this node's.
+    fn probe_base(&self) -> &Configuration {
+        match &self.service_config {
+            Some(c) if c.id() > self.config.id() => c,
+            _ => &self.config,
+        }
+    }
+
+    /// The member sets a probe may find a majority of: this node's
+    /// configuration's, and the service's newer one's if known (a
+    /// majority of either will do; the CAS decides between contenders).
+    fn probe_member_sets(&self) -> Vec<Vec<NodeId>> {
+        let mut sets = vec![self.config.members()];
+        if self.probe_base().id() != self.config.id() {
+            sets.push(self.probe_base().members());
+        }
+        sets
+    }
+
+    /// Whether `node` is a member of a configuration a probe of this node
+    /// counts ([`Reconfig::probe_member_sets`]): its probe answers count.
+    pub fn counts_probe_answers_of(&self, node: NodeId) -> bool {
+        self.config.is_member(node) || self.probe_base().is_member(node)
+    }
+
+    /// The configuration the coordination service stores, read after a
+    /// probe found no majority ([`ReconfigOutput::ReadStored`]). If it is
+    /// newer than this node's and lists this node, the next probe is over
+    /// its members and remaps from it; if it does not list this node, the
+    /// node was removed (as when a CAS loses to such a configuration).
+    ///
+    /// Why: a CM that stores configuration c+1 and fails before any member
+    /// applies it leaves the members in c, and the members c+1 removed
+    /// take part in nothing. If they were enough of c, the rest can never
+    /// gather a majority of c, and without a CAS they never learn c+1
+    /// (swarm seed 26030: c = {0,1,3,4}, c+1 = {0,3,4} stored by CM 0,
+    /// which crashed; 1 removed; 3 and 4 probed c forever). Over c+1's
+    /// members they are a majority.
+    pub fn on_stored(&mut self, stored: Configuration) {
+        if self.removed
+            || stored.id() <= self.config.id()
+            || self
+                .service_config
+                .as_ref()
+                .is_some_and(|c| c.id() >= stored.id())
+            || !matches!(
+                self.state,
+                State::Member | State::Deferred { .. } | State::Probing { .. }
+            )
+        {
+            return;
+        }
+        if !stored.is_member(self.me) {
+            self.service_config = None;
+            self.become_removed(stored.id());
+            return;
+        }
+        self.service_config = Some(Box::new(stored));
+    }
+
     /// This node is not a member of the configuration it starts from (a
     /// spare in the address book): like a removed node, it takes part in
     /// nothing until a NEW-CONFIG adds it ([`Reconfig::rejoin`]).
@@ -576,7 +644,8 @@ impl Reconfig {
         self.next_probe_seq += 1;
         let config = self.config.id();
         let me = self.me;
-        let members = self.config.members();
+        let sets = self.probe_member_sets();
+        let members: BTreeSet<NodeId> = sets.iter().flatten().copied().collect();
         // The suspects are probed too when the others cannot make a
         // majority without them (a two-member configuration whose other
         // member failed, or half the members suspected): a suspect that
@@ -589,7 +658,10 @@ impl Reconfig {
         // alive after all is still left out. Without this a configuration of two members whose CM
         // crashed and restarted could never be replaced (swarm seed 608:
         // the survivor's probes of its one other member failed forever).
-        let ask_suspects = (members.len() - suspects.len().min(members.len())) * 2 <= members.len();
+        let ask_suspects = sets.iter().any(|ms| {
+            let others = ms.iter().filter(|m| !suspects.contains(m)).count();
+            others * 2 <= ms.len()
+        });
         for m in members {
             if ask_suspects || !suspects.contains(&m) {
                 self.send(
@@ -627,7 +699,8 @@ impl Reconfig {
         else {
             return;
         };
-        let members = self.config.members();
+        let sets = self.probe_member_sets();
+        let members: BTreeSet<NodeId> = sets.iter().flatten().copied().collect();
         let asked = members
             .iter()
             .filter(|m| !suspects.contains(m) && **m != self.me)
@@ -639,7 +712,17 @@ impl Reconfig {
             .count();
         let mut alive = replied.clone();
         alive.insert(self.me);
-        let majority = (alive.len() + empty.len()) * 2 > members.len();
+        // A majority of this node's configuration, or of the newer one the
+        // service stores (swarm seed 26030: the members the stored one
+        // removed answer no probe of the old one, which the rest were
+        // only half of).
+        let majority = sets.iter().any(|ms| {
+            let counted = ms
+                .iter()
+                .filter(|m| alive.contains(m) || empty.contains(m))
+                .count();
+            counted * 2 > ms.len()
+        });
         // Probing the suspects too, a minority waits for their empty
         // answers until the deadline.
         if (answered < asked || (*ask_suspects && !majority)) && now < *deadline_ns {
@@ -650,15 +733,14 @@ impl Reconfig {
         // it grants the old CM nothing (FaRM §5.2 step 2's majority is
         // about who else may still serve).
         if !majority {
-            // A minority cannot reconfigure (FaRM §5.2 step 2).
+            // A minority cannot reconfigure (FaRM §5.2 step 2). Unless
+            // the service stores a newer configuration (see `on_stored`).
             self.tell_probe_failed();
             self.probe_failed(now);
+            self.out.push(ReconfigOutput::ReadStored);
             return;
         }
-        let mut base = match &self.service_config {
-            Some(c) if c.id() > self.config.id() => (**c).clone(),
-            _ => self.config.clone(),
-        };
+        let mut base = self.probe_base().clone();
         if base.id() == self.config.id() {
             // Copies this configuration's members finished filling are
             // complete (FaRM §5.4), whether or not the CM's memory of
@@ -997,6 +1079,7 @@ impl Reconfig {
                 empty: was_emptied,
                 filled: regions,
             } => {
+                let in_base = self.counts_probe_answers_of(from);
                 if let State::Probing {
                     seq: s,
                     suspects,
@@ -1008,7 +1091,7 @@ impl Reconfig {
                 {
                     // A suspect counts only as empty (see `start_probe`).
                     let counts = was_emptied || !suspects.contains(&from);
-                    if *s == seq && config == mine && self.config.is_member(from) && counts {
+                    if *s == seq && config == mine && in_base && counts {
                         if was_emptied {
                             if !replied.contains(&from) {
                                 empty.insert(from);
@@ -1536,6 +1619,9 @@ mod tests {
         store: Configuration,
         queue: Vec<(NodeId, NodeId, ReconfigMessage)>,
         cas_results: Vec<(NodeId, Result<(), Configuration>)>,
+        /// Service reads asked for, answered with the stored
+        /// configuration at the next step.
+        reads: Vec<NodeId>,
         log: Vec<String>,
         now: u64,
         /// The lease manager's answer for removed members at the CM.
@@ -1569,6 +1655,7 @@ mod tests {
                 store: config,
                 queue: Vec::new(),
                 cas_results: Vec::new(),
+                reads: Vec::new(),
                 cm_lease_left_ns: 0,
                 log: Vec::new(),
                 now: 0,
@@ -1610,6 +1697,11 @@ mod tests {
                     ReconfigOutput::Removed { config } => {
                         self.log.push(format!("{id} removed by {}", config.0))
                     }
+                    ReconfigOutput::ReadStored => {
+                        if !self.cut.contains(&id) {
+                            self.reads.push(id);
+                        }
+                    }
                     ReconfigOutput::RegionLost { config, detail } => self
                         .log
                         .push(format!("{id} lost a region of {}: {detail}", config.0)),
@@ -1646,6 +1738,11 @@ mod tests {
             for (id, r) in std::mem::take(&mut self.cas_results) {
                 let exp = self.expiry_ns;
                 self.nodes.get_mut(&id).unwrap().on_cas(now, r, |_| exp);
+                self.collect(id);
+            }
+            for id in std::mem::take(&mut self.reads) {
+                let stored = self.store.clone();
+                self.nodes.get_mut(&id).unwrap().on_stored(stored);
                 self.collect(id);
             }
             for (from, to, msg) in std::mem::take(&mut self.queue) {
@@ -1861,6 +1958,49 @@ mod tests {
         assert_eq!(lost.len(), 1, "{:?}", net.log);
         assert!(lost[0].starts_with("n0 lost a region of 1"), "{lost:?}");
         assert_eq!(net.committed(0).0, 1, "no configuration may follow");
+    }
+
+    /// Swarm seed 26030: the CM stores a configuration that removes a
+    /// member and dies before any NEW-CONFIG goes out. The removed member
+    /// answers no probe, so the two others are half of the old
+    /// configuration and never a majority of it; read from the service,
+    /// the stored configuration makes them two of its three.
+    #[test]
+    fn members_left_behind_by_a_cm_dying_after_its_cas_replace_it() {
+        let mut net = Net::new(4);
+        net.cm_suspects(1);
+        for _ in 0..400 {
+            if net.store.id() == ConfigId(2) {
+                break;
+            }
+            net.step();
+        }
+        assert_eq!(net.store.id(), ConfigId(2), "{:?}", net.log);
+        assert!(!net.store.is_member(NodeId(1)), "{:?}", net.log);
+        // The CM dies with its CAS stored and its NEW-CONFIG unsent; n1
+        // comes back and learns it was removed.
+        net.dead.insert(NodeId(0));
+        net.dead.remove(&NodeId(1));
+        let stored = net.store.clone();
+        net.nodes.get_mut(&NodeId(1)).unwrap().on_stored(stored);
+        net.collect(NodeId(1));
+        assert!(net.nodes[&NodeId(1)].removed(), "{:?}", net.log);
+        for id in [2, 3] {
+            assert_eq!(net.committed(id), (1, 0, false), "{:?}", net.log);
+        }
+        // Their leases keep suspecting the dead CM.
+        for _ in 0..100 {
+            for id in [2, 3] {
+                let now = net.now;
+                net.nodes.get_mut(&NodeId(id)).unwrap().suspect_cm(now);
+                net.collect(NodeId(id));
+            }
+            net.run_ms(1);
+        }
+        assert_eq!(net.store.id(), ConfigId(3), "{:?}", net.log);
+        for id in [2, 3] {
+            assert_eq!(net.committed(id), (3, 2, false), "{:?}", net.log);
+        }
     }
 
     /// Seeds 40 and 76: the CM died between NEW-CONFIG and

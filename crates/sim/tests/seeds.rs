@@ -1144,6 +1144,26 @@ fn swarm_seed_25297_finishes() {
     assert_finishes(SimConfig::swarm(25297));
 }
 
+/// Swarm seed 26030 (found 2026-11-28) used to end stuck with nothing
+/// committed. n0, CM of configuration 2 = {0,1,3,4}, stored 3 = {0,3,4}
+/// and crashed before any NEW-CONFIG went out; it came back empty. n1
+/// learned from the service that 3 removed it and answered no probe, so
+/// n3 and n4 were two of 2's four members and never a majority, and
+/// without a CAS they never learned of 3. A probe without a majority now
+/// reads the stored configuration, and the next probe is over its members
+/// (`Reconfig::on_stored`): n3 and n4 are two of 3's three.
+#[test]
+fn swarm_seed_26030_finishes() {
+    let r = run_and_check(SimConfig::swarm(26030)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        !r.timed_out && r.committed > 0,
+        "seed 26030 ({}): stuck with {} committed:\n{}",
+        r.faults.describe(),
+        r.committed,
+        r.stuck.join("\n")
+    );
+}
+
 /// Swarm seed 2447 (found 2026-11-28, with the filled copies of seed 17050
 /// below) brought a deleted key back. n3, filling r0 in configuration 3,
 /// logged a write of k (T75) and its delete (T154); T75's TRUNCATE never
@@ -1153,17 +1173,19 @@ fn swarm_seed_25297_finishes() {
 /// T75's old write, put in place on the refilled copy, was served as k's
 /// value after n3 became r0's primary (G2-item). A refill now fences
 /// writes below the source's GC safe point to keys its copy does not hold
-/// (`RegionStore::merge_chunk`); without the fence this seed fails the
-/// checker.
+/// (`RegionStore::merge_chunk`); without the fence this seed failed the
+/// checker until the seventeenth session, whose probe change (a probe
+/// without a majority reads the stored configuration, seed 26030) sends
+/// messages this run did not, and so shifts its schedule: the unfenced
+/// variant (`SimConfig::broken_refill_unfenced`) no longer meets the
+/// anomaly here, nor on any swarm seed of 0–21999 (scanned then). The
+/// fence's own test is `the_fill_fence_drops_late_stale_writes_but_not_
+/// pending_ones` in `meridian-storage`, which a store without the fence
+/// fails.
 #[test]
 fn swarm_seed_2447_keeps_a_collected_delete() {
-    run_and_check(SimConfig::swarm(2447)).unwrap_or_else(|e| panic!("{e}"));
-    let broken = SimConfig {
-        broken_refill_unfenced: true,
-        ..SimConfig::swarm(2447)
-    };
-    let e = run_and_check(broken).expect_err("the unfenced refill passed seed 2447");
-    assert!(e.contains("violation"), "{e}");
+    let r = run_and_check(SimConfig::swarm(2447)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!r.timed_out, "seed 2447 ({}): stuck", r.faults.describe());
 }
 
 /// Swarm seed 17050 (found 2026-11-28) lost a region it had not lost. The
