@@ -165,6 +165,14 @@ enum State {
     Deferred { until_ns: u64 },
     /// Step 2.
     Probing {
+        /// The configuration probed: this node's, or the newer one the
+        /// service stores ([`Reconfig::probe_base`]). Probes and their
+        /// answers carry it, so that a member answering as empty refuses
+        /// that configuration's NEW-CONFIG from its old CM afterwards
+        /// (swarm seed 22870: probed under the older id, a member that
+        /// answered empty then applied the newer configuration from its
+        /// CM, which went on serving the clock beside the prober's).
+        probed: ConfigId,
         seq: u64,
         suspects: BTreeSet<NodeId>,
         replied: BTreeSet<NodeId>,
@@ -500,10 +508,9 @@ impl Reconfig {
                 .service_config
                 .as_ref()
                 .is_some_and(|c| c.id() >= stored.id())
-            || !matches!(
-                self.state,
-                State::Member | State::Deferred { .. } | State::Probing { .. }
-            )
+            // Not in the middle of a probe: its answers are for the
+            // configuration it probed.
+            || !matches!(self.state, State::Member | State::Deferred { .. })
         {
             return;
         }
@@ -642,7 +649,7 @@ impl Reconfig {
         }
         let seq = self.next_probe_seq;
         self.next_probe_seq += 1;
-        let config = self.config.id();
+        let config = self.probe_base().id();
         let me = self.me;
         let sets = self.probe_member_sets();
         let members: BTreeSet<NodeId> = sets.iter().flatten().copied().collect();
@@ -675,6 +682,7 @@ impl Reconfig {
             }
         }
         self.state = State::Probing {
+            probed: config,
             seq,
             suspects,
             replied: BTreeSet::new(),
@@ -1081,6 +1089,7 @@ impl Reconfig {
             } => {
                 let in_base = self.counts_probe_answers_of(from);
                 if let State::Probing {
+                    probed,
                     seq: s,
                     suspects,
                     replied,
@@ -1091,7 +1100,7 @@ impl Reconfig {
                 {
                     // A suspect counts only as empty (see `start_probe`).
                     let counts = was_emptied || !suspects.contains(&from);
-                    if *s == seq && config == mine && in_base && counts {
+                    if *s == seq && config == *probed && in_base && counts {
                         if was_emptied {
                             if !replied.contains(&from) {
                                 empty.insert(from);
@@ -1447,10 +1456,16 @@ impl Reconfig {
     /// The probe of this round will lead to no CAS: tell every member
     /// that answered, so that it renews with its CM again at once.
     fn tell_probe_failed(&mut self) {
-        let State::Probing { seq, replied, .. } = &self.state else {
+        let State::Probing {
+            seq,
+            replied,
+            probed,
+            ..
+        } = &self.state
+        else {
             return;
         };
-        let (seq, config, me) = (*seq, self.config.id(), self.me);
+        let (seq, config, me) = (*seq, *probed, self.me);
         for to in replied.clone() {
             if to != me {
                 self.send(

@@ -1164,6 +1164,21 @@ fn swarm_seed_26030_finishes() {
     );
 }
 
+/// Swarm seed 22870 (found 2026-11-29, on the first version of the fix
+/// for 26030 above) let global time go back: n1 probed over the stored
+/// configuration 3 but sent its probes under its own configuration's id
+/// (2). n2 answered as empty, which bars it from a NEW-CONFIG of 2, not of
+/// 3; it then applied 3 from n0, its CM, and granted it leases, so n0 kept
+/// serving the clock while n1, CM of 4, served its own: n0 handed out
+/// 987 ms after n1 had handed out 1,331 ms. A probe now carries the id of
+/// the configuration it probes (`State::Probing::probed`); sent under the
+/// member's own id, this seed fails again.
+#[test]
+fn swarm_seed_22870_keeps_global_time_monotonic() {
+    let r = run_and_check(SimConfig::swarm(22870)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.committed > 0 && !r.timed_out, "seed 22870: stuck");
+}
+
 /// Swarm seed 2447 (found 2026-11-28, with the filled copies of seed 17050
 /// below) brought a deleted key back. n3, filling r0 in configuration 3,
 /// logged a write of k (T75) and its delete (T154); T75's TRUNCATE never

@@ -768,7 +768,8 @@ pub enum ReconfigMessage {
     },
     /// Step 2: the would-be CM checks who is alive.
     Probe {
-        /// The prober's configuration.
+        /// The configuration probed: the prober's, or a newer one the
+        /// coordination service stores whose NEW-CONFIG never reached it.
         config: ConfigId,
         /// The prober.
         from: NodeId,
