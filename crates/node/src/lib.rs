@@ -576,11 +576,16 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
     }
     let wal = match &disk_dir {
         Some(d) => Some(
-            wal::Wal::open(d, last_seq, log_end, config.limits.log_idle_sync_us).map_err(|e| {
-                NodeError::Durability {
-                    path: d.display().to_string(),
-                    why: e.to_string(),
-                }
+            wal::Wal::open(
+                d,
+                last_seq,
+                log_end,
+                config.limits.log_idle_sync_us,
+                config.limits.log_writers,
+            )
+            .map_err(|e| NodeError::Durability {
+                path: d.display().to_string(),
+                why: e.to_string(),
             })?,
         ),
         None => None,

@@ -28,15 +28,19 @@
 //! queueing on one shared disk (docs/performance.md).
 //!
 //! [`Limits::log_idle_sync_us`]: meridian_config::Limits::log_idle_sync_us
-//! There are [`WRITERS`] writer threads, and their fsyncs overlap: while
-//! one waits for its fsync, the next takes the records queued since, so a
-//! record written while an fsync is in progress gets one of its own at
-//! once instead of waiting for that one to end and then for its own. The
-//! writes are taken and written in turn under one lock; an fsync covers
-//! every write that completed before it began, so any writer whose fsync
-//! returns may publish what it wrote. Measured on this machine's disk:
-//! one thread doing write + fdatasync back to back, 6.8k per second at
-//! 148 µs p50; two threads, 11.5k at 173 µs; three, 15.3k at 176 µs.
+//! There are `limits.log_writers` writer threads (default 1), and with
+//! more than one their fsyncs overlap: while one waits for its fsync, the
+//! next takes the records queued since, so a record written while an
+//! fsync is in progress gets one of its own at once instead of waiting
+//! for that one to end and then for its own. The writes are taken and
+//! written in turn under one lock; an fsync covers every write that
+//! completed before it began, so any writer whose fsync returns may
+//! publish what it wrote. Measured on this machine's disk: one thread
+//! doing write + fdatasync back to back, 6.8k per second at 148 µs p50;
+//! two threads, 11.5k at 173 µs; three, 15.3k at 176 µs. Under a whole
+//! cluster's load on 2 cores, though, the extra fsyncs cost more CPU than
+//! the overlap saves in latency (TATP at 32 sessions 7 % faster with one
+//! writer; `Limits::log_writers`).
 //! A [`NodeEffect::Checkpoint`] does not hold up the appends behind it
 //! (a 50 MB checkpoint written in line stalled every commit at the node,
 //! and a NEW-CONFIG-ACK, for seconds): the writer fsyncs the log, renames it
@@ -78,10 +82,6 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use tokio::sync::watch;
-
-/// Writer threads of the log, so that up to this many fsyncs are in
-/// flight at once (see the module doc).
-pub const WRITERS: usize = 2;
 
 /// Bytes `wal.log` is zero-filled ahead of the writer at a time (4 MiB:
 /// about 5 ms of writing once per 4 MiB of log).
@@ -319,7 +319,8 @@ impl Wal {
     /// sequence number `last_seq` and at byte `log_end` of `wal.log` (both
     /// as [`read`] found them; 0 and 0 for a fresh log). Records no one
     /// waits for are fsynced within about `idle_sync_us` of being queued
-    /// (`limits.log_idle_sync_us`; see the module doc).
+    /// (`limits.log_idle_sync_us`; see the module doc), by `writers`
+    /// threads (`limits.log_writers`, at least 1).
     ///
     /// Errors: the log cannot be opened.
     pub fn open(
@@ -327,6 +328,7 @@ impl Wal {
         last_seq: u64,
         log_end: u64,
         idle_sync_us: u64,
+        writers: usize,
     ) -> std::io::Result<Wal> {
         let log = LogFile::open(&log_path(dir), log_end)?;
         let (pub_tx, durable) = watch::channel(last_seq);
@@ -342,7 +344,13 @@ impl Wal {
             wake: std::sync::Condvar::new(),
             idle_sync: std::time::Duration::from_micros(idle_sync_us.max(1)),
         });
-        start_writers(dir.to_path_buf(), log, shared.clone(), pub_tx)?;
+        start_writers(
+            dir.to_path_buf(),
+            log,
+            shared.clone(),
+            pub_tx,
+            writers.max(1),
+        )?;
         Ok(Wal { shared, durable })
     }
 
@@ -470,12 +478,13 @@ impl LogFile {
     }
 }
 
-/// Start the [`WRITERS`] writer threads and the checkpoint thread.
+/// Start `writers` writer threads and the checkpoint thread.
 fn start_writers(
     dir: PathBuf,
     log: LogFile,
     shared: std::sync::Arc<Shared>,
     durable: watch::Sender<u64>,
+    writers: usize,
 ) -> std::io::Result<()> {
     // Checkpoints are encoded and written by a thread of their own so
     // that appends behind them go on.
@@ -488,8 +497,8 @@ fn start_writers(
     // The file, behind the lock that orders the writers' writes.
     let file = std::sync::Arc::new(std::sync::Mutex::new(log));
     let durable = std::sync::Arc::new(durable);
-    let live = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(WRITERS));
-    for i in 0..WRITERS {
+    let live = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(writers));
+    for i in 0..writers {
         let (file, shared, durable, dir) =
             (file.clone(), shared.clone(), durable.clone(), dir.clone());
         let (pending, live) = (pending.clone(), live.clone());
@@ -715,7 +724,7 @@ mod tests {
             .map(|i| DurableRecord::Participant(Mutation::Gc(Timestamp(i))))
             .collect();
         {
-            let wal = Wal::open(&d, 0, 0, 1000).expect("open");
+            let wal = Wal::open(&d, 0, 0, 1000, 2).expect("open");
             wal.append(encode(1, &recs[..3]).expect("encode"), 3);
             wal.append(encode(4, &recs[3..]).expect("encode"), 5);
             wal.durable(5).await;
@@ -755,7 +764,7 @@ mod tests {
         );
         // The torn tail is gone: a later append is readable.
         {
-            let wal = Wal::open(&d, 5, got.log_end, 1000).expect("open");
+            let wal = Wal::open(&d, 5, got.log_end, 1000, 1).expect("open");
             wal.append(encode(6, &recs[..1]).expect("encode"), 6);
             wal.durable(6).await;
         }
@@ -771,7 +780,7 @@ mod tests {
         let bytes = state.encode().expect("encode");
         {
             let end = read(&d).expect("read").log_end;
-            let wal = Wal::open(&d, 6, end, 1000).expect("open");
+            let wal = Wal::open(&d, 6, end, 1000, 2).expect("open");
             wal.checkpoint(6, state);
             wal.append(encode(7, &recs[..1]).expect("encode"), 7);
             wal.durable(7).await;
@@ -821,7 +830,7 @@ mod tests {
         let published = |wal: &Wal| *wal.durable.borrow();
         {
             // An idle sync far away: only asking makes records durable.
-            let wal = Wal::open(&d, 0, 0, 60_000_000).expect("open");
+            let wal = Wal::open(&d, 0, 0, 60_000_000, 1).expect("open");
             wal.append(encode(1, &recs[..1]).expect("encode"), 1);
             wal.append(encode(2, &recs[1..2]).expect("encode"), 2);
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -854,7 +863,7 @@ mod tests {
         {
             // A short idle sync: a record no one asks for becomes durable.
             let end = read(&d).expect("read").log_end;
-            let wal = Wal::open(&d, 4, end, 1_000).expect("open");
+            let wal = Wal::open(&d, 4, end, 1_000, 2).expect("open");
             wal.append(encode(5, &recs[..1]).expect("encode"), 5);
             let mut rx = wal.durable.clone();
             tokio::time::timeout(std::time::Duration::from_secs(10), rx.wait_for(|d| *d >= 5))
