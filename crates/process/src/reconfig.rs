@@ -23,7 +23,12 @@
 //!    out of the new configuration, and joins again afterwards. A member
 //!    answering a probe from someone other than its CM stops renewing its
 //!    lease with the old CM (so the old CM loses its majority within one
-//!    lease; see `lease`).
+//!    lease; see `lease`). A probe that finds no majority reads the
+//!    configuration the service stores ([`ReconfigOutput::ReadStored`]):
+//!    if a CM stored a newer one and failed before its NEW-CONFIG reached
+//!    anyone, the next probe is of that one (under its id, to its members
+//!    and the current ones), a majority of either will do, and the remap
+//!    starts from it ([`Reconfig::on_stored`]; swarm seeds 26030, 22870).
 //! 3. *CAS.* It asks the coordination service to replace configuration
 //!    `c` by `c + 1` ([`ReconfigOutput::Cas`]): only one machine can win.
 //! 4. *Remap.* `c + 1` is [`Configuration::remap`] of `c` with the probed
