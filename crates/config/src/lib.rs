@@ -345,6 +345,18 @@ pub struct DurabilityConfig {
     /// proportion to the work logged, and a restart replays at most about
     /// one state's worth of log); the log before it is then dropped.
     pub checkpoint_records: u64,
+    /// Disk mode: whether a commit is reported only once a primary's
+    /// COMMIT-PRIMARY record is durable (default false). By default a
+    /// primary answers COMMIT-PRIMARY as soon as it installed the writes
+    /// ([`meridian_wire::TxnResponse::Installed`], while every region
+    /// has a complete backup), so a read-write transaction waits for one
+    /// fsync stage, its backups' COMMIT-BACKUP records, instead of two.
+    /// Its writes are then durable on every backup's disk when it is
+    /// reported, and on the primary's one fsync later. `true` keeps FaRM
+    /// §4's rule to the letter: a reported commit also survives losing
+    /// the disks of all a region's backups together with a crash of its
+    /// primary within that fsync.
+    pub report_after_primary_fsync: bool,
 }
 
 impl Default for DurabilityConfig {
@@ -352,6 +364,7 @@ impl Default for DurabilityConfig {
         DurabilityConfig {
             mode: DurabilityMode::Disk,
             checkpoint_records: 100_000,
+            report_after_primary_fsync: false,
         }
     }
 }

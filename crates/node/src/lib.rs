@@ -29,7 +29,8 @@
 use meridian_config::Configuration;
 use meridian_process::lease::{LeaseDesk, LeaseFrom, LeaseOutcome};
 use meridian_process::node::{
-    held_waits_for_log, split_held, Discarded, DurableRecord, NodeEffect, NodeProcess, Peer,
+    held_asks_fsync, held_waits_for_log, split_held, Discarded, DurableRecord, NodeEffect,
+    NodeProcess, Peer,
 };
 use meridian_runtime::{mono_ns, wait};
 use meridian_transport::lease_udp::{lease_frame, resolve_nodes, LeaseEndpoint, Outgoing};
@@ -761,9 +762,14 @@ async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
     let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
     match split_held(effects, shell.wal.is_some(), lock_free) {
         (free, Some((seq, held))) if held_waits_for_log(&held) => {
+            let ask = held_asks_fsync(&free, &held);
             send_effects(shell, free).await;
             if let Some(wal) = &shell.wal {
-                wal.durable(seq).await;
+                if ask {
+                    wal.durable(seq).await;
+                } else {
+                    wal.durable_unasked(seq).await;
+                }
             }
             send_effects(shell, held).await;
         }
@@ -790,6 +796,14 @@ async fn route_queued(shell: &Arc<Shell>, effects: Vec<NodeEffect>, held: &HeldQ
     let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
     match split_held(effects, shell.wal.is_some(), lock_free) {
         (free, Some(h)) if held_waits_for_log(&h.1) => {
+            // Asked here, not when the queue reaches the batch: a batch
+            // that asks for no fsync (`held_asks_fsync`) must not keep
+            // the ones behind it waiting for the idle sync.
+            if held_asks_fsync(&free, &h.1) {
+                if let Some(wal) = &shell.wal {
+                    wal.sync(h.0);
+                }
+            }
             send_effects(shell, free).await;
             if held.send(h).await.is_err() {
                 tracing::error!("a connection's sender stopped; stopping");
@@ -804,18 +818,37 @@ async fn route_queued(shell: &Arc<Shell>, effects: Vec<NodeEffect>, held: &HeldQ
 }
 
 /// Serve a [`HeldQueue`]: wait for each batch's record to be durable, then
-/// hand its effects to `send`, in queue order.
+/// hand its effects to `send`, in queue order. The batches queued behind
+/// it whose records are durable too (`durable_now`, the highest durable
+/// record: one fsync covers many) go in the same `send`, so a group
+/// commit wakes the connection's writer once, not once per batch.
 async fn send_when_durable<F, Fut>(
     mut rx: mpsc::Receiver<(u64, Vec<NodeEffect>)>,
     durable: impl Fn(u64) -> F,
+    durable_now: impl Fn() -> u64,
     mut send: impl FnMut(Vec<NodeEffect>) -> Fut,
 ) where
     F: std::future::Future<Output = ()>,
     Fut: std::future::Future<Output = ()>,
 {
-    while let Some((seq, effects)) = rx.recv().await {
+    let mut next = rx.recv().await;
+    while let Some((seq, mut effects)) = next.take() {
         durable(seq).await;
+        let through = durable_now().max(seq);
+        loop {
+            match rx.try_recv() {
+                Ok((s, more)) if s <= through => effects.extend(more),
+                Ok(b) => {
+                    next = Some(b);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
         send(effects).await;
+        if next.is_none() {
+            next = rx.recv().await;
+        }
     }
 }
 
@@ -1019,17 +1052,21 @@ async fn serve(
     let sender = {
         let sh = shell.clone();
         let send_sh = shell.clone();
+        let now_sh = shell.clone();
         tokio::spawn(async move {
             send_when_durable(
                 held_rx,
                 |seq| {
                     let sh = sh.clone();
                     async move {
+                        // `route_queued` asked for the fsync if the batch
+                        // wants one.
                         if let Some(wal) = &sh.wal {
-                            wal.durable(seq).await;
+                            wal.durable_unasked(seq).await;
                         }
                     }
                 },
+                move || now_sh.wal.as_ref().map_or(u64::MAX, |w| w.durable_seq()),
                 |effects| {
                     let sh = send_sh.clone();
                     async move { send_effects(&sh, effects).await }
@@ -1248,12 +1285,16 @@ mod tests {
             let sent = sent.clone();
             tokio::spawn(send_when_durable(
                 rx,
-                move |seq| {
-                    let mut d = durable_rx.clone();
-                    async move {
-                        let _ = d.wait_for(|v| *v >= seq).await;
+                {
+                    let durable_rx = durable_rx.clone();
+                    move |seq| {
+                        let mut d = durable_rx.clone();
+                        async move {
+                            let _ = d.wait_for(|v| *v >= seq).await;
+                        }
                     }
                 },
+                move || *durable_rx.borrow(),
                 move |effects| {
                     lock(&sent).extend(ids(&effects));
                     async {}

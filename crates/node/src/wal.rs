@@ -389,11 +389,26 @@ impl Wal {
         }
     }
 
+    /// Wait until every record up to `seq` is durable, without asking for
+    /// an fsync: the next one someone asks for ([`Wal::sync`],
+    /// [`Wal::durable`]) or the idle sync covers it.
+    pub async fn durable_unasked(&self, seq: u64) {
+        let mut rx = self.durable.clone();
+        if rx.wait_for(|d| *d >= seq).await.is_err() {
+            fatal("the write-ahead log writer stopped");
+        }
+    }
+
     /// Make every record queued so far durable (a clean stop: records no
     /// reply waited for would otherwise be lost with the process).
     pub async fn flush(&self) {
         let seq = self.queued_seq();
         self.durable(seq).await;
+    }
+
+    /// The number of the highest durable record.
+    pub fn durable_seq(&self) -> u64 {
+        *self.durable.borrow()
     }
 
     /// The number of the last record queued (appended, durable or not).

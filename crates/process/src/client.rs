@@ -1974,6 +1974,12 @@ impl ClientProcess {
         {
             return;
         }
+        if matches!(resp, Response::Txn(meridian_wire::TxnResponse::Installed)) {
+            // The primary's `Ack` follows once its record is durable: the
+            // RPC stays for it (and for its timeout), and the engine
+            // reports the commit now (`Coordinator::on_reply`).
+            return self.on_installed(now, from, id);
+        }
         let Some(rpc) = self.remove_rpc(id) else {
             return;
         };
@@ -2122,6 +2128,29 @@ impl ClientProcess {
                 Request::Txn(TxnRequest::Truncate { txs: Vec::new() }),
                 Purpose::Truncate,
             );
+        }
+    }
+
+    /// A COMMIT-PRIMARY's first answer, [`meridian_wire::TxnResponse::Installed`]: the
+    /// commit is reported if it is the first, the RPC waits on for the
+    /// durable `Ack`. After the report (`Purpose::PostCommit`) there is
+    /// nothing more to do with it.
+    fn on_installed(&mut self, now: u64, from: NodeId, id: u64) {
+        let Some(Purpose::Commit(txn)) = self.rpcs.get(&id).map(|r| r.purpose) else {
+            return;
+        };
+        let r = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
+            Some(e) => {
+                let r = e.on_reply(from, Response::Txn(meridian_wire::TxnResponse::Installed));
+                e.check_invariants();
+                r
+            }
+            None => return,
+        };
+        match r {
+            Ok(Some(step)) => self.drive_commit(now, txn, step),
+            Ok(None) => {}
+            Err(e) => self.abandon(now, txn, e),
         }
     }
 
@@ -2818,6 +2847,58 @@ mod tests {
             );
         }
         assert_eq!(p.truncate_low(), 1, "every truncation acknowledged");
+        p.check_invariants();
+    }
+
+    /// Disk durability: a primary answers COMMIT-PRIMARY first with
+    /// `Installed` (before its fsync), then `Ack` (after). The commit is
+    /// reported at `Installed`; the TRUNCATE waits for every `Ack`, since a
+    /// backup applies at truncation and the primary's install is not yet
+    /// durable.
+    #[test]
+    fn installed_reports_the_commit_and_the_ack_lets_it_truncate() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        let backups = committing_backups(&mut p);
+        let primaries = sent(&answer(
+            &mut p,
+            600_100,
+            &backups,
+            Response::Txn(TxnResponse::Ack),
+        ));
+        assert!(!primaries.is_empty());
+        let e = answer(
+            &mut p,
+            600_200,
+            &primaries,
+            Response::Txn(TxnResponse::Installed),
+        );
+        assert!(
+            replies(&e)
+                .iter()
+                .any(|(_, r)| matches!(r, CallResult::Committed(_))),
+            "reported at Installed: {e:?}"
+        );
+        p.check_invariants();
+        // Nothing is truncatable yet: a close flushes no TRUNCATE.
+        p.close(600_300, 3);
+        let truncations = |e: &Effects| {
+            sent(e)
+                .iter()
+                .filter(|(_, _, r, txs)| {
+                    matches!(r, Request::Txn(TxnRequest::Truncate { .. })) || !txs.is_empty()
+                })
+                .count()
+        };
+        assert_eq!(
+            truncations(&p.drain_effects()),
+            0,
+            "truncated before the Ack"
+        );
+        let mut e = answer(&mut p, 600_400, &primaries, Response::Txn(TxnResponse::Ack));
+        // Queued, and flushed at the next flush tick (or at once by the close).
+        p.tick(5_000_000);
+        e.extend(p.drain_effects());
+        assert!(truncations(&e) > 0, "every Ack in: the TRUNCATE goes");
         p.check_invariants();
     }
 

@@ -256,7 +256,11 @@ pub fn answer_clock_sync(desk: &LeaseDesk, now: u64, frame: &Frame) -> Option<Fr
 /// before a crash would have seen a write recovery then aborts (found by a
 /// review of the read lock wait, with replication 1; the wait serves reads
 /// in the very drain of the COMMIT-PRIMARY that released them). Those
-/// replies then wait like the rest. LOCK-REPLYs go at once on the same condition.
+/// replies then wait like the rest. LOCK-REPLYs go at once on the same
+/// condition, and so does a COMMIT-PRIMARY's first answer,
+/// [`TxnResponse::Installed`]: the writes it reports installed are in
+/// every backup's durable COMMIT-BACKUP record, which recovery commits
+/// from (FaRM §5.3) if a crash takes the primary's install.
 /// Everything else waits: the ACKs of COMMIT-BACKUP, COMMIT-PRIMARY,
 /// ABORT and TRUNCATE, and any frame the embedded coordinator sends.
 pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
@@ -280,7 +284,8 @@ pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
                         TxnResponse::Lock(_)
                         | TxnResponse::Read(_)
                         | TxnResponse::Scan(_)
-                        | TxnResponse::Validate(_),
+                        | TxnResponse::Validate(_)
+                        | TxnResponse::Installed,
                     ),
                 ..
             } => lock_replies_free,
@@ -331,6 +336,42 @@ pub fn split_held(
 pub fn held_waits_for_log(held: &[NodeEffect]) -> bool {
     held.iter()
         .any(|e| !matches!(e, NodeEffect::AppendLog { .. }))
+}
+
+/// Whether a drain's held effects ([`split_held`]) ask for an fsync now:
+/// false when they are only log markers and the durable `Ack`s of
+/// COMMIT-PRIMARYs whose [`TxnResponse::Installed`] went ahead in `free`.
+/// Those `Ack`s only let the coordinator truncate, so they wait for the
+/// next fsync someone else asks for, or the log's idle sync
+/// (`limits.log_idle_sync_us`), and a COMMIT-PRIMARY costs no fsync of its
+/// own. Both the tokio shell and the simulator use this one rule.
+pub fn held_asks_fsync(free: &[NodeEffect], held: &[NodeEffect]) -> bool {
+    let early: BTreeSet<(Peer, u64)> = free
+        .iter()
+        .filter_map(|e| match e {
+            NodeEffect::Send {
+                to,
+                frame:
+                    Frame::Response {
+                        id,
+                        resp: Response::Txn(TxnResponse::Installed),
+                    },
+            } => Some((*to, *id)),
+            _ => None,
+        })
+        .collect();
+    held.iter().any(|e| match e {
+        NodeEffect::AppendLog { .. } => false,
+        NodeEffect::Send {
+            to,
+            frame:
+                Frame::Response {
+                    id,
+                    resp: Response::Txn(TxnResponse::Ack),
+                },
+        } => !early.contains(&(*to, *id)),
+        _ => true,
+    })
 }
 
 /// One record of a node's write-ahead log (disk durability).
@@ -1304,6 +1345,24 @@ impl NodeProcess {
         }
     }
 
+    /// Disk durability: a COMMIT-PRIMARY this node carried out (`resp` is
+    /// its `Ack`) is answered twice, first [`TxnResponse::Installed`] and
+    /// then the `Ack`. [`split_held`] sends the first before the record's
+    /// fsync while every region has a complete backup, and holds the
+    /// `Ack` until the record is durable; the coordinator reports the
+    /// commit at the first and truncates after the second. Without the
+    /// log (memory mode), or with `durability.report_after_primary_fsync`,
+    /// the `Ack` alone goes.
+    fn installed_first(&mut self, to: Peer, id: Option<u64>, req: &TxnRequest, resp: &Response) {
+        if matches!(req, TxnRequest::CommitPrimary { .. })
+            && matches!(resp, Response::Txn(TxnResponse::Ack))
+            && self.participant.journaling()
+            && !self.config.durability.report_after_primary_fsync
+        {
+            self.reply(to, id, TxnResponse::Installed.into());
+        }
+    }
+
     /// Start the lease role at the first input, on the shell's clock.
     fn start_leases(&mut self, now: u64) {
         if std::mem::replace(&mut self.lease_started, true) {
@@ -1517,7 +1576,9 @@ impl NodeProcess {
                             r,
                             TxnRequest::CommitPrimary { .. } | TxnRequest::Abort { .. }
                         );
-                    self.txn_request(now, config, &r)
+                    let resp = self.txn_request(now, config, &r);
+                    self.installed_first(from, id, &r, &resp);
+                    resp
                 }
                 None => return,
             },
@@ -1941,6 +2002,7 @@ impl NodeProcess {
             self.read_holds.write_ts_held += 1;
             self.read_holds.write_ts_held_ns += now.saturating_sub(d.since);
             let resp = self.txn_request(now, d.config, &d.req);
+            self.installed_first(d.from, d.id, &d.req, &resp);
             self.reply(d.from, d.id, resp);
             return;
         }
@@ -3235,14 +3297,19 @@ impl NodeProcess {
     /// Why that is enough (FaRM §4, §5.3): a transaction is reported
     /// committed only after every backup of every region it writes has
     /// made its COMMIT-BACKUP record durable (those ACKs wait for their
-    /// fsync) and one primary has made its COMMIT-PRIMARY durable. If
+    /// fsync) and one primary has installed its writes (its
+    /// [`TxnResponse::Installed`] goes on this same condition; with
+    /// `durability.report_after_primary_fsync`, once its COMMIT-PRIMARY
+    /// is durable). If
     /// every node then loses what it had not fsynced, each written region
     /// still votes commit-backup from its backups, whose records carry
     /// the writes, so recovery commits the transaction; the LOCK record
     /// adds nothing. Before that point nothing was reported, and no other
     /// transaction could see the writes (COMMIT-PRIMARY exposes them, and
     /// it is sent only after the COMMIT-BACKUP ACKs). The log is written
-    /// in order, so COMMIT-PRIMARY's fsync at a primary covers its LOCK.
+    /// in order, so COMMIT-PRIMARY's fsync at a primary covers its LOCK;
+    /// coordinators truncate only after that fsync (the COMMIT-PRIMARY
+    /// ACK), so a backup never applies a write a primary could still lose.
     /// A region with no complete backup keeps the LOCK record as the only
     /// durable copy of the writes until COMMIT-PRIMARY: then every
     /// LOCK-REPLY waits for its fsync, as before. The simulator loses
@@ -3390,6 +3457,60 @@ mod tests {
             DurableRecord::MasterClock { offset_ns: 1 }.wants_prompt_sync()
                 && !DurableRecord::Participant(meridian_txn::Mutation::Gc(Timestamp(1)))
                     .wants_prompt_sync()
+        );
+    }
+
+    /// A COMMIT-PRIMARY's two answers: `Installed` goes before the fsync
+    /// while every region has a complete backup, and the `Ack` after it
+    /// without asking for one (it only lets the coordinator truncate).
+    /// Without a complete backup both wait, and the drain asks for the
+    /// fsync; an `Ack` with no `Installed` ahead of it (COMMIT-BACKUP's)
+    /// always asks.
+    #[test]
+    fn a_commit_primarys_durable_ack_asks_for_no_fsync_of_its_own() {
+        let marker = || NodeEffect::AppendLog {
+            first_seq: 9,
+            records: Vec::new(),
+        };
+        let reply = |id: u64, resp: TxnResponse| NodeEffect::Send {
+            to: Peer::Conn(1),
+            frame: Frame::Response {
+                id,
+                resp: Response::Txn(resp),
+            },
+        };
+        let drain = || {
+            vec![
+                marker(),
+                reply(3, TxnResponse::Installed),
+                reply(3, TxnResponse::Ack),
+            ]
+        };
+        let (free, held) = split_held(drain(), true, true);
+        let (_, held) = held.expect("logged");
+        assert_eq!(
+            free,
+            vec![reply(3, TxnResponse::Installed)],
+            "Installed goes"
+        );
+        assert!(held_waits_for_log(&held), "the Ack waits for the record");
+        assert!(!held_asks_fsync(&free, &held), "but asks no fsync");
+        let (free, held) = split_held(drain(), true, false);
+        let (_, held) = held.expect("logged");
+        assert!(free.is_empty(), "no complete backup: both wait");
+        assert!(held_asks_fsync(&free, &held), "and the fsync is asked for");
+        let (free, held) = split_held(
+            vec![
+                marker(),
+                reply(3, TxnResponse::Installed),
+                reply(4, TxnResponse::Ack),
+            ],
+            true,
+            true,
+        );
+        assert!(
+            held_asks_fsync(&free, &held.expect("logged").1),
+            "another request's Ack asks"
         );
     }
 

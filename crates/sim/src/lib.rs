@@ -58,8 +58,8 @@ use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::ClientProcess;
 use meridian_process::coordination::CoordinationService;
 use meridian_process::node::{
-    answer_clock_sync, held_waits_for_log, split_held, DurableRecord, NodeEffect, NodeEvent,
-    NodeProcess, Peer,
+    answer_clock_sync, held_asks_fsync, held_waits_for_log, split_held, DurableRecord, NodeEffect,
+    NodeEvent, NodeProcess, Peer,
 };
 use meridian_wire::{
     ClockRequest, ClockResponse, ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId,
@@ -286,6 +286,11 @@ pub struct SimConfig {
     /// when a region has no complete backup
     /// ([`NodeProcess::lock_replies_skip_fsync`] ignored).
     pub broken_lock_before_fsync: bool,
+    /// A deliberately broken durability rule: a COMMIT-PRIMARY's early
+    /// answer ([`TxnResponse::Installed`], sent before its fsync) goes as
+    /// its ACK and the durable ACK is dropped, so coordinators truncate
+    /// before the primary's install is durable.
+    pub broken_installed_is_ack: bool,
     /// A deliberately broken clock rule: a master's lease thread keeps
     /// answering clients' and nodes' syncs from the last view its process published,
     /// after the process withdrew it (a CM change, a disabled clock) and
@@ -327,6 +332,9 @@ pub struct SimConfig {
     /// for it, by default as long as `Limits::default()` says; 0 aborts
     /// them at once as FaRMv2 §4.7 does).
     pub read_lock_wait_us: u64,
+    /// The nodes' `durability.report_after_primary_fsync` (default false:
+    /// COMMIT-PRIMARY is answered `Installed` before its fsync).
+    pub report_after_primary_fsync: bool,
 }
 
 impl SimConfig {
@@ -358,6 +366,7 @@ impl SimConfig {
             spare_nodes: 0,
             broken_ack_before_fsync: false,
             broken_lock_before_fsync: false,
+            broken_installed_is_ack: false,
             broken_master_clock_kept: false,
             broken_reads_unwaited: false,
             broken_lock_waits_read_past_locks: false,
@@ -367,6 +376,7 @@ impl SimConfig {
             broken_writes_unwaited: false,
             broken_validates_unwaited: false,
             read_lock_wait_us: meridian_config::Limits::default().read_lock_wait_us,
+            report_after_primary_fsync: false,
         }
     }
 
@@ -1242,6 +1252,7 @@ impl Sim {
         };
         // Small, so checkpoints (and restores from them) happen in a run.
         config.durability.checkpoint_records = 200;
+        config.durability.report_after_primary_fsync = cfg.report_after_primary_fsync;
         // Half the bound each way from true time: any two clocks stay
         // within the bound of each other, whichever becomes master (with
         // the whole bound each way, a new master and a client drifted up
@@ -1991,12 +2002,37 @@ impl Sim {
                 free.extend(acks);
                 held = rest;
             }
+            if self.cfg.broken_installed_is_ack {
+                // The durable ACK of a COMMIT-PRIMARY is dropped, and its
+                // early `Installed` answer goes as that ACK.
+                let early: BTreeSet<(Peer, u64)> = free
+                    .iter_mut()
+                    .filter_map(|e| match e {
+                        NodeEffect::Send {
+                            to,
+                            frame:
+                                Frame::Response {
+                                    id,
+                                    resp: Response::Txn(r @ TxnResponse::Installed),
+                                },
+                        } => {
+                            *r = TxnResponse::Ack;
+                            Some((*to, *id))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                held.retain(|e| {
+                    !matches!(e, NodeEffect::Send { to, frame: Frame::Response { id, .. } }
+                        if early.contains(&(*to, *id)))
+                });
+            }
             // As the shell's log does: an fsync is asked for only when
             // something waits for the records (or a record wants one);
             // otherwise they are fsynced by the idle sync, or by an
             // earlier fsync someone asks for.
             let waits = held_waits_for_log(&held);
-            if waits || appended.is_some_and(|(_, prompt)| prompt) {
+            if held_asks_fsync(&free, &held) || appended.is_some_and(|(_, prompt)| prompt) {
                 self.schedule_fsync(n, seq);
             } else {
                 self.schedule_idle_fsync(n, seq);
@@ -2090,7 +2126,12 @@ impl Sim {
                         if let Some((write_ts, kind)) =
                             self.holds_in_service.remove(&(n, peer_key(to), *id))
                         {
-                            if matches!(r, TxnResponse::Validate(Ok(())) | TxnResponse::Ack) {
+                            if matches!(
+                                r,
+                                TxnResponse::Validate(Ok(()))
+                                    | TxnResponse::Ack
+                                    | TxnResponse::Installed
+                            ) {
                                 self.check_held_write(now, n, write_ts, kind);
                             }
                         }

@@ -528,6 +528,21 @@ fn a_whole_cluster_crash_loses_no_acknowledged_commit() {
     assert!(crashes > 0 && committed_after > 0);
 }
 
+/// With `durability.report_after_primary_fsync` (FaRM §4's rule to the
+/// letter: no `Installed` answer, the COMMIT-PRIMARY ACK waits for its
+/// fsync) a whole-cluster crash loses nothing either.
+#[test]
+fn reporting_after_the_primarys_fsync_loses_no_acknowledged_commit() {
+    for seed in seeds(8) {
+        let r = run_and_check(SimConfig {
+            report_after_primary_fsync: true,
+            ..cluster_crash_bank(seed)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!r.timed_out, "seed {seed}: stuck");
+    }
+}
+
 /// The simulator loses what a node had not fsynced when it crashes, so
 /// it can see a durability rule broken: with the ACKs of log records sent
 /// before their fsync, a whole-cluster crash loses acknowledged commits
@@ -557,6 +572,35 @@ fn acks_sent_before_their_fsync_lose_commits_the_checker_sees() {
     assert!(
         !caught.is_empty(),
         "no seed caught ACKs that leave before their fsync"
+    );
+}
+
+/// A primary answers COMMIT-PRIMARY `Installed` before its fsync and
+/// `Ack` after it; coordinators truncate only after the `Ack`. A backup
+/// applies a transaction's writes at TRUNCATE, so truncating at
+/// `Installed` can leave a backup's apply durable while a whole-cluster
+/// crash takes the primary's install: the primary then serves the old
+/// value. The simulator must see that: with the `Installed` answer taken
+/// as the ACK, some seed fails the checker; the real rule passes it.
+#[test]
+fn truncating_before_the_primarys_fsync_loses_writes_the_checker_sees() {
+    let mut caught = Vec::new();
+    for seed in 0..300u64 {
+        let cfg = SimConfig {
+            broken_installed_is_ack: true,
+            ..cluster_crash_bank(seed)
+        };
+        if run_and_check(cfg).is_err() {
+            run_and_check(cluster_crash_bank(seed)).unwrap_or_else(|e| panic!("{e}"));
+            caught.push(seed);
+            if caught.len() == 2 {
+                break;
+            }
+        }
+    }
+    assert!(
+        !caught.is_empty(),
+        "no seed caught a truncation before the primary's fsync"
     );
 }
 
@@ -818,8 +862,10 @@ fn restored_primaries_serving_at_once_are_caught() {
 /// the message schedule can move them off the window (as it moved the
 /// swarm seeds 561, 9528 and 10297); scan again then. The tenth session's
 /// `write_ts` wait at the nodes moved every one of them: a scan of seeds
-/// 0–3299 found 1364, 2129 and 3280.
-const RESTORE_SEEDS: [u64; 3] = [1364, 2129, 3280];
+/// 0–3299 found 1364, 2129 and 3280. The eighteenth session's early
+/// COMMIT-PRIMARY answer (`Installed`, its record fsynced later) moved
+/// them again: a scan of 0–1499 found 260, 805, 1041, 1105, 1197 and 1426.
+const RESTORE_SEEDS: [u64; 3] = [260, 805, 1041];
 
 /// The bank workload with only a whole-cluster crash from disk, the read
 /// lock wait on, and the broken restore rule if `broken`.

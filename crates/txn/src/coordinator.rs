@@ -976,6 +976,9 @@ impl Transaction {
         from: NodeId,
         resp: Response,
     ) -> Result<Option<CommitStep>, TxnError> {
+        if matches!(resp, Response::Txn(TxnResponse::Installed)) {
+            return self.on_installed(from);
+        }
         if !self.pending.remove(&from) {
             return Err(TxnError::Protocol {
                 node: from,
@@ -1045,6 +1048,29 @@ impl Transaction {
                 detail: format!("reply {resp:?} in phase {phase:?}"),
             }),
         }
+    }
+
+    /// A primary's first answer to COMMIT-PRIMARY under disk durability
+    /// ([`TxnResponse::Installed`]): it installed the writes, and its
+    /// `Ack` follows once the record is durable. The first such answer (or
+    /// `Ack`) reports the commit, as FaRM §4 step 4 reports at the first
+    /// COMMIT-PRIMARY ack; the primary stays pending, so truncation
+    /// ([`Self::is_fully_acknowledged`]) still waits for every `Ack`.
+    fn on_installed(&mut self, from: NodeId) -> Result<Option<CommitStep>, TxnError> {
+        if self.phase != Phase::CommittingPrimaries || !self.pending.contains(&from) {
+            return Err(TxnError::Protocol {
+                node: from,
+                detail: format!(
+                    "Installed from a node not awaited in phase {:?}",
+                    self.phase
+                ),
+            });
+        }
+        if self.reported {
+            return Ok(None);
+        }
+        self.reported = true;
+        Ok(self.write_ts.map(|ts| CommitStep::Done(Ok(ts))))
     }
 
     /// ABORT records to send (one-way) after an aborted commit: every primary

@@ -1116,6 +1116,19 @@ pub enum TxnResponse {
     /// sends the request again, unwrapped. Appended last, so older
     /// replies decode as before.
     NotHeld,
+    /// First answer to a COMMIT-PRIMARY under disk durability: the
+    /// primary installed the writes and unlocked them, but its record is
+    /// not durable yet; the [`TxnResponse::Ack`] for the same request id
+    /// follows once it is. The coordinator reports the commit at this
+    /// answer and truncates only after every primary's `Ack` (a backup
+    /// applies at TRUNCATE, so truncating earlier could leave a backup
+    /// newer than a primary that then lost its install in a crash). It
+    /// leaves before the fsync only while every region has a complete
+    /// backup, whose COMMIT-BACKUP records are then the durable copies
+    /// (`meridian_process::node::independent_of_log`). An extension of
+    /// FaRM §4 step 4 for disks; appended last, so older replies decode as
+    /// before.
+    Installed,
 }
 
 /// Clock synchronisation (FaRMv2 §4.1).
