@@ -473,14 +473,14 @@ impl ClientProcess {
 
     /// Adopt configuration `config` (FaRM §5.2) if it is newer: requests
     /// carry its id and go to its primaries from now on. An unmanaged
-    /// client whose clock master (the CM) changed forgets the old master's
-    /// samples and stays unsynchronised until the new one answers (FaRMv2
-    /// §4.3). Returns true if adopted.
+    /// client forgets its clock master's samples and stays unsynchronised
+    /// until the master of the new configuration answers (FaRMv2 §4.3;
+    /// every configuration counts, since a CM restarted from disk keeps
+    /// its role but not its clock). Returns true if adopted.
     pub fn set_config(&mut self, now: u64, config: &Configuration) -> bool {
         if config.id() <= self.config_id {
             return false;
         }
-        let cm_changed = config.cm() != self.cm;
         self.config_id = config.id();
         self.cm = config.cm();
         self.members = config.members();
@@ -490,7 +490,10 @@ impl ClientProcess {
                 l.reset(now, config.id(), config.cm());
             }
         });
-        if cm_changed && !self.managed {
+        // Every new configuration is a clock failover, not only a change
+        // of CM (see `NodeProcess::apply_config`: a CM restarted from disk
+        // renews its configuration with a fresh clock, swarm seed 1909).
+        if !self.managed {
             // Never hand out a timestamp below one handed out before.
             let ff = self.clock.fast_forward_value(now);
             self.clock.follow_new_master(ff, config.clock.drift_ppm);
@@ -2621,6 +2624,33 @@ mod tests {
             Response::Clock(ClockResponse::MasterTime { master_ns: 500_000 }),
         );
         p
+    }
+
+    /// Swarm seed 1909: a CM restarted from disk renews its configuration
+    /// as CM again (`Configuration::renewed`) with a fresh clock. A client
+    /// adopting it must drop the samples of the master's previous
+    /// incarnation and wait for a sync with the new one, as at a change of
+    /// CM (FaRMv2 §4.3); before, it kept handing out timestamps from the
+    /// old timeline.
+    #[test]
+    fn a_renewed_configuration_with_the_same_cm_resynchronises_the_clock() {
+        let c = config();
+        let mut p = synced_client(true);
+        assert!(!p.clock_is_disabled(), "synchronised");
+        let renewed = c.renewed();
+        assert_eq!(renewed.cm(), c.cm(), "the same CM");
+        assert!(p.set_config(300_000, &renewed));
+        assert!(
+            p.clock_is_disabled(),
+            "the old master's samples are dropped until the new one answers"
+        );
+        p.tick(400_000);
+        let sync = sent(&p.drain_effects());
+        assert!(
+            sync.iter()
+                .any(|(to, _, r, _)| *to == renewed.cm() && matches!(r, Request::Clock(_))),
+            "a sync goes to the master at once: {sync:?}"
+        );
     }
 
     /// With `clock.reads_wait_at_server` the coordinator hands out

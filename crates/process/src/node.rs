@@ -2511,9 +2511,7 @@ impl NodeProcess {
                             self.after_cas(now);
                         }
                     }
-                    ReconfigOutput::Applied { config, cm_changed } => {
-                        self.apply_config(now, *config, cm_changed)
-                    }
+                    ReconfigOutput::Applied { config, .. } => self.apply_config(now, *config),
                     ReconfigOutput::ReadStored => {
                         // An external service (the shell's) answers CASes
                         // only; its members learn a newer configuration
@@ -2567,8 +2565,20 @@ impl NodeProcess {
     }
 
     /// FaRM §5.2 step 6: run configuration `config` (blocked regions until
-    /// recovery; clocks disabled if the CM changed).
-    fn apply_config(&mut self, now: u64, config: Configuration, cm_changed: bool) {
+    /// recovery; clocks disabled until the commit's FF and a sync with the
+    /// master).
+    ///
+    /// Every new configuration is a clock failover, not only one whose CM
+    /// changed (FaRMv2 §4.3): a CM that restarted from disk renews its
+    /// configuration as CM again, and its clock starts afresh at the
+    /// bound its CAS returned, while a member that kept the samples of its
+    /// previous incarnation stayed on the old timeline. Swarm seed 1909: a
+    /// client on the old samples committed a write at a `write_ts` below a
+    /// `read_ts` a client on the new master had already read at. The CM's
+    /// restart is not visible in the configuration, so every change
+    /// counts (whether the CM changed still decides the lease waits, in
+    /// `Reconfig`).
+    fn apply_config(&mut self, now: u64, config: Configuration) {
         self.effects
             .push(NodeEffect::Event(NodeEvent::Applied(config.id())));
         self.participant.reconfigure(&config);
@@ -2606,11 +2616,9 @@ impl NodeProcess {
                 }
             });
         }
-        if cm_changed {
-            self.lease.withdraw_master_clock();
-            self.gateway.clock_mut().disable();
-        }
-        self.clock_failover |= cm_changed;
+        self.lease.withdraw_master_clock();
+        self.gateway.clock_mut().disable();
+        self.clock_failover = true;
         self.standing = Standing::Member;
         self.lease.set_members(config.members());
         self.lease.set_serving(true);

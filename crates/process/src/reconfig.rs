@@ -111,8 +111,10 @@ pub enum ReconfigOutput {
         proposed: Box<Configuration>,
     },
     /// Step 6: apply this configuration (block requests, refuse older
-    /// configurations). `cm_changed` says whether clocks must be disabled
-    /// (FaRMv2 §4.3).
+    /// configurations, disable clocks until the commit's FF: FaRMv2 §4.3,
+    /// at every configuration since a CM restarted from disk keeps its
+    /// role but not its clock). `cm_changed` is informational (the CM's
+    /// own lease waits use it inside this engine).
     Applied {
         /// The configuration.
         config: Box<Configuration>,

@@ -22,10 +22,14 @@
 //!    ([`meridian_txn::Participant::recover_locks`]) and the region serves
 //!    again. Regions whose replicas did not change never stop.
 //! 4. *Replicate* (step 5): the primary sends each replica that reported
-//!    no record of a recovering transaction the region's record of it
-//!    (REPLICATE-TX-STATE, with the strongest evidence the region had and
-//!    `write_ts`), resent until acknowledged; a primary that reported none
-//!    keeps it itself ([`meridian_txn::Participant::replicate_tx_state`]).
+//!    no record of a recovering transaction, or weaker evidence than the
+//!    region's, the region's record of it (REPLICATE-TX-STATE, with the
+//!    strongest evidence the region had and `write_ts`), resent until
+//!    acknowledged; a primary in that case keeps it itself
+//!    ([`meridian_txn::Participant::replicate_tx_state`]). A replica
+//!    reports the strongest evidence it holds (a restored primary's
+//!    surviving LOCK record beside a replicated COMMIT-BACKUP: swarm seed
+//!    1945 aborted in a later configuration what an earlier one committed).
 //!    A new replica thus holds what the region's old replicas held before
 //!    it can be counted complete (swarm seed 3935).
 //! 5. *Vote* (step 6): the primary sends each transaction's region vote
@@ -690,10 +694,17 @@ impl RecoveryFlow {
     ) {
         let mut by_tx: BTreeMap<TxId, (Vec<meridian_wire::Evidence>, RecoveringTx)> =
             BTreeMap::new();
-        let mut reported: BTreeSet<(TxId, NodeId)> = BTreeSet::new();
+        // What each replica reported of each transaction: step 5 below
+        // sends the region's record to every replica whose own evidence is
+        // weaker than the vote's, not only to those without any (a
+        // restored primary with a surviving LOCK record but no
+        // COMMIT-PRIMARY reports Lock while its backups report
+        // COMMIT-BACKUP; swarm seed 1945).
+        let mut reported: BTreeMap<(TxId, NodeId), meridian_wire::Evidence> = BTreeMap::new();
         for (from, txs) in got {
             for t in txs {
-                reported.insert((t.record.tx, from));
+                let r = reported.entry((t.record.tx, from)).or_insert(t.evidence);
+                *r = (*r).min(t.evidence);
                 let e = by_tx
                     .entry(t.record.tx)
                     .or_insert_with(|| (Vec::new(), t.clone()));
@@ -738,7 +749,7 @@ impl RecoveryFlow {
                     write_ts: t.write_ts,
                 };
                 for n in self.replicas(region) {
-                    if reported.contains(&(tx, n)) {
+                    if reported.get(&(tx, n)).is_some_and(|r| *r <= evidence) {
                         continue;
                     }
                     if n == self.me {

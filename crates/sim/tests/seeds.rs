@@ -1279,13 +1279,48 @@ fn swarm_seed_17050_keeps_the_filled_copies() {
 /// checker. (A variant that leaves such keys out also passes the checker
 /// on all 12 seeds: the swarm reaches the path but has not shown its
 /// failure; the storage test `the_copy_carries_keys_held_by_lock_recovery`
-/// is what catches the omission.)
+/// is what catches the omission.) The eighteenth session's changes (every
+/// configuration a clock failover, the early COMMIT-PRIMARY answer) moved
+/// 1877 off the path; seeds 554, 689, 794, 950, 1160, 1508, 1682 and 2936
+/// of 0–2999 reach it now, and this test runs the first.
 #[test]
-fn swarm_seed_1877_copies_a_key_held_by_lock_recovery() {
-    let r = run_and_check(SimConfig::swarm(1877)).unwrap_or_else(|e| panic!("{e}"));
+fn swarm_seed_554_copies_a_key_held_by_lock_recovery() {
+    let r = run_and_check(SimConfig::swarm(554)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         r.copied_recovery_holds > 0,
-        "seed 1877 ({}) no longer copies a key held by lock recovery",
+        "seed 554 ({}) no longer copies a key held by lock recovery",
         r.faults.describe()
     );
+}
+
+/// Swarm seed 1945 (found 2026-11-29, with the early COMMIT-PRIMARY
+/// answer): a whole-cluster crash left primary n0 with a transaction's
+/// LOCK record but not its COMMIT-PRIMARY (reported to the client at
+/// `Installed`). Configuration 2's recovery committed it from the
+/// backups' COMMIT-BACKUP records, but n0 had moved on to configuration 3
+/// before the decision reached it, and it had not kept the backups'
+/// evidence: it reported its own LOCK record, which shadowed everything
+/// else (`Participant::evidence`), and step 5 skipped a replica that
+/// reported any record. Configuration 4, without those backups, voted
+/// lock and aborted the committed write (a G-single-realtime cycle in the
+/// checker). A replica now reports its strongest evidence, and step 5
+/// upgrades a replica whose evidence is weaker than the region's.
+#[test]
+fn swarm_seed_1945_keeps_a_transaction_recovery_committed() {
+    run_and_check(SimConfig::swarm(1945)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Open (found 2026-11-29): swarm seed 1909 breaks opacity after the
+/// clock master n1 crashed and restarted from disk (configuration 12, its
+/// fast-forward 662,736,539 ns). T187 (client 3) read a key at n1 with
+/// `read_ts` 664,498,359 and saw the old value; T83 (client 1) then locked
+/// that key and committed at `write_ts` 664,082,928, below that `read_ts`,
+/// so some clock's bounds disagreed with global time across the restart.
+/// The same family as seed 4068 (a restored master whose time is behind
+/// what was handed out). It surfaced when the recovery fix for seed 1945
+/// shifted the schedule; it passed on the schedules before.
+#[test]
+#[ignore = "open: clock bounds across a restored clock master (see doc)"]
+fn swarm_seed_1909_keeps_opacity_across_a_restored_clock_master() {
+    run_and_check(SimConfig::swarm(1909)).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -1062,10 +1062,13 @@ impl Participant {
         {
             return;
         }
-        let mine = |rec: &meridian_wire::LockRecord| rec.writes.iter().any(|w| w.region == region);
-        if self.log.primary.get(&tx).is_some_and(|(r, _)| mine(r))
-            || self.log.backup.get(&tx).is_some_and(|(r, _)| mine(r))
-        {
+        // Kept unless this replica's own records already say as much: a
+        // restored primary whose LOCK record survived the crash but whose
+        // COMMIT-PRIMARY did not holds evidence Lock, and must keep the
+        // COMMIT-BACKUP evidence its backups reported, or a later
+        // configuration without those backups votes lock and aborts a
+        // transaction an earlier recovery committed (swarm seed 1945).
+        if self.evidence(tx, region) <= t.evidence {
             return;
         }
         self.journal(|| Mutation::ReplicateTxState {
@@ -1523,23 +1526,32 @@ impl Participant {
         if self.recovered.contains_key(&tx) {
             return Evidence::CommitPrimary;
         }
-        if let Some((rec, state)) = self.log.primary.get(&tx) {
-            if touches(rec) {
-                return match state {
-                    LockState::Committed(_) => Evidence::CommitPrimary,
-                    LockState::Locked => Evidence::Lock,
-                };
-            }
-        }
-        if let Some((rec, _)) = self.log.backup.get(&tx) {
-            if touches(rec) {
-                return Evidence::CommitBackup;
-            }
-        }
-        if let Some((rec, e, _)) = self.log.replicated.get(&tx) {
-            if touches(rec) {
-                return *e;
-            }
+        // The strongest of the records held: a LOCK record (a restored
+        // primary's, whose COMMIT-PRIMARY the crash took) can sit beside
+        // a stronger replicated record (`replicate_tx_state`).
+        let primary = self
+            .log
+            .primary
+            .get(&tx)
+            .filter(|(rec, _)| touches(rec))
+            .map(|(_, state)| match state {
+                LockState::Committed(_) => Evidence::CommitPrimary,
+                LockState::Locked => Evidence::Lock,
+            });
+        let backup = self
+            .log
+            .backup
+            .get(&tx)
+            .filter(|(rec, _)| touches(rec))
+            .map(|_| Evidence::CommitBackup);
+        let replicated = self
+            .log
+            .replicated
+            .get(&tx)
+            .filter(|(rec, _, _)| touches(rec))
+            .map(|(_, e, _)| *e);
+        if let Some(e) = [primary, backup, replicated].into_iter().flatten().min() {
+            return e;
         }
         match self.finished.get(&tx) {
             Some(Finish::Aborted) => Evidence::Aborted,
@@ -2383,6 +2395,30 @@ mod tests {
         lock(&mut p, 2);
         p.handle(&[], &TxnRequest::Abort { tx: tx(2) });
         assert_eq!(p.evidence(tx(2), ra), E::Aborted);
+        // Swarm seed 1945: a restored primary kept its LOCK record but lost
+        // its COMMIT-PRIMARY; lock recovery replicated the backups'
+        // COMMIT-BACKUP evidence to it. It must report the stronger one,
+        // or a later configuration without those backups aborts what an
+        // earlier recovery committed.
+        let rec4 = record(&p, tx(4), 30, &[b"a"]);
+        assert_eq!(
+            p.handle(&[], &TxnRequest::Lock(rec4.clone())),
+            Response::Txn(TxnResponse::Lock(Ok(())))
+        );
+        assert_eq!(p.evidence(tx(4), ra), E::Lock);
+        let rt = |e: E| meridian_wire::RecoveringTx {
+            record: rec4.clone(),
+            evidence: e,
+            write_ts: Some(Timestamp(35)),
+        };
+        p.replicate_tx_state(ra, &rt(E::Lock));
+        assert_eq!(p.evidence(tx(4), ra), E::Lock, "nothing stronger");
+        p.replicate_tx_state(ra, &rt(E::CommitBackup));
+        assert_eq!(
+            p.evidence(tx(4), ra),
+            E::CommitBackup,
+            "the stronger evidence"
+        );
         // Node 1 of two is the backup of region 0.
         let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));
         let mut b = Participant::new(NodeId(1), &two);
