@@ -1310,17 +1310,17 @@ fn swarm_seed_1945_keeps_a_transaction_recovery_committed() {
     run_and_check(SimConfig::swarm(1945)).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Open (found 2026-11-29): swarm seed 1909 breaks opacity after the
-/// clock master n1 crashed and restarted from disk (configuration 12, its
-/// fast-forward 662,736,539 ns). T187 (client 3) read a key at n1 with
-/// `read_ts` 664,498,359 and saw the old value; T83 (client 1) then locked
-/// that key and committed at `write_ts` 664,082,928, below that `read_ts`,
-/// so some clock's bounds disagreed with global time across the restart.
-/// The same family as seed 4068 (a restored master whose time is behind
-/// what was handed out). It surfaced when the recovery fix for seed 1945
-/// shifted the schedule; it passed on the schedules before.
+/// Swarm seed 1909 (found 2026-11-29) broke opacity after the clock
+/// master n1 crashed and restarted from disk: it renewed its
+/// configuration as CM again (12, FF 662,736,539 ns) with a fresh clock,
+/// and since the CM had not changed, members and clients kept the samples
+/// of its previous incarnation. T187 (client 3, synchronised with the new
+/// clock) read a key at n1 with `read_ts` 664,498,359 and saw the old
+/// value; T83 (client 1, on the old samples) then locked that key and
+/// committed at `write_ts` 664,082,928, below that `read_ts`. Every new
+/// configuration is now a clock failover (`NodeProcess::apply_config`,
+/// `ClientProcess::set_config`).
 #[test]
-#[ignore = "open: clock bounds across a restored clock master (see doc)"]
 fn swarm_seed_1909_keeps_opacity_across_a_restored_clock_master() {
     run_and_check(SimConfig::swarm(1909)).unwrap_or_else(|e| panic!("{e}"));
 }
