@@ -386,11 +386,23 @@ fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
 /// checkpoint to put its header in front).
 fn write_durably_parts(path: &std::path::Path, parts: &[&[u8]]) -> std::io::Result<()> {
     use std::io::Write;
+    write_durably_with(path, |f| {
+        for p in parts {
+            f.write_all(p)?;
+        }
+        Ok(())
+    })
+}
+
+/// [`write_durably_parts`] for content written by `fill` into the
+/// temporary file (streamed, not built in memory first).
+fn write_durably_with(
+    path: &std::path::Path,
+    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;
-    for p in parts {
-        f.write_all(p)?;
-    }
+    fill(&mut f)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {

@@ -682,21 +682,27 @@ fn checkpointer(dir: PathBuf, pending: &PendingCheckpoint) {
     }
     while let Some((through_seq, snapshot)) = pending.take() {
         let started = std::time::Instant::now();
-        let state = match snapshot.encode() {
-            Ok(state) => state,
-            Err(e) => {
+        let objects = snapshot.objects();
+        let header = through_seq.to_le_bytes();
+        let mut bytes = 0u64;
+        // Streamed into the file (`NodeSnapshot::encode_into`), not built
+        // in memory first.
+        let written = crate::write_durably_with(&checkpoint_path(&dir), |f| {
+            use std::io::Write;
+            f.write_all(&header)?;
+            bytes = snapshot.encode_into(f)?;
+            Ok(())
+        });
+        drop(snapshot);
+        match written {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                let _ = std::fs::remove_file(checkpoint_path(&dir).with_extension("tmp"));
                 tracing::error!(through_seq, "cannot encode a checkpoint: {e}; the log keeps its segments until the next one");
                 continue;
             }
-        };
-        let objects = snapshot.objects();
-        drop(snapshot);
-        let header = through_seq.to_le_bytes();
-        if let Err(e) = crate::write_durably_parts(&checkpoint_path(&dir), &[&header, &state]) {
-            fatal(&format!("cannot write the checkpoint: {e}"));
+            Err(e) => fatal(&format!("cannot write the checkpoint: {e}")),
         }
-        let bytes = state.len();
-        drop(state);
         let covered = match segments(&dir) {
             Ok(s) => s,
             Err(e) => fatal(&format!("cannot list the log segments: {e}")),

@@ -578,6 +578,64 @@ impl NodeSnapshot {
         bincode::serialize(&c).map_err(|e| meridian_txn::DurabilityError::Corrupt(e.to_string()))
     }
 
+    /// Write [`Self::encode`]'s bytes, byte for byte, into `w` from its
+    /// current position, without building them in memory: the
+    /// participant's state is streamed through a 1 MiB buffer and its
+    /// length prefix patched in afterwards. Building them cost two
+    /// state-sized buffers (the participant's bytes, then the checkpoint
+    /// holding them: about 72 MB each with 100k TATP subscribers), and
+    /// faulting in and zeroing their pages was 10 % of a node's CPU
+    /// samples in a profile window that held a checkpoint (eighteenth
+    /// session). Four alternating TATP pairs showed no throughput change
+    /// (182.2k against 182.5k tx/s summed), so what this saves is the
+    /// node's peak memory during a checkpoint. Returns the bytes written.
+    ///
+    /// Errors: the writer's, and [`std::io::ErrorKind::InvalidData`] if
+    /// the state does not encode.
+    pub fn encode_into<W: std::io::Write + std::io::Seek>(
+        &self,
+        w: &mut W,
+    ) -> std::io::Result<u64> {
+        use std::io::{SeekFrom, Write};
+        /// Counts what passes through.
+        struct Counting<W> {
+            inner: W,
+            n: u64,
+        }
+        impl<W: Write> Write for Counting<W> {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                let k = self.inner.write(buf)?;
+                self.n += k as u64;
+                Ok(k)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                self.inner.flush()
+            }
+        }
+        let start = w.stream_position()?;
+        // bincode (fixed-width, little-endian) of `NodeCheckpoint`: the
+        // participant's bytes as a u64 length and the bytes, then the i64.
+        w.write_all(&0u64.to_le_bytes())?;
+        let n = {
+            let mut out = Counting {
+                inner: std::io::BufWriter::with_capacity(1 << 20, &mut *w),
+                n: 0,
+            };
+            bincode::serialize_into(&mut out, &*self.participant).map_err(|e| match *e {
+                bincode::ErrorKind::Io(io) => io,
+                other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+            })?;
+            out.flush()?;
+            out.n
+        };
+        w.write_all(&self.master_offset_ns.to_le_bytes())?;
+        let end = w.stream_position()?;
+        w.seek(SeekFrom::Start(start))?;
+        w.write_all(&n.to_le_bytes())?;
+        w.seek(SeekFrom::Start(end))?;
+        Ok(end - start)
+    }
+
     /// Objects held, over every region.
     pub fn objects(&self) -> usize {
         self.participant.objects()
@@ -3520,6 +3578,23 @@ mod tests {
             held_asks_fsync(&free, &held.expect("logged").1),
             "another request's Ack asks"
         );
+    }
+
+    /// The streamed checkpoint is `encode`'s bytes exactly, written from
+    /// the writer's position on (after the shell's header), and restores.
+    #[test]
+    fn a_streamed_checkpoint_is_the_encoded_one() {
+        let p = NodeProcess::new(config(), NodeId(0), 1).unwrap();
+        let snap = p.snapshot().unwrap();
+        let whole = snap.encode().unwrap();
+        let mut out = std::io::Cursor::new(b"header!!".to_vec());
+        out.set_position(8);
+        let n = snap.encode_into(&mut out).unwrap();
+        let out = out.into_inner();
+        assert_eq!(n as usize, whole.len());
+        assert_eq!(&out[..8], b"header!!");
+        assert_eq!(&out[8..], &whole[..]);
+        NodeProcess::restore(config(), NodeId(0), 2, Some((0, &out[8..])), &[]).unwrap();
     }
 
     fn register(p: &mut NodeProcess) -> u64 {
