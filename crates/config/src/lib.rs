@@ -643,6 +643,19 @@ pub struct Configuration {
     /// How nodes persist their state.
     #[serde(default)]
     pub durability: DurabilityConfig,
+    /// The configuration in which the CM restarted from disk last took
+    /// over the clock again (0: none since the first). A CM that renews
+    /// its configuration after a restart keeps its role but not its
+    /// clock, which starts afresh at its stored time bound; members and
+    /// clients see no change of CM, so this is how they know to drop the
+    /// old clock's samples and follow the new one (FaRMv2 §4.3; swarm
+    /// seed 1909). See [`Configuration::clock_master_changed_from`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub clock_epoch: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 fn one() -> u64 {
@@ -745,6 +758,7 @@ impl Configuration {
             lease: LeaseConfig::default(),
             coordination: CoordinationConfig::default(),
             durability: DurabilityConfig::default(),
+            clock_epoch: 0,
             limits: Limits::default(),
         }
     }
@@ -1158,6 +1172,13 @@ impl Configuration {
                 r.last_replica_change = next;
             }
         }
+    }
+
+    /// Whether clocks must fail over to this configuration's clock master
+    /// from `prev`'s (FaRMv2 §4.3): its CM is another node, or the same
+    /// one restarted from disk ([`Configuration::clock_epoch`]).
+    pub fn clock_master_changed_from(&self, prev: &Configuration) -> bool {
+        self.cm != prev.cm || self.clock_epoch != prev.clock_epoch
     }
 
     /// The same members and placement under the next identifier: what a

@@ -329,6 +329,9 @@ enum Wait {
 pub struct ClientProcess {
     config_id: ConfigId,
     cm: NodeId,
+    /// The configuration's [`Configuration::clock_epoch`] (a CM restarted
+    /// from disk took over the clock again when it changes).
+    clock_epoch: u64,
     /// Members, to ask for the configuration in turn.
     members: Vec<NodeId>,
     /// The configuration is set by the node this coordinator is embedded
@@ -406,6 +409,7 @@ impl ClientProcess {
         ClientProcess {
             config_id: config.id(),
             cm: config.cm(),
+            clock_epoch: config.clock_epoch,
             members: config.members(),
             managed: false,
             config_inflight: false,
@@ -473,16 +477,18 @@ impl ClientProcess {
 
     /// Adopt configuration `config` (FaRM §5.2) if it is newer: requests
     /// carry its id and go to its primaries from now on. An unmanaged
-    /// client forgets its clock master's samples and stays unsynchronised
-    /// until the master of the new configuration answers (FaRMv2 §4.3;
-    /// every configuration counts, since a CM restarted from disk keeps
-    /// its role but not its clock). Returns true if adopted.
+    /// client whose clock master changed (another CM, or the same one
+    /// restarted from disk: [`Configuration::clock_master_changed_from`])
+    /// forgets the old master's samples and stays unsynchronised until the
+    /// new one answers (FaRMv2 §4.3). Returns true if adopted.
     pub fn set_config(&mut self, now: u64, config: &Configuration) -> bool {
         if config.id() <= self.config_id {
             return false;
         }
+        let failover = config.cm() != self.cm || config.clock_epoch != self.clock_epoch;
         self.config_id = config.id();
         self.cm = config.cm();
+        self.clock_epoch = config.clock_epoch;
         self.members = config.members();
         self.map = Arc::new(RegionMap::new(config));
         self.lease.with(now, |r, now| {
@@ -490,10 +496,10 @@ impl ClientProcess {
                 l.reset(now, config.id(), config.cm());
             }
         });
-        // Every new configuration is a clock failover, not only a change
-        // of CM (see `NodeProcess::apply_config`: a CM restarted from disk
-        // renews its configuration with a fresh clock, swarm seed 1909).
-        if !self.managed {
+        // A change of CM, or a CM restarted from disk that renewed its
+        // configuration with a fresh clock (`Configuration::clock_epoch`,
+        // swarm seed 1909).
+        if failover && !self.managed {
             // Never hand out a timestamp below one handed out before.
             let ff = self.clock.fast_forward_value(now);
             self.clock.follow_new_master(ff, config.clock.drift_ppm);
@@ -2627,17 +2633,22 @@ mod tests {
     }
 
     /// Swarm seed 1909: a CM restarted from disk renews its configuration
-    /// as CM again (`Configuration::renewed`) with a fresh clock. A client
+    /// as CM again with a fresh clock (a new `clock_epoch`). A client
     /// adopting it must drop the samples of the master's previous
     /// incarnation and wait for a sync with the new one, as at a change of
     /// CM (FaRMv2 §4.3); before, it kept handing out timestamps from the
-    /// old timeline.
+    /// old timeline. A renewal by a CM that did not restart keeps the
+    /// clock.
     #[test]
-    fn a_renewed_configuration_with_the_same_cm_resynchronises_the_clock() {
+    fn a_configuration_renewed_by_a_restarted_cm_resynchronises_the_clock() {
         let c = config();
         let mut p = synced_client(true);
         assert!(!p.clock_is_disabled(), "synchronised");
-        let renewed = c.renewed();
+        let same = c.renewed();
+        assert!(p.set_config(250_000, &same));
+        assert!(!p.clock_is_disabled(), "the same clock master: kept");
+        let mut renewed = same.renewed();
+        renewed.clock_epoch = renewed.config_id;
         assert_eq!(renewed.cm(), c.cm(), "the same CM");
         assert!(p.set_config(300_000, &renewed));
         assert!(

@@ -1475,11 +1475,13 @@ impl NodeProcess {
             // crash kept it from applying (swarm seed 750): renew that one.
             match self.reconfig.service_config().cloned() {
                 Some(base) if base.cm() == self.id => {
-                    let next = base.renewed();
+                    let mut next = base.renewed();
+                    next.clock_epoch = next.config_id;
                     self.reconfig.propose_over(now, &base, next);
                 }
                 _ => {
-                    let next = self.config.renewed();
+                    let mut next = self.config.renewed();
+                    next.clock_epoch = next.config_id;
                     self.reconfig.propose(now, next);
                 }
             }
@@ -1520,7 +1522,10 @@ impl NodeProcess {
         if base.cm() != self.id || base.id() <= self.config.id() || !self.reconfig.may_start() {
             return;
         }
-        let next = base.renewed();
+        let mut next = base.renewed();
+        // A restored CM's clock starts afresh: members and clients fail
+        // over to it (`Configuration::clock_epoch`).
+        next.clock_epoch = next.config_id;
         if !complete_replicas(&next, self.id).is_subset(&self.restored_complete()) {
             return;
         }
@@ -2626,16 +2631,15 @@ impl NodeProcess {
     /// recovery; clocks disabled until the commit's FF and a sync with the
     /// master).
     ///
-    /// Every new configuration is a clock failover, not only one whose CM
-    /// changed (FaRMv2 §4.3): a CM that restarted from disk renews its
-    /// configuration as CM again, and its clock starts afresh at the
-    /// bound its CAS returned, while a member that kept the samples of its
-    /// previous incarnation stayed on the old timeline. Swarm seed 1909: a
-    /// client on the old samples committed a write at a `write_ts` below a
-    /// `read_ts` a client on the new master had already read at. The CM's
-    /// restart is not visible in the configuration, so every change
-    /// counts (whether the CM changed still decides the lease waits, in
-    /// `Reconfig`).
+    /// A clock failover happens when the CM changes and also when a CM
+    /// restarted from disk renews its configuration
+    /// ([`Configuration::clock_master_changed_from`]): its clock starts
+    /// afresh at the bound its CAS returned, and a member that kept the
+    /// samples of its previous incarnation stayed on the old timeline.
+    /// Swarm seed 1909: a client on the old samples committed a write at a
+    /// `write_ts` below a `read_ts` a client on the new master had already
+    /// read at. (Failing clocks over at every configuration fixed that too,
+    /// but swarm seed 8883 then stuck in an abort storm.)
     fn apply_config(&mut self, now: u64, config: Configuration) {
         self.effects
             .push(NodeEffect::Event(NodeEvent::Applied(config.id())));
@@ -2674,9 +2678,12 @@ impl NodeProcess {
                 }
             });
         }
-        self.lease.withdraw_master_clock();
-        self.gateway.clock_mut().disable();
-        self.clock_failover = true;
+        let failover = config.clock_master_changed_from(&self.config);
+        if failover {
+            self.lease.withdraw_master_clock();
+            self.gateway.clock_mut().disable();
+        }
+        self.clock_failover |= failover;
         self.standing = Standing::Member;
         self.lease.set_members(config.members());
         self.lease.set_serving(true);

@@ -111,9 +111,9 @@ pub enum ReconfigOutput {
         proposed: Box<Configuration>,
     },
     /// Step 6: apply this configuration (block requests, refuse older
-    /// configurations, disable clocks until the commit's FF: FaRMv2 §4.3,
-    /// at every configuration since a CM restarted from disk keeps its
-    /// role but not its clock). `cm_changed` is informational (the CM's
+    /// configurations; if its clock master changed,
+    /// `Configuration::clock_master_changed_from`, disable clocks until the
+    /// commit's FF: FaRMv2 §4.3). `cm_changed` is informational (the CM's
     /// own lease waits use it inside this engine).
     Applied {
         /// The configuration.
