@@ -1326,3 +1326,16 @@ fn swarm_seed_1945_keeps_a_transaction_recovery_committed() {
 fn swarm_seed_1909_keeps_opacity_across_a_restored_clock_master() {
     run_and_check(SimConfig::swarm(1909)).unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Open (found 2026-11-29 at the end of the eighteenth session): with the
+/// early COMMIT-PRIMARY answer (`report_after_primary_fsync = false`),
+/// swarm seed 21794 (long delays, stalls, node crashes and pauses, disk)
+/// fails the checker: read-only T44's scan sees part of T125's writes and
+/// deletes (a G-single cycle). With the FaRM rule (`true`, the nodes'
+/// default since) the seed passes, on a different schedule, so whether the
+/// early answer or an older recovery hole is at fault is not known yet.
+#[test]
+#[ignore = "open: swarm seed 21794 under report_after_primary_fsync = false"]
+fn swarm_seed_21794_with_the_early_commit_primary_answer() {
+    run_and_check(SimConfig::swarm(21794)).unwrap_or_else(|e| panic!("{e}"));
+}
