@@ -2088,21 +2088,7 @@ impl ClientProcess {
                     Err(e) => self.abandon(now, txn, e),
                 }
             }
-            Purpose::Commit(txn) => {
-                let r = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
-                    Some(e) => {
-                        let r = e.on_reply(from, resp);
-                        e.check_invariants();
-                        r
-                    }
-                    None => return,
-                };
-                match r {
-                    Ok(Some(step)) => self.drive_commit(now, txn, step),
-                    Ok(None) => {}
-                    Err(e) => self.abandon(now, txn, e),
-                }
-            }
+            Purpose::Commit(txn) => self.commit_reply(now, txn, from, resp),
             Purpose::PostCommit(tx) => {
                 let done = match self.finishing.get_mut(&tx) {
                     Some(e) => {
@@ -2145,12 +2131,18 @@ impl ClientProcess {
     /// durable `Ack`. After the report (`Purpose::PostCommit`) there is
     /// nothing more to do with it.
     fn on_installed(&mut self, now: u64, from: NodeId, id: u64) {
-        let Some(Purpose::Commit(txn)) = self.rpcs.get(&id).map(|r| r.purpose) else {
-            return;
-        };
+        if let Some(Purpose::Commit(txn)) = self.rpcs.get(&id).map(|r| r.purpose) {
+            let installed = Response::Txn(meridian_wire::TxnResponse::Installed);
+            self.commit_reply(now, txn, from, installed);
+        }
+    }
+
+    /// Hand a reply to transaction `txn`'s commit engine and carry out
+    /// the step it returns.
+    fn commit_reply(&mut self, now: u64, txn: TxnHandle, from: NodeId, resp: Response) {
         let r = match self.txns.get_mut(&txn).and_then(|t| t.engine.as_mut()) {
             Some(e) => {
-                let r = e.on_reply(from, Response::Txn(meridian_wire::TxnResponse::Installed));
+                let r = e.on_reply(from, resp);
                 e.check_invariants();
                 r
             }

@@ -338,6 +338,22 @@ pub fn held_waits_for_log(held: &[NodeEffect]) -> bool {
         .any(|e| !matches!(e, NodeEffect::AppendLog { .. }))
 }
 
+/// The peer and request id of a COMMIT-PRIMARY's early answer
+/// ([`TxnResponse::Installed`]), if `e` sends one.
+pub fn installed_reply(e: &NodeEffect) -> Option<(Peer, u64)> {
+    match e {
+        NodeEffect::Send {
+            to,
+            frame:
+                Frame::Response {
+                    id,
+                    resp: Response::Txn(TxnResponse::Installed),
+                },
+        } => Some((*to, *id)),
+        _ => None,
+    }
+}
+
 /// Whether a drain's held effects ([`split_held`]) ask for an fsync now:
 /// false when they are only log markers and the durable `Ack`s of
 /// COMMIT-PRIMARYs whose [`TxnResponse::Installed`] went ahead in `free`.
@@ -346,20 +362,7 @@ pub fn held_waits_for_log(held: &[NodeEffect]) -> bool {
 /// (`limits.log_idle_sync_us`), and a COMMIT-PRIMARY costs no fsync of its
 /// own. Both the tokio shell and the simulator use this one rule.
 pub fn held_asks_fsync(free: &[NodeEffect], held: &[NodeEffect]) -> bool {
-    let early: BTreeSet<(Peer, u64)> = free
-        .iter()
-        .filter_map(|e| match e {
-            NodeEffect::Send {
-                to,
-                frame:
-                    Frame::Response {
-                        id,
-                        resp: Response::Txn(TxnResponse::Installed),
-                    },
-            } => Some((*to, *id)),
-            _ => None,
-        })
-        .collect();
+    let early: BTreeSet<(Peer, u64)> = free.iter().filter_map(installed_reply).collect();
     held.iter().any(|e| match e {
         NodeEffect::AppendLog { .. } => false,
         NodeEffect::Send {

@@ -58,8 +58,8 @@ use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::ClientProcess;
 use meridian_process::coordination::CoordinationService;
 use meridian_process::node::{
-    answer_clock_sync, held_asks_fsync, held_waits_for_log, split_held, DurableRecord, NodeEffect,
-    NodeEvent, NodeProcess, Peer,
+    answer_clock_sync, held_asks_fsync, held_waits_for_log, installed_reply, split_held,
+    DurableRecord, NodeEffect, NodeEvent, NodeProcess, Peer,
 };
 use meridian_wire::{
     ClockRequest, ClockResponse, ConfigId, Frame, NodeId, Request, Response, Timestamp, TxId,
@@ -2005,23 +2005,19 @@ impl Sim {
             if self.cfg.broken_installed_is_ack {
                 // The durable ACK of a COMMIT-PRIMARY is dropped, and its
                 // early `Installed` answer goes as that ACK.
-                let early: BTreeSet<(Peer, u64)> = free
-                    .iter_mut()
-                    .filter_map(|e| match e {
-                        NodeEffect::Send {
+                let mut early: BTreeSet<(Peer, u64)> = BTreeSet::new();
+                for e in free.iter_mut() {
+                    if let Some((to, id)) = installed_reply(e) {
+                        early.insert((to, id));
+                        *e = NodeEffect::Send {
                             to,
-                            frame:
-                                Frame::Response {
-                                    id,
-                                    resp: Response::Txn(r @ TxnResponse::Installed),
-                                },
-                        } => {
-                            *r = TxnResponse::Ack;
-                            Some((*to, *id))
-                        }
-                        _ => None,
-                    })
-                    .collect();
+                            frame: Frame::Response {
+                                id,
+                                resp: Response::Txn(TxnResponse::Ack),
+                            },
+                        };
+                    }
+                }
                 held.retain(|e| {
                     !matches!(e, NodeEffect::Send { to, frame: Frame::Response { id, .. } }
                         if early.contains(&(*to, *id)))

@@ -550,17 +550,25 @@ fn reporting_after_the_primarys_fsync_loses_no_acknowledged_commit() {
 /// with the real rule pass (`a_whole_cluster_crash_loses_no_acknowledged_commit`).
 #[test]
 fn acks_sent_before_their_fsync_lose_commits_the_checker_sees() {
-    let mut caught = Vec::new();
     // Only some seeds' crash instant falls where an acknowledged commit is
     // not yet on disk under the broken rule (about 2 in 100 since reads
     // wait at the nodes), and which ones moves with any change to the
-    // processes' timing: search until two are caught. The real rule must
-    // pass each of them.
+    // processes' timing.
+    let caught = cluster_crashes_caught(|c| c.broken_ack_before_fsync = true);
+    assert!(
+        !caught.is_empty(),
+        "no seed caught ACKs that leave before their fsync"
+    );
+}
+
+/// Seeds of 0–299 whose whole-cluster-crash bank run, with `broken`
+/// applied to its configuration, fails the checker; searched until two
+/// are caught. The real rule must pass each of them (panics otherwise).
+fn cluster_crashes_caught(broken: impl Fn(&mut SimConfig)) -> Vec<u64> {
+    let mut caught = Vec::new();
     for seed in 0..300u64 {
-        let cfg = SimConfig {
-            broken_ack_before_fsync: true,
-            ..cluster_crash_bank(seed)
-        };
+        let mut cfg = cluster_crash_bank(seed);
+        broken(&mut cfg);
         if run_and_check(cfg).is_err() {
             run_and_check(cluster_crash_bank(seed)).unwrap_or_else(|e| panic!("{e}"));
             caught.push(seed);
@@ -569,10 +577,7 @@ fn acks_sent_before_their_fsync_lose_commits_the_checker_sees() {
             }
         }
     }
-    assert!(
-        !caught.is_empty(),
-        "no seed caught ACKs that leave before their fsync"
-    );
+    caught
 }
 
 /// A primary answers COMMIT-PRIMARY `Installed` before its fsync and
@@ -584,20 +589,7 @@ fn acks_sent_before_their_fsync_lose_commits_the_checker_sees() {
 /// as the ACK, some seed fails the checker; the real rule passes it.
 #[test]
 fn truncating_before_the_primarys_fsync_loses_writes_the_checker_sees() {
-    let mut caught = Vec::new();
-    for seed in 0..300u64 {
-        let cfg = SimConfig {
-            broken_installed_is_ack: true,
-            ..cluster_crash_bank(seed)
-        };
-        if run_and_check(cfg).is_err() {
-            run_and_check(cluster_crash_bank(seed)).unwrap_or_else(|e| panic!("{e}"));
-            caught.push(seed);
-            if caught.len() == 2 {
-                break;
-            }
-        }
-    }
+    let caught = cluster_crashes_caught(|c| c.broken_installed_is_ack = true);
     assert!(
         !caught.is_empty(),
         "no seed caught a truncation before the primary's fsync"
