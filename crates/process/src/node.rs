@@ -1093,6 +1093,16 @@ impl NodeProcess {
         p.log_seq = log.last().map_or(cp_seq, |(s, _)| (*s).max(cp_seq));
         p.master_offset_ns = offset;
         p.restored = true;
+        // Its recovery of the restored configuration died with the old
+        // incarnation: it gathered no NEED-RECOVERY since, so it must not
+        // vote, decide or apply anything in it. It recovers afresh in the
+        // next configuration it applies (a restored CM proposes one at
+        // once). Swarm seed 21794: restored CM n0, primary of a region,
+        // answered the configuration's REQUEST-VOTE for a committed
+        // transaction with its surviving LOCK record's evidence but no
+        // record, so the coordinator truncated it without sending n0 the
+        // COMMIT-RECOVERY, and n0 never installed the writes.
+        p.recovery.stop();
         // Every restored clock waits for a clock master's takeover: a
         // restored CM becomes the master again when its renewal commits,
         // starting at the time bound the CAS returned (FaRMv2 §4.3 FF, and
@@ -3783,6 +3793,67 @@ mod tests {
             newer.is_empty(),
             "a probe of a newer configuration got {newer:?}"
         );
+    }
+
+    /// Swarm seed 21794: CM n0 crashed during its configuration's
+    /// recovery and came back from disk, still a member (a restored CM
+    /// renews its configuration). It answered the recovery coordinator's
+    /// REQUEST-VOTE at once, without the lock recovery its old incarnation
+    /// never finished, so the vote carried its surviving LOCK record's
+    /// evidence but not the record; the coordinator committed and truncated
+    /// the transaction without sending n0 its COMMIT-RECOVERY, and n0, the
+    /// region's primary, never installed the writes. A restored node takes
+    /// no part in the recovery of the configuration it was restored in.
+    #[test]
+    fn a_restored_cm_does_not_vote_in_the_configuration_it_was_restored_in() {
+        let c1 = Configuration::local(5, 7000, 3, 6, std::path::Path::new("/nonexistent"));
+        assert_eq!(c1.cm(), NodeId(0));
+        let region = c1
+            .regions()
+            .iter()
+            .find(|r| r.primary == NodeId(0))
+            .map(|r| r.id)
+            .expect("n0 is a primary");
+        let mut n0 = NodeProcess::restore(c1.clone(), NodeId(0), 2, None, &[]).unwrap();
+        n0.drain_effects();
+        use meridian_wire::{RecoveryMessage, TxId};
+        let tx = TxId {
+            config: c1.id(),
+            coordinator: 7,
+            thread: 0,
+            local: 1,
+        };
+        n0.on_message(
+            1_000,
+            Peer::Node(NodeId(2)),
+            Frame::OneWay {
+                config: c1.id(),
+                truncate: Default::default(),
+                req: Request::Recovery(RecoveryMessage::RequestVote {
+                    config: c1.id(),
+                    tx,
+                    region,
+                    from: NodeId(2),
+                }),
+            },
+        );
+        let votes: Vec<_> = n0
+            .drain_effects()
+            .into_iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    NodeEffect::Send {
+                        frame: Frame::OneWay {
+                            req: Request::Recovery(RecoveryMessage::Vote { .. }),
+                            ..
+                        },
+                        ..
+                    }
+                )
+            })
+            .collect();
+        assert!(votes.is_empty(), "a restored CM voted: {votes:?}");
     }
 
     /// The hold cap of `serve_held_write`: a held VALIDATE is held a clock
