@@ -346,20 +346,20 @@ pub struct DurabilityConfig {
     /// one state's worth of log); the log before it is then dropped.
     pub checkpoint_records: u64,
     /// Disk mode: whether a commit is reported only once a primary's
-    /// COMMIT-PRIMARY record is durable (default true). With `false` a
+    /// COMMIT-PRIMARY record is durable (default false). With `false` a
     /// primary answers COMMIT-PRIMARY as soon as it installed the writes
     /// ([`meridian_wire::TxnResponse::Installed`], while every region
     /// has a complete backup), so a read-write transaction waits for one
     /// fsync stage, its backups' COMMIT-BACKUP records, instead of two.
     /// Its writes are then durable on every backup's disk when it is
-    /// reported, and on the primary's one fsync later. `true` keeps FaRM
-    /// §4's rule to the letter: a reported commit also survives losing
-    /// the disks of all a region's backups together with a crash of its
-    /// primary within that fsync. `false` is faster (TATP disk at 32
-    /// sessions 42.0k → 46.6k tx/s, the 4-key RMW at 8 sessions 4.7k →
-    /// 6.1k) but not the default: swarm seed 21794 fails the checker with
-    /// it, and whether that is this rule's fault is not known yet
-    /// (docs/performance.md, ARCHITECTURE.md).
+    /// reported, and on the primary's one fsync later: it survives any
+    /// crash of any set of nodes and the loss of up to f replicas' disks
+    /// per region, FaRM's fault model. `true` keeps FaRM §4's rule to the
+    /// letter: a reported commit also survives losing the disks of all a
+    /// region's backups together with a crash of its primary within that
+    /// fsync (f+1 failures in one region), at the cost of a second fsync
+    /// stage (TATP disk at 32 sessions 42.0k → 46.6k tx/s with `false`,
+    /// the 4-key RMW at 8 sessions 4.7k → 6.1k).
     pub report_after_primary_fsync: bool,
 }
 
@@ -368,7 +368,7 @@ impl Default for DurabilityConfig {
         DurabilityConfig {
             mode: DurabilityMode::Disk,
             checkpoint_records: 100_000,
-            report_after_primary_fsync: true,
+            report_after_primary_fsync: false,
         }
     }
 }
