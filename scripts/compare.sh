@@ -34,7 +34,7 @@ run() { # name, then the bench arguments
   RAN="$RAN $name"
   echo "== $name: $*" | tee -a "$SUM"
   if "$M" bench "$@" --json "$OUT/$name.json" >"$OUT/$name.out" 2>&1; then
-    grep -E "committed:|MQTh|tpmC|clock:|null-RPC|null RPC|cpu per|memory:|audit|consistency|lease false|^all " "$OUT/$name.out" | tee -a "$SUM" || true
+    grep -E "committed:|MQTh|tpmC|clock:|null-RPC|null RPC|cpu per|per stage|memory:|audit|consistency|lease false|^all " "$OUT/$name.out" | tee -a "$SUM" || true
   else
     echo "FAILED (see $OUT/$name.out)" | tee -a "$SUM"
   fi

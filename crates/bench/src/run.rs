@@ -345,6 +345,17 @@ fn summarize(
     r
 }
 
+/// The names of `meridian_txn::CommitStage`'s timed stages, in index
+/// order, as the bench's `stage_<name>_mean_us` figures use them.
+pub const COMMIT_STAGE_NAMES: [&str; meridian_txn::CommitStage::TIMED] = [
+    "execute",
+    "lock",
+    "write_ts",
+    "validate",
+    "commit_backup",
+    "commit_primary",
+];
+
 /// The client's uncertainty figures and operational counters of the
 /// measured window (its counters now, less `base`, read when the window
 /// began), into `r`. Before 2026-11-27 these were the client's counts since
@@ -374,6 +385,18 @@ fn add_client_figures(r: &mut BenchResult, client: &Client, base: &ClientStats) 
                 / 1000.0
                 / stats.write_ts_unwaited as f64,
         );
+    }
+    // Where a read-write commit's time went, stage by stage
+    // (`ClientStats::commit_stage_ns_sum`): the mean over the window's
+    // committed read-write transactions, µs.
+    if stats.commit_stages_timed > 0 {
+        for (name, ns) in COMMIT_STAGE_NAMES.iter().zip(stats.commit_stage_ns_sum) {
+            extra.insert(
+                format!("stage_{name}_mean_us"),
+                ns as f64 / 1000.0 / stats.commit_stages_timed as f64,
+            );
+        }
+        extra.insert("stages_timed".into(), stats.commit_stages_timed as f64);
     }
     extra.insert("client_rpc_failures".into(), stats.rpc_failures as f64);
     extra.insert("client_clock_refused".into(), stats.clock_refused as f64);

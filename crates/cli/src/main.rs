@@ -1599,6 +1599,23 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
             per_commit / unc.max(f64::MIN_POSITIVE),
         );
     }
+    if let Some(n) = r.extra.get("stages_timed") {
+        let parts: Vec<String> = meridian_bench::run::COMMIT_STAGE_NAMES
+            .iter()
+            .map(|name| {
+                let us = r
+                    .extra
+                    .get(&format!("stage_{name}_mean_us"))
+                    .copied()
+                    .unwrap_or(0.0);
+                format!("{} {us:.0}", name.replace('_', "-"))
+            })
+            .collect();
+        println!(
+            "read-write commits, mean µs per stage ({n} commits): {}",
+            parts.join(", ")
+        );
+    }
     if let (Some(held), Some(once)) = (
         r.extra.get("node_reads_held"),
         r.extra.get("node_reads_at_once"),

@@ -36,7 +36,9 @@ use crate::lease::{LeaseClient, LeaseDesk, LeaseFrom, LeaseOutcome, LeaseParams,
 use crate::{CallId, Effect};
 use meridian_config::{Configuration, Limits, RegionMap};
 use meridian_time::{ClockError, ClockSync, SyncSample};
-use meridian_txn::{AbortReason, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions};
+use meridian_txn::{
+    AbortReason, CommitStage, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions,
+};
 use meridian_wire::{
     AdminRequest, ClockRequest, ClockResponse, CmRequest, CmResponse, ConfigId, Conflict, Frame,
     Key, LeaseHolder, LeaseMessage, NodeId, Rejection, Request, Response, Timestamp, TxId,
@@ -172,6 +174,15 @@ pub struct ClientStats {
     pub lease_requests: u64,
     /// Lease grants received.
     pub lease_grants: u64,
+    /// Read-write transactions committed whose stages were timed: the
+    /// count behind `commit_stage_ns_sum`.
+    pub commit_stages_timed: u64,
+    /// Local time those transactions spent in each [`CommitStage`]
+    /// (indexed by [`CommitStage::index`]), summed, ns: from `begin` to
+    /// the commit call (its `read_ts` wait, reads and scans), then LOCK,
+    /// the `write_ts` wait, VALIDATE, COMMIT-BACKUP and COMMIT-PRIMARY up
+    /// to the report.
+    pub commit_stage_ns_sum: [u64; CommitStage::TIMED],
 }
 
 impl ClientStats {
@@ -217,6 +228,12 @@ impl ClientStats {
             config_changes: self.config_changes.saturating_sub(base.config_changes),
             lease_requests: self.lease_requests.saturating_sub(base.lease_requests),
             lease_grants: self.lease_grants.saturating_sub(base.lease_grants),
+            commit_stages_timed: self
+                .commit_stages_timed
+                .saturating_sub(base.commit_stages_timed),
+            commit_stage_ns_sum: std::array::from_fn(|i| {
+                self.commit_stage_ns_sum[i].saturating_sub(base.commit_stage_ns_sum[i])
+            }),
         }
     }
 }
@@ -253,6 +270,11 @@ struct OpenTxn {
     /// messages), so ending it finds them without scanning every RPC.
     /// Ids whose RPC already ended are skipped then.
     rpcs: Vec<u64>,
+    /// The stage it is in and the local time it entered it, ns
+    /// ([`ClientStats::commit_stage_ns_sum`]).
+    stage: (CommitStage, u64),
+    /// Local time spent in each stage so far, ns.
+    stage_ns: [u64; CommitStage::TIMED],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -756,6 +778,8 @@ impl ClientProcess {
                 op: Op::Begin,
                 call: Some(call),
                 rpcs: Vec::new(),
+                stage: (CommitStage::Executing, now),
+                stage_ns: [0; CommitStage::TIMED],
             }),
         );
         if let Err(e) = self.start_ts_wait(now, handle, false, true) {
@@ -1889,6 +1913,25 @@ impl ClientProcess {
     }
 
     fn drive_commit(&mut self, now: u64, txn: TxnHandle, step: CommitStep) {
+        // Every stage change of a commit comes through here; the report
+        // ends the last stage (the engine stays in COMMIT-PRIMARY for its
+        // remaining acks).
+        if let Some(t) = self.txns.get_mut(&txn) {
+            let stage = match (&step, &t.engine) {
+                (CommitStep::Done(_), _) => Some(CommitStage::Finished),
+                (_, Some(e)) => Some(e.stage()),
+                (_, None) => None,
+            };
+            if let Some(stage) = stage {
+                let (was, since) = t.stage;
+                if stage != was {
+                    if let Some(ns) = t.stage_ns.get_mut(was.index()) {
+                        *ns += now.saturating_sub(since);
+                    }
+                    t.stage = (stage, now);
+                }
+            }
+        }
         match step {
             CommitStep::Send(msgs) => {
                 for (n, req) in msgs {
@@ -1923,6 +1966,10 @@ impl ClientProcess {
                     }
                 }
                 if info.wrote {
+                    self.stats.commit_stages_timed += 1;
+                    for (sum, ns) in self.stats.commit_stage_ns_sum.iter_mut().zip(t.stage_ns) {
+                        *sum += ns;
+                    }
                     if engine.is_fully_acknowledged() {
                         self.queue_truncate(info.tx, &engine.truncation_targets());
                     } else {
@@ -2911,6 +2958,17 @@ mod tests {
                 .any(|(_, r)| matches!(r, CallResult::Committed(_))),
             "reported at Installed: {e:?}"
         );
+        // Where its time went: LOCK 200.3 → 200.4 µs, COMMIT-BACKUP (sent
+        // at once, `write_ts` left to the nodes) → 600.1, COMMIT-PRIMARY
+        // → 600.2, the report; the later Ack does not count.
+        let st = p.stats();
+        assert_eq!(st.commit_stages_timed, 1);
+        let stage = |s: CommitStage| st.commit_stage_ns_sum[s.index()];
+        assert_eq!(stage(CommitStage::Locking), 100);
+        assert_eq!(stage(CommitStage::AwaitWriteTs), 0);
+        assert_eq!(stage(CommitStage::Validating), 0);
+        assert_eq!(stage(CommitStage::CommittingBackups), 399_700);
+        assert_eq!(stage(CommitStage::CommittingPrimaries), 100);
         p.check_invariants();
         // Nothing is truncatable yet: a close flushes no TRUNCATE.
         p.close(600_300, 3);
@@ -2932,6 +2990,7 @@ mod tests {
         p.tick(5_000_000);
         e.extend(p.drain_effects());
         assert!(truncations(&e) > 0, "every Ack in: the TRUNCATE goes");
+        assert_eq!(p.stats().commit_stage_ns_sum, st.commit_stage_ns_sum);
         p.check_invariants();
     }
 

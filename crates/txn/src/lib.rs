@@ -19,7 +19,7 @@ pub mod participant;
 pub mod recovery;
 
 pub use coordinator::{
-    AbortReason, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions,
+    AbortReason, CommitStage, CommitStep, GetStep, ScanStep, Transaction, TxnError, TxnOptions,
 };
 pub use meridian_storage::RegionStore;
 pub use participant::{DurabilityError, Mutation, Participant, ParticipantSnapshot};
