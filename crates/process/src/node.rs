@@ -3348,6 +3348,19 @@ impl NodeProcess {
     }
 
     /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_restored_recovery_votes`): a node restored from
+    /// disk keeps a running recovery flow for the configuration it was
+    /// restored in, as before swarm seed 21794's fix, so a restored CM
+    /// answers REQUEST-VOTE without lock recovery. No effect on a node
+    /// that was not restored.
+    #[doc(hidden)]
+    pub fn set_broken_restored_recovery_votes(&mut self, on: bool) {
+        if on && self.restored {
+            self.recovery = RecoveryFlow::new(self.id, &self.config);
+        }
+    }
+
+    /// A deliberately broken rule for the simulator's variant
     /// (`SimConfig::broken_locks_unchecked`, see
     /// `Participant::set_broken_locks_unchecked`).
     #[doc(hidden)]

@@ -310,6 +310,12 @@ pub struct SimConfig {
     /// configuration, only the regions whose replicas changed
     /// (`NodeProcess::set_broken_restore_forgotten`).
     pub broken_restore_forgotten: bool,
+    /// Deliberately broken: a node restored from disk takes part in the
+    /// recovery of the configuration it was restored in, without the lock
+    /// recovery its old incarnation lost
+    /// (`NodeProcess::set_broken_restored_recovery_votes`; swarm seed
+    /// 21794).
+    pub broken_restored_recovery_votes: bool,
     /// Deliberately broken: every LOCK skips LockAtTs's version check, as
     /// if every write were blind, also for keys the transaction read
     /// (`NodeProcess::set_broken_locks_unchecked`).
@@ -371,6 +377,7 @@ impl SimConfig {
             broken_reads_unwaited: false,
             broken_lock_waits_read_past_locks: false,
             broken_restore_forgotten: false,
+            broken_restored_recovery_votes: false,
             broken_locks_unchecked: false,
             broken_refill_unfenced: false,
             broken_writes_unwaited: false,
@@ -1101,6 +1108,7 @@ fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> 
     p.map(|mut p| {
         p.set_broken_lock_waits_read_past_locks(cfg.broken_lock_waits_read_past_locks);
         p.set_broken_restore_forgotten(cfg.broken_restore_forgotten);
+        p.set_broken_restored_recovery_votes(cfg.broken_restored_recovery_votes);
         p.set_broken_locks_unchecked(cfg.broken_locks_unchecked);
         p.set_broken_refill_unfenced(cfg.broken_refill_unfenced);
         p.set_broken_writes_unwaited(cfg.broken_writes_unwaited);

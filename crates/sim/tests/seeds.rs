@@ -1333,4 +1333,11 @@ fn swarm_seed_1909_keeps_opacity_across_a_restored_clock_master() {
 #[test]
 fn swarm_seed_21794_keeps_a_restored_cm_out_of_its_old_recovery() {
     run_and_check(SimConfig::swarm(21794)).unwrap_or_else(|e| panic!("{e}"));
+    let broken = SimConfig {
+        broken_restored_recovery_votes: true,
+        ..SimConfig::swarm(21794)
+    };
+    let err = run_and_check(broken)
+        .expect_err("a restored CM voting in its old configuration's recovery must be caught");
+    assert!(err.contains("G-single"), "{err}");
 }
