@@ -1918,7 +1918,8 @@ impl ClientProcess {
         // remaining acks).
         if let Some(t) = self.txns.get_mut(&txn) {
             let stage = match (&step, &t.engine) {
-                (CommitStep::Done(_), _) => Some(CommitStage::Finished),
+                (CommitStep::Done(Ok(_)), _) => Some(CommitStage::Committed),
+                (CommitStep::Done(Err(_)), _) => Some(CommitStage::Aborted),
                 (_, Some(e)) => Some(e.stage()),
                 (_, None) => None,
             };

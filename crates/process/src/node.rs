@@ -1095,14 +1095,17 @@ impl NodeProcess {
         p.restored = true;
         // Its recovery of the restored configuration died with the old
         // incarnation: it gathered no NEED-RECOVERY since, so it must not
-        // vote, decide or apply anything in it. It recovers afresh in the
-        // next configuration it applies (a restored CM proposes one at
-        // once). Swarm seed 21794: restored CM n0, primary of a region,
-        // answered the configuration's REQUEST-VOTE for a committed
+        // vote, decide or apply anything in it. Its flow stays stopped
+        // until the next configuration it applies (a restored CM proposes
+        // one at once). Swarm seed 21794: restored CM n0, primary of a
+        // region, answered the configuration's REQUEST-VOTE for a committed
         // transaction with its surviving LOCK record's evidence but no
         // record, so the coordinator truncated it without sending n0 the
         // COMMIT-RECOVERY, and n0 never installed the writes.
-        p.recovery.stop();
+        assert!(
+            p.recovery.running_config().is_none(),
+            "a restored node's recovery flow runs before any configuration started it"
+        );
         // Every restored clock waits for a clock master's takeover: a
         // restored CM becomes the master again when its renewal commits,
         // starting at the time bound the CAS returned (FaRMv2 §4.3 FF, and
@@ -3356,7 +3359,7 @@ impl NodeProcess {
     #[doc(hidden)]
     pub fn set_broken_restored_recovery_votes(&mut self, on: bool) {
         if on && self.restored {
-            self.recovery = RecoveryFlow::new(self.id, &self.config);
+            self.recovery.set_broken_runs_unstarted();
         }
     }
 

@@ -162,8 +162,12 @@ pub struct RecoveryFlow {
 }
 
 impl RecoveryFlow {
-    /// An idle engine for node `me` (nothing to recover until
-    /// [`RecoveryFlow::start`]).
+    /// An idle engine for node `me`, stopped until
+    /// [`RecoveryFlow::start`]: until then it ignores every message, so a
+    /// node votes, decides and applies recovery only in a configuration
+    /// whose lock recovery it ran (swarm seed 21794: a CM restored from
+    /// disk, still a member, answered REQUEST-VOTE from an unstarted flow
+    /// without its record, and the commit skipped its region).
     pub fn new(me: NodeId, config: &Configuration) -> Self {
         RecoveryFlow {
             me,
@@ -186,8 +190,16 @@ impl RecoveryFlow {
             next_resend_ns: 0,
             out: Vec::new(),
             stats: RecoveryStats::default(),
-            stopped: false,
+            stopped: true,
         }
+    }
+
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_restored_recovery_votes`): run without having
+    /// started, as every flow did before swarm seed 21794's fix.
+    #[doc(hidden)]
+    pub fn set_broken_runs_unstarted(&mut self) {
+        self.stopped = false;
     }
 
     /// A newer configuration was applied at this node (FaRM §5.2 step 6:
@@ -275,6 +287,7 @@ impl RecoveryFlow {
     pub fn start(&mut self, now: u64, config: &Configuration, p: &mut Participant) {
         *self = RecoveryFlow {
             stats: self.stats,
+            stopped: false,
             ..RecoveryFlow::new(self.me, config)
         };
         let me = self.me;
@@ -1210,6 +1223,58 @@ mod tests {
         assert_eq!(p.evidence(tx, region), Evidence::CommitBackup);
         flow.start(1, &c2, &mut p);
         assert!(!flow.drain().is_empty(), "the next start runs again");
+    }
+
+    /// Swarm seed 21794: a flow that was never started (a node restored
+    /// from disk into the configuration its old incarnation was
+    /// recovering) ran no lock recovery there, so it answers no
+    /// REQUEST-VOTE, here from the region's primary holding a LOCK record,
+    /// and applies no decision.
+    #[test]
+    fn an_unstarted_flow_neither_votes_nor_applies() {
+        let (c2, region, primary, old, _) = refilled();
+        let mut p = Participant::new(primary, &c2);
+        p.reconfigure(&c2);
+        let rt = committed_backup_record(region);
+        let tx = rt.record.tx;
+        p.replicate_tx_state(region, &rt);
+        let mut flow = RecoveryFlow::new(primary, &c2);
+        assert_eq!(flow.running_config(), None);
+        for msg in [
+            RecoveryMessage::RequestVote {
+                config: c2.id(),
+                tx,
+                region,
+                from: old,
+            },
+            RecoveryMessage::TruncateRecovery {
+                config: c2.id(),
+                tx,
+                from: old,
+            },
+        ] {
+            flow.on_message(0, msg, &mut p);
+        }
+        flow.tick(u64::MAX / 2);
+        assert!(flow.drain().is_empty(), "an unstarted flow answered");
+        assert_eq!(p.evidence(tx, region), Evidence::CommitBackup);
+        flow.set_broken_runs_unstarted();
+        flow.on_message(
+            0,
+            RecoveryMessage::RequestVote {
+                config: c2.id(),
+                tx,
+                region,
+                from: old,
+            },
+            &mut p,
+        );
+        assert!(
+            flow.drain()
+                .iter()
+                .any(|(_, m)| matches!(m, RecoveryMessage::Vote { .. })),
+            "the broken variant votes"
+        );
     }
 
     /// The new replica's side of step 5: it keeps the record with the

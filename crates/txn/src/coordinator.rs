@@ -256,13 +256,14 @@ pub enum CommitStep {
     Done(Result<Timestamp, AbortReason>),
 }
 
-/// Where a transaction stands at its coordinator, for timing where a
-/// commit's time goes (FaRM §4 Figure 4's steps; FaRMv2 §4.1's `write_ts`
-/// wait). `index()` numbers them 0–6 in this order; the bench reports the
-/// mean time a committed read-write transaction spent in each.
+/// Where a transaction stands at its coordinator, also for timing where
+/// a commit's time goes (FaRM §4 Figure 4's steps; FaRMv2 §4.1's
+/// `write_ts` wait). [`CommitStage::index`] numbers them in this order;
+/// the first [`CommitStage::TIMED`] are the stages the bench times for
+/// each committed read-write transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum CommitStage {
-    /// From `read_ts` to the application's commit call: reads and scans.
+    /// Before the application's commit call: reads and scans.
     Executing,
     /// LOCK sent, waiting for every primary's LOCK-REPLY.
     Locking,
@@ -272,33 +273,25 @@ pub enum CommitStage {
     Validating,
     /// COMMIT-BACKUP sent, waiting for every backup's (durable) ack.
     CommittingBackups,
-    /// COMMIT-PRIMARY sent, waiting for the first primary's answer.
+    /// COMMIT-PRIMARY sent, waiting for the first primary's answer (and,
+    /// after the report, for the others' acks).
     CommittingPrimaries,
-    /// Committed or aborted.
-    Finished,
+    /// Committed (reported).
+    Committed,
+    /// Aborted.
+    Aborted,
 }
 
 impl CommitStage {
-    /// Stages before `Finished`, the length of an array indexed by
+    /// The stages a commit is timed in, `Executing` to
+    /// `CommittingPrimaries`: the length of an array indexed by
     /// [`CommitStage::index`].
     pub const TIMED: usize = 6;
 
-    /// 0 (`Executing`) to 6 (`Finished`).
+    /// 0 (`Executing`) to 7 (`Aborted`).
     pub fn index(self) -> usize {
         self as usize
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Phase {
-    Executing,
-    Locking,
-    AwaitWriteTs,
-    Validating,
-    CommittingBackups,
-    CommittingPrimaries,
-    Committed,
-    Aborted,
 }
 
 /// One transaction at its coordinator.
@@ -316,7 +309,7 @@ pub struct Transaction {
     writes: BTreeMap<Key, Option<Value>>,
     /// The scan in progress, if any.
     scan: Option<ScanState>,
-    phase: Phase,
+    phase: CommitStage,
     /// Replies still awaited in this phase, by node.
     pending: BTreeSet<NodeId>,
     lock_targets: BTreeSet<NodeId>,
@@ -350,7 +343,7 @@ impl Transaction {
             scans: Vec::new(),
             writes: BTreeMap::new(),
             scan: None,
-            phase: Phase::Executing,
+            phase: CommitStage::Executing,
             pending: BTreeSet::new(),
             lock_targets: BTreeSet::new(),
             backup_targets: BTreeSet::new(),
@@ -378,15 +371,7 @@ impl Transaction {
 
     /// The stage the transaction is in ([`CommitStage`]).
     pub fn stage(&self) -> CommitStage {
-        match self.phase {
-            Phase::Executing => CommitStage::Executing,
-            Phase::Locking => CommitStage::Locking,
-            Phase::AwaitWriteTs => CommitStage::AwaitWriteTs,
-            Phase::Validating => CommitStage::Validating,
-            Phase::CommittingBackups => CommitStage::CommittingBackups,
-            Phase::CommittingPrimaries => CommitStage::CommittingPrimaries,
-            Phase::Committed | Phase::Aborted => CommitStage::Finished,
-        }
+        self.phase
     }
 
     /// True if nothing has been written.
@@ -396,7 +381,7 @@ impl Transaction {
 
     /// True once committed or aborted.
     pub fn is_finished(&self) -> bool {
-        matches!(self.phase, Phase::Committed | Phase::Aborted)
+        matches!(self.phase, CommitStage::Committed | CommitStage::Aborted)
     }
 
     /// The buffered writes.
@@ -406,8 +391,10 @@ impl Transaction {
 
     fn check_executing(&self) -> Result<(), TxnError> {
         match self.phase {
-            Phase::Executing => Ok(()),
-            Phase::Aborted => Err(TxnError::Aborted(self.failure.unwrap_or(AbortReason::User))),
+            CommitStage::Executing => Ok(()),
+            CommitStage::Aborted => {
+                Err(TxnError::Aborted(self.failure.unwrap_or(AbortReason::User)))
+            }
             _ => Err(TxnError::Finished),
         }
     }
@@ -706,9 +693,9 @@ impl Transaction {
     /// Abort by the application. Nothing is locked during execution, so no
     /// messages are needed.
     pub fn abort(&mut self) {
-        if self.phase == Phase::Executing {
+        if self.phase == CommitStage::Executing {
             self.failure = Some(AbortReason::User);
-            self.phase = Phase::Aborted;
+            self.phase = CommitStage::Aborted;
         }
     }
 
@@ -724,15 +711,20 @@ impl Transaction {
     /// retry or report the outcome as unknown.
     pub fn abandon(&mut self) -> bool {
         match self.phase {
-            Phase::Executing | Phase::Locking | Phase::AwaitWriteTs | Phase::Validating => {
+            CommitStage::Executing
+            | CommitStage::Locking
+            | CommitStage::AwaitWriteTs
+            | CommitStage::Validating => {
                 self.failure.get_or_insert(AbortReason::Abandoned);
-                self.phase = Phase::Aborted;
+                self.phase = CommitStage::Aborted;
                 self.pending.clear();
                 self.scan = None;
                 true
             }
-            Phase::Aborted => true,
-            Phase::CommittingBackups | Phase::CommittingPrimaries | Phase::Committed => false,
+            CommitStage::Aborted => true,
+            CommitStage::CommittingBackups
+            | CommitStage::CommittingPrimaries
+            | CommitStage::Committed => false,
         }
     }
 
@@ -741,7 +733,9 @@ impl Transaction {
     pub fn is_decided(&self) -> bool {
         matches!(
             self.phase,
-            Phase::CommittingBackups | Phase::CommittingPrimaries | Phase::Committed
+            CommitStage::CommittingBackups
+                | CommitStage::CommittingPrimaries
+                | CommitStage::Committed
         )
     }
 
@@ -752,7 +746,7 @@ impl Transaction {
 
     fn fail(&mut self, reason: AbortReason) -> TxnError {
         self.failure = Some(reason);
-        self.phase = Phase::Aborted;
+        self.phase = CommitStage::Aborted;
         TxnError::Aborted(reason)
     }
 
@@ -789,7 +783,7 @@ impl Transaction {
     pub fn commit(&mut self) -> Result<CommitStep, TxnError> {
         self.check_executing()?;
         if self.writes.is_empty() {
-            self.phase = Phase::Committed;
+            self.phase = CommitStage::Committed;
             return Ok(CommitStep::Done(Ok(self.read_ts)));
         }
         let regions = self.written_regions();
@@ -820,7 +814,7 @@ impl Transaction {
             .collect();
         self.lock_targets = msgs.iter().map(|(n, _)| *n).collect();
         self.pending = self.lock_targets.clone();
-        self.phase = Phase::Locking;
+        self.phase = CommitStage::Locking;
         Ok(CommitStep::Send(msgs))
     }
 
@@ -872,7 +866,7 @@ impl Transaction {
         write_ts: Timestamp,
         unwaited: bool,
     ) -> Result<CommitStep, TxnError> {
-        if self.phase != Phase::AwaitWriteTs {
+        if self.phase != CommitStage::AwaitWriteTs {
             return Err(TxnError::Protocol {
                 node: NodeId(u32::MAX),
                 detail: format!("write_ts in phase {:?}", self.phase),
@@ -914,7 +908,7 @@ impl Transaction {
         if by.is_empty() {
             return Ok(self.start_commit_backup());
         }
-        self.phase = Phase::Validating;
+        self.phase = CommitStage::Validating;
         self.pending = by.keys().copied().collect();
         Ok(CommitStep::Send(
             by.into_iter()
@@ -954,10 +948,10 @@ impl Transaction {
         }
         // A VALIDATE held until `write_ts` passed answered already: the
         // COMMIT-BACKUPs need no hold of their own.
-        let held = self.write_ts_unwaited && self.phase != Phase::Validating;
+        let held = self.write_ts_unwaited && self.phase != CommitStage::Validating;
         self.backup_targets = by.keys().copied().collect();
         self.pending = self.backup_targets.clone();
-        self.phase = Phase::CommittingBackups;
+        self.phase = CommitStage::CommittingBackups;
         CommitStep::Send(
             by.into_iter()
                 .map(|(n, writes)| {
@@ -990,11 +984,14 @@ impl Transaction {
         // COMMIT-BACKUP whose reply is in (FaRMv2 §7.3).
         assert!(
             !self.write_ts_unwaited
-                || matches!(self.phase, Phase::Validating | Phase::CommittingBackups),
+                || matches!(
+                    self.phase,
+                    CommitStage::Validating | CommitStage::CommittingBackups
+                ),
             "COMMIT-PRIMARY of {} before any node showed its unwaited write_ts {write_ts} past",
             self.id
         );
-        self.phase = Phase::CommittingPrimaries;
+        self.phase = CommitStage::CommittingPrimaries;
         self.pending = self.lock_targets.clone();
         CommitStep::Send(
             self.lock_targets
@@ -1032,7 +1029,7 @@ impl Transaction {
             });
         }
         match (self.phase, resp) {
-            (Phase::Locking, resp) if is_lock_outcome(&resp) => {
+            (CommitStage::Locking, resp) if is_lock_outcome(&resp) => {
                 match resp {
                     Response::Txn(TxnResponse::Lock(Err(c))) => {
                         self.failure.get_or_insert(AbortReason::Lock(c));
@@ -1048,13 +1045,13 @@ impl Transaction {
                     return Ok(None);
                 }
                 if let Some(reason) = self.failure {
-                    self.phase = Phase::Aborted;
+                    self.phase = CommitStage::Aborted;
                     return Ok(Some(CommitStep::Done(Err(reason))));
                 }
-                self.phase = Phase::AwaitWriteTs;
+                self.phase = CommitStage::AwaitWriteTs;
                 Ok(Some(CommitStep::GetWriteTs))
             }
-            (Phase::Validating, resp) if is_validate_outcome(&resp) => {
+            (CommitStage::Validating, resp) if is_validate_outcome(&resp) => {
                 match resp {
                     Response::Txn(TxnResponse::Validate(Err(c))) => {
                         self.failure.get_or_insert(AbortReason::Validate(c));
@@ -1068,20 +1065,20 @@ impl Transaction {
                     return Ok(None);
                 }
                 if let Some(reason) = self.failure {
-                    self.phase = Phase::Aborted;
+                    self.phase = CommitStage::Aborted;
                     return Ok(Some(CommitStep::Done(Err(reason))));
                 }
                 Ok(Some(self.start_commit_backup()))
             }
-            (Phase::CommittingBackups, Response::Txn(TxnResponse::Ack)) => {
+            (CommitStage::CommittingBackups, Response::Txn(TxnResponse::Ack)) => {
                 if !self.pending.is_empty() {
                     return Ok(None);
                 }
                 Ok(Some(self.start_commit_primary()))
             }
-            (Phase::CommittingPrimaries, Response::Txn(TxnResponse::Ack)) => {
+            (CommitStage::CommittingPrimaries, Response::Txn(TxnResponse::Ack)) => {
                 if self.pending.is_empty() {
-                    self.phase = Phase::Committed;
+                    self.phase = CommitStage::Committed;
                 }
                 if self.reported {
                     return Ok(None);
@@ -1103,7 +1100,7 @@ impl Transaction {
     /// COMMIT-PRIMARY ack; the primary stays pending, so truncation
     /// ([`Self::is_fully_acknowledged`]) still waits for every `Ack`.
     fn on_installed(&mut self, from: NodeId) -> Result<Option<CommitStep>, TxnError> {
-        if self.phase != Phase::CommittingPrimaries || !self.pending.contains(&from) {
+        if self.phase != CommitStage::CommittingPrimaries || !self.pending.contains(&from) {
             return Err(TxnError::Protocol {
                 node: from,
                 detail: format!(
@@ -1122,7 +1119,7 @@ impl Transaction {
     /// ABORT records to send (one-way) after an aborted commit: every primary
     /// a LOCK was sent to.
     pub fn abort_messages(&self) -> Vec<(NodeId, TxnRequest)> {
-        if self.phase != Phase::Aborted {
+        if self.phase != CommitStage::Aborted {
             return Vec::new();
         }
         self.lock_targets
@@ -1133,7 +1130,7 @@ impl Transaction {
 
     /// True once every COMMIT-PRIMARY has been acknowledged.
     pub fn is_fully_acknowledged(&self) -> bool {
-        self.phase == Phase::Committed
+        self.phase == CommitStage::Committed
     }
 
     /// Nodes that hold log records of this committed transaction and must
@@ -1152,18 +1149,18 @@ impl Transaction {
         if let Some(w) = self.write_ts {
             assert!(w > self.read_ts, "write_ts not after read_ts");
             assert!(
-                self.phase >= Phase::Validating,
+                self.phase >= CommitStage::Validating,
                 "write_ts before locking finished"
             );
         }
-        if self.phase >= Phase::CommittingBackups && self.phase != Phase::Aborted {
+        if self.phase >= CommitStage::CommittingBackups && self.phase != CommitStage::Aborted {
             assert!(self.write_ts.is_some(), "committing without write_ts");
             assert!(self.failure.is_none(), "committing after a failure");
         }
         // Every RPC awaited goes to a lock or backup target (checked
         // without building their union: this runs on every reply).
         assert!(
-            self.phase == Phase::Validating
+            self.phase == CommitStage::Validating
                 || self
                     .pending
                     .iter()
