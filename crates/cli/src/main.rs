@@ -118,6 +118,12 @@ enum Cmd {
         /// §4.7). Default: the limit's default.
         #[arg(long)]
         read_lock_wait_us: Option<u64>,
+        /// The nodes' `durability.report_after_primary_fsync` (`true`: a
+        /// commit is reported once a primary's COMMIT-PRIMARY record is
+        /// durable, the nodes' default; `false`: at its early `Installed`
+        /// answer). Default: the simulator's (`SimConfig`).
+        #[arg(long, value_name = "BOOL")]
+        report_after_primary_fsync: Option<bool>,
         /// Run every seed even after a failure, then list the failing and
         /// the stuck seeds (exit status 1 if any failed).
         #[arg(long)]
@@ -1137,13 +1143,17 @@ fn run(cli: Cli) -> Result<(), String> {
             workload,
             faults,
             read_lock_wait_us,
+            report_after_primary_fsync,
             keep_going,
         } => sim(
             seeds,
             first,
             workload,
-            faults,
-            read_lock_wait_us,
+            SimOverrides {
+                faults,
+                read_lock_wait_us,
+                report_after_primary_fsync,
+            },
             keep_going,
         ),
     }
@@ -2496,14 +2506,28 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
     Ok(())
 }
 
+/// `meridian sim`'s settings that override each seed's `SimConfig`.
+struct SimOverrides {
+    /// A random mix of faults per seed for a fault-free workload.
+    faults: bool,
+    /// The nodes' `limits.read_lock_wait_us`.
+    read_lock_wait_us: Option<u64>,
+    /// The nodes' `durability.report_after_primary_fsync`.
+    report_after_primary_fsync: Option<bool>,
+}
+
 fn sim(
     seeds: u64,
     first: u64,
     workload: SimWorkloadArg,
-    faults: bool,
-    read_lock_wait_us: Option<u64>,
+    overrides: SimOverrides,
     keep_going: bool,
 ) -> Result<(), String> {
+    let SimOverrides {
+        faults,
+        read_lock_wait_us,
+        report_after_primary_fsync,
+    } = overrides;
     use meridian_sim::{Faults, SimConfig};
     let mut failed: Vec<u64> = Vec::new();
     let mut stuck_seeds: Vec<u64> = Vec::new();
@@ -2540,6 +2564,9 @@ fn sim(
         }
         if let Some(us) = read_lock_wait_us {
             cfg.read_lock_wait_us = us;
+        }
+        if let Some(strict) = report_after_primary_fsync {
+            cfg.report_after_primary_fsync = strict;
         }
         let r = match meridian_sim::run_and_check(cfg) {
             Ok(r) => r,

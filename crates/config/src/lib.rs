@@ -346,20 +346,23 @@ pub struct DurabilityConfig {
     /// one state's worth of log); the log before it is then dropped.
     pub checkpoint_records: u64,
     /// Disk mode: whether a commit is reported only once a primary's
-    /// COMMIT-PRIMARY record is durable (default false). With `false` a
-    /// primary answers COMMIT-PRIMARY as soon as it installed the writes
-    /// ([`meridian_wire::TxnResponse::Installed`], while every region
-    /// has a complete backup), so a read-write transaction waits for one
-    /// fsync stage, its backups' COMMIT-BACKUP records, instead of two.
-    /// Its writes are then durable on every backup's disk when it is
-    /// reported, and on the primary's one fsync later: it survives any
-    /// crash of any set of nodes and the loss of up to f replicas' disks
-    /// per region, FaRM's fault model. `true` keeps FaRM §4's rule to the
-    /// letter: a reported commit also survives losing the disks of all a
-    /// region's backups together with a crash of its primary within that
-    /// fsync (f+1 failures in one region), at the cost of a second fsync
-    /// stage (TATP disk at 32 sessions 42.0k → 46.6k tx/s with `false`,
-    /// the 4-key RMW at 8 sessions 4.7k → 6.1k).
+    /// COMMIT-PRIMARY record is durable (default true, FaRM §4's rule).
+    /// With `false` a primary answers COMMIT-PRIMARY as soon as it
+    /// installed the writes ([`meridian_wire::TxnResponse::Installed`],
+    /// while every region has a complete backup), so a read-write
+    /// transaction waits for one fsync stage, its backups' COMMIT-BACKUP
+    /// records, instead of two (TATP disk at 32 sessions 42.0k → 46.6k
+    /// tx/s, the 4-key RMW at 8 sessions 4.7k → 6.1k). But **`false` can
+    /// lose a reported commit**: if the region's primary crashes before
+    /// its next fsync (in a crash of every node, say), the commit is left
+    /// only in its backups' COMMIT-BACKUP records, and a configuration may
+    /// leave out up to f of a region's replicas (those that did not answer
+    /// its CM's probe in time); if it leaves out those backups, recovery
+    /// finds only the primary's LOCK record and aborts the commit (swarm
+    /// seeds 31030, 33694, 35413; ARCHITECTURE.md). With `true` the
+    /// primary's durable COMMIT-PRIMARY record decides it. Like
+    /// PostgreSQL's `synchronous_commit = off`, use `false` only where
+    /// losing the last commits before such a crash is acceptable.
     pub report_after_primary_fsync: bool,
 }
 
@@ -368,7 +371,7 @@ impl Default for DurabilityConfig {
         DurabilityConfig {
             mode: DurabilityMode::Disk,
             checkpoint_records: 100_000,
-            report_after_primary_fsync: false,
+            report_after_primary_fsync: true,
         }
     }
 }

@@ -338,8 +338,10 @@ pub struct SimConfig {
     /// for it, by default as long as `Limits::default()` says; 0 aborts
     /// them at once as FaRMv2 §4.7 does).
     pub read_lock_wait_us: u64,
-    /// The nodes' `durability.report_after_primary_fsync` (default false:
-    /// COMMIT-PRIMARY is answered `Installed` before its fsync).
+    /// The nodes' `durability.report_after_primary_fsync` (default false,
+    /// unlike the nodes' `true`: COMMIT-PRIMARY is answered `Installed`
+    /// before its fsync; the seed tests were calibrated with it, and the
+    /// rule's known loss is `the_early_commit_primary_answer_can_lose_a_commit`).
     pub report_after_primary_fsync: bool,
 }
 

@@ -528,6 +528,32 @@ fn a_whole_cluster_crash_loses_no_acknowledged_commit() {
     assert!(crashes > 0 && committed_after > 0);
 }
 
+/// The early COMMIT-PRIMARY answer (`report_after_primary_fsync =
+/// false`, opt-in) can lose a reported commit: after a whole-cluster
+/// crash the primary comes back without its COMMIT-PRIMARY record, the
+/// next configuration leaves out the backups whose COMMIT-BACKUP records
+/// were the commit's only durable evidence (they did not answer its
+/// CM's probe in time), and recovery aborts it from the primary's LOCK
+/// record (seed 33694: T65's write of a key is reported and read by T127,
+/// then T129 reads the value before it). FaRM's rule, the nodes' default,
+/// keeps all three seeds' commits.
+#[test]
+fn the_early_commit_primary_answer_can_lose_a_commit() {
+    for seed in [31030, 33694, 35413] {
+        let early = SimConfig {
+            report_after_primary_fsync: false,
+            ..SimConfig::swarm(seed)
+        };
+        let err = run_and_check(early).expect_err("the early answer's lost commit must be caught");
+        assert!(err.contains("G-single"), "seed {seed}: {err}");
+        run_and_check(SimConfig {
+            report_after_primary_fsync: true,
+            ..SimConfig::swarm(seed)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
 /// With `durability.report_after_primary_fsync` (FaRM §4's rule to the
 /// letter: no `Installed` answer, the COMMIT-PRIMARY ACK waits for its
 /// fsync) a whole-cluster crash loses nothing either.
