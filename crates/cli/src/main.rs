@@ -121,7 +121,7 @@ enum Cmd {
         /// The nodes' `durability.report_after_primary_fsync` (`true`: a
         /// commit is reported once a primary's COMMIT-PRIMARY record is
         /// durable, the nodes' default; `false`: at its early `Installed`
-        /// answer). Default: the simulator's (`SimConfig`).
+        /// answer). Default: `true`, as the nodes'.
         #[arg(long, value_name = "BOOL")]
         report_after_primary_fsync: Option<bool>,
         /// Run every seed even after a failure, then list the failing and

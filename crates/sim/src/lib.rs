@@ -338,10 +338,11 @@ pub struct SimConfig {
     /// for it, by default as long as `Limits::default()` says; 0 aborts
     /// them at once as FaRMv2 §4.7 does).
     pub read_lock_wait_us: u64,
-    /// The nodes' `durability.report_after_primary_fsync` (default false,
-    /// unlike the nodes' `true`: COMMIT-PRIMARY is answered `Installed`
-    /// before its fsync; the seed tests were calibrated with it, and the
-    /// rule's known loss is `the_early_commit_primary_answer_can_lose_a_commit`).
+    /// The nodes' `durability.report_after_primary_fsync` (default true,
+    /// as the nodes'; `false` answers COMMIT-PRIMARY `Installed` before its
+    /// fsync, the opt-in early answer, which seed tests found under it
+    /// keep, and whose known loss is
+    /// `the_early_commit_primary_answer_can_lose_a_commit`).
     pub report_after_primary_fsync: bool,
 }
 
@@ -385,7 +386,7 @@ impl SimConfig {
             broken_writes_unwaited: false,
             broken_validates_unwaited: false,
             read_lock_wait_us: meridian_config::Limits::default().read_lock_wait_us,
-            report_after_primary_fsync: false,
+            report_after_primary_fsync: true,
         }
     }
 
