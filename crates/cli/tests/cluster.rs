@@ -1005,3 +1005,34 @@ fn a_sigterm_stop_makes_the_records_no_reply_waited_for_durable() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `meridian sim --report-after-primary-fsync` picks the commit rule the
+/// simulated nodes run: swarm seed 33694 loses a reported commit with the
+/// early COMMIT-PRIMARY answer (`false`) and the checker says so, while
+/// the default rule (`true`) passes it.
+#[test]
+fn sim_report_after_primary_fsync_picks_the_commit_rule() {
+    let run = |rule: &str| {
+        meridian(&[
+            "sim",
+            "--workload",
+            "swarm",
+            "--first",
+            "33694",
+            "--seeds",
+            "1",
+            "--report-after-primary-fsync",
+            rule,
+        ])
+    };
+    let (ok, out, err) = run("false");
+    assert!(!ok, "the early answer's lost commit passed: {out}{err}");
+    assert!(
+        format!("{out}{err}").contains("G-single"),
+        "no checker verdict: {out}{err}"
+    );
+    let (ok, out, err) = run("true");
+    assert!(ok, "the default rule failed: {out}{err}");
+    let (ok, _, err) = run("maybe");
+    assert!(!ok && err.contains("maybe"), "a bad value was taken: {err}");
+}
