@@ -122,11 +122,34 @@ pub trait BenchSession {
     type Txn<'a>: BenchTxn + TxnOps<Error = Self::Error>
     where
         Self: 'a;
-    /// Begin a transaction; `read_only` lets the target take a cheaper
-    /// path (the transaction must then not write).
+    /// Begin a transaction; its `shape` lets the target take a cheaper
+    /// path (the transaction must then keep to it).
     ///
     /// Errors: the target could not begin one.
-    async fn begin(&mut self, read_only: bool) -> Result<Self::Txn<'_>, Self::Error>;
+    async fn begin(&mut self, shape: Shape) -> Result<Self::Txn<'_>, Self::Error>;
+}
+
+/// What a transaction body will do, known before it begins, so that a
+/// target can take a cheaper path: the same hint for every target, each
+/// using what it can.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// It may write.
+    ReadWrite,
+    /// It never writes.
+    ReadOnly,
+    /// One `get` and nothing else (YCSB's read, TATP's
+    /// GET_SUBSCRIBER_DATA and GET_ACCESS_DATA). Meridian serves it as a
+    /// lock-free read (`TxnOptions::single_read`, FaRM §3); the peers as
+    /// read-only.
+    SingleRead,
+}
+
+impl Shape {
+    /// True unless [`Shape::ReadWrite`].
+    pub fn is_read_only(self) -> bool {
+        self != Shape::ReadWrite
+    }
 }
 
 impl BenchTxn for meridian_client::Txn {
@@ -141,8 +164,13 @@ impl BenchTxn for meridian_client::Txn {
 impl BenchSession for meridian_client::Session {
     type Error = TxnError;
     type Txn<'a> = meridian_client::Txn;
-    async fn begin(&mut self, read_only: bool) -> Result<meridian_client::Txn, TxnError> {
-        meridian_client::Session::begin(self, TxnOptions { read_only }).await
+    async fn begin(&mut self, shape: Shape) -> Result<meridian_client::Txn, TxnError> {
+        let opts = match shape {
+            Shape::ReadWrite => TxnOptions::default(),
+            Shape::ReadOnly => TxnOptions::read_only(),
+            Shape::SingleRead => TxnOptions::single_read(),
+        };
+        meridian_client::Session::begin(self, opts).await
     }
 }
 
@@ -252,13 +280,19 @@ impl Op {
         }
     }
 
-    /// True if the body never writes.
-    pub fn is_read_only(&self) -> bool {
-        match self {
+    /// What the body does ([`Shape`]).
+    pub fn shape(&self) -> Shape {
+        let read_only = match self {
+            Op::Tatp(t) if t.kind.is_single_read() => return Shape::SingleRead,
+            Op::Ycsb(o) if o.is_read_only() => return Shape::SingleRead,
             Op::Tatp(t) => t.kind.is_read_only(),
-            Op::Ycsb(o) => o.is_read_only(),
-            Op::Rmw(_) => false,
+            Op::Ycsb(_) | Op::Rmw(_) => false,
             Op::Tpcc(t) => t.kind().is_read_only(),
+        };
+        if read_only {
+            Shape::ReadOnly
+        } else {
+            Shape::ReadWrite
         }
     }
 
@@ -337,7 +371,7 @@ pub(crate) async fn session_loop<S: BenchSession>(mut s: S, ctx: LoopCtx) -> (Ac
         let mut aborted = 0u32;
         loop {
             let r = async {
-                let mut tx = s.begin(op.is_read_only()).await?;
+                let mut tx = s.begin(op.shape()).await?;
                 match op.execute(&mut tx, mix, &mut rng).await {
                     Ok(Ending::Commit { successful }) => {
                         tx.commit().await?;
@@ -485,7 +519,7 @@ pub async fn audit_rmw<S: BenchSession>(s: &mut S, cfg: &rmw::RmwConfig) -> Resu
     while from < cfg.records {
         let to = from.saturating_add(AUDIT_CHUNK).min(cfg.records);
         let r = async {
-            let mut tx = s.begin(true).await?;
+            let mut tx = s.begin(Shape::ReadOnly).await?;
             match rmw::audit(&mut tx, cfg, from, to).await {
                 Ok(r) => {
                     tx.commit().await?;
@@ -529,7 +563,7 @@ pub async fn check_tpcc<S: BenchSession>(
     let end = vec![0xFFu8; 64];
     loop {
         let r = async {
-            let mut tx = s.begin(true).await?;
+            let mut tx = s.begin(Shape::ReadOnly).await?;
             match tx.scan(&from, &end, CHECK_CHUNK).await {
                 Ok(rows) => {
                     tx.commit().await?;

@@ -30,7 +30,7 @@
 //! write and cannot be told not to (outside `--unsafe-no-fsync`, which
 //! `scripts/peers.sh` does not use): the match of Meridian's disk mode.
 
-use crate::drive::{BenchSession, BenchTxn};
+use crate::drive::{BenchSession, BenchTxn, Shape};
 use crate::peers::PeerError;
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
 use futures_util::StreamExt;
@@ -139,7 +139,8 @@ pub struct EtcdSession {
 impl BenchSession for EtcdSession {
     type Error = PeerError;
     type Txn<'a> = EtcdTxn<'a>;
-    async fn begin(&mut self, read_only: bool) -> Result<EtcdTxn<'_>, PeerError> {
+    async fn begin(&mut self, shape: Shape) -> Result<EtcdTxn<'_>, PeerError> {
+        let read_only = shape.is_read_only();
         Ok(EtcdTxn {
             s: self,
             read_only,

@@ -24,7 +24,9 @@
 //! PostgreSQL is in [`crate::pg`], etcd in [`crate::etcd`]; [`Peer`] runs
 //! any of them through [`crate::drive`]'s closed loop.
 
-use crate::drive::{run_sessions, session_loop, BenchSession, BenchTxn, Classify, Failure, Mix};
+use crate::drive::{
+    run_sessions, session_loop, BenchSession, BenchTxn, Classify, Failure, Mix, Shape,
+};
 use crate::etcd::EtcdPeer;
 use crate::pg::PgPeer;
 use crate::run::{summarize_core, Acc, Ran};
@@ -269,7 +271,7 @@ impl TxnOps for RedisTxn<'_> {
 impl BenchSession for RedisSession {
     type Error = PeerError;
     type Txn<'a> = RedisTxn<'a>;
-    async fn begin(&mut self, _read_only: bool) -> Result<RedisTxn<'_>, PeerError> {
+    async fn begin(&mut self, _shape: Shape) -> Result<RedisTxn<'_>, PeerError> {
         Ok(RedisSession::begin(self))
     }
 }

@@ -27,7 +27,7 @@
 //! `synchronous_commit = on` (a commit returns after its WAL record is on
 //! disk), the match of Meridian's disk mode.
 
-use crate::drive::{BenchSession, BenchTxn};
+use crate::drive::{BenchSession, BenchTxn, Shape};
 use crate::peers::PeerError;
 use futures_util::future::join;
 use futures_util::StreamExt;
@@ -192,7 +192,8 @@ pub struct PgSession {
 impl BenchSession for PgSession {
     type Error = PeerError;
     type Txn<'a> = PgTxn<'a>;
-    async fn begin(&mut self, read_only: bool) -> Result<PgTxn<'_>, PeerError> {
+    async fn begin(&mut self, shape: Shape) -> Result<PgTxn<'_>, PeerError> {
+        let read_only = shape.is_read_only();
         Ok(PgTxn {
             s: self,
             begin: true,

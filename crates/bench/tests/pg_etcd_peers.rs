@@ -9,7 +9,7 @@
 mod common;
 
 use common::contended_rmw;
-use meridian_bench::drive::Mix;
+use meridian_bench::drive::{Mix, Shape};
 use meridian_bench::etcd::EtcdPeer;
 use meridian_bench::peers::Peer;
 use meridian_bench::pg::PgPeer;
@@ -265,11 +265,11 @@ fn etcd_runs_the_contended_rmw_without_lost_updates() {
         use meridian_workload::ops::TxnOps;
         let prefix = tatp::call_forwarding_prefix(1, 1);
         let end = tatp::prefix_end(&prefix).expect("end");
-        let mut t = s.begin(true).await.expect("begin");
+        let mut t = s.begin(Shape::ReadOnly).await.expect("begin");
         let rows = t.scan(&prefix, &end, 10).await.expect("read-only scan");
         assert!(rows.iter().all(|(k, _)| k.starts_with(&prefix)));
         t.commit().await.expect("commit");
-        let mut t = s.begin(false).await.expect("begin");
+        let mut t = s.begin(Shape::ReadWrite).await.expect("begin");
         assert!(
             t.scan(&prefix, &end, 10).await.is_err(),
             "a scan in a writing transaction is refused, not weakly isolated"

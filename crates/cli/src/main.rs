@@ -124,6 +124,12 @@ enum Cmd {
         /// answer). Default: `true`, as the nodes'.
         #[arg(long, value_name = "BOOL")]
         report_after_primary_fsync: Option<bool>,
+        /// Whether the register workload's one-read transactions run as
+        /// single-read transactions (FaRM §3's lock-free read, the client
+        /// library's `clock.lock_free_reads`). Default: `true`; `false`
+        /// replays seeds found before single reads existed.
+        #[arg(long, value_name = "BOOL")]
+        single_reads: Option<bool>,
         /// Run every seed even after a failure, then list the failing and
         /// the stuck seeds (exit status 1 if any failed).
         #[arg(long)]
@@ -1144,6 +1150,7 @@ fn run(cli: Cli) -> Result<(), String> {
             faults,
             read_lock_wait_us,
             report_after_primary_fsync,
+            single_reads,
             keep_going,
         } => sim(
             seeds,
@@ -1153,6 +1160,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 faults,
                 read_lock_wait_us,
                 report_after_primary_fsync,
+                single_reads,
             },
             keep_going,
         ),
@@ -2514,6 +2522,8 @@ struct SimOverrides {
     read_lock_wait_us: Option<u64>,
     /// The nodes' `durability.report_after_primary_fsync`.
     report_after_primary_fsync: Option<bool>,
+    /// `SimConfig::single_reads`.
+    single_reads: Option<bool>,
 }
 
 fn sim(
@@ -2527,6 +2537,7 @@ fn sim(
         faults,
         read_lock_wait_us,
         report_after_primary_fsync,
+        single_reads,
     } = overrides;
     use meridian_sim::{Faults, SimConfig};
     let mut failed: Vec<u64> = Vec::new();
@@ -2567,6 +2578,9 @@ fn sim(
         }
         if let Some(strict) = report_after_primary_fsync {
             cfg.report_after_primary_fsync = strict;
+        }
+        if let Some(on) = single_reads {
+            cfg.single_reads = on;
         }
         let r = match meridian_sim::run_and_check(cfg) {
             Ok(r) => r,

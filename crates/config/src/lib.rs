@@ -449,6 +449,14 @@ pub struct ClockConfig {
     /// read it once, when they start; nodes honour a held request either
     /// way.
     pub writes_wait_at_server: bool,
+    /// Serve single-read transactions (`TxnOptions::single_read`: one
+    /// `get` and nothing else) as FaRM §3's lock-free reads (default
+    /// true): the primary answers with the key's newest committed version
+    /// at once, with no `read_ts` and no hold until it passed, waiting only
+    /// for a lock on the key (`TxnRequest::ReadLatest`, which says why that
+    /// is still strictly serializable). False: such a transaction reads at
+    /// `read_ts` like any other. Clients read it once, when they start.
+    pub lock_free_reads: bool,
 }
 
 impl Default for ClockConfig {
@@ -463,6 +471,7 @@ impl Default for ClockConfig {
             rate_window_ms: 1000,
             reads_wait_at_server: true,
             writes_wait_at_server: true,
+            lock_free_reads: true,
         }
     }
 }

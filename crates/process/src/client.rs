@@ -398,6 +398,9 @@ pub struct ClientProcess {
     reads_wait_at_server: bool,
     /// `clock.writes_wait_at_server`, read once at creation.
     writes_wait_at_server: bool,
+    /// `clock.lock_free_reads`, read once at creation: false turns every
+    /// `TxnOptions::single_read` into a plain read-only transaction.
+    lock_free_reads: bool,
     /// Requests a node would not hold until their `write_ts` passed
     /// ([`meridian_wire::TxnResponse::NotHeld`]), unwrapped, by [`Wait::Resend`] sequence:
     /// (destination, request). One per outstanding commit RPC at most.
@@ -461,6 +464,7 @@ impl ClientProcess {
             clock_park_ns: config.clock.max_sample_age_us * 1000,
             clock_parked: 0,
             reads_wait_at_server: config.clock.reads_wait_at_server,
+            lock_free_reads: config.clock.lock_free_reads,
             writes_wait_at_server: config.clock.writes_wait_at_server,
             held_back: BTreeMap::new(),
             next_flush_ns: 0,
@@ -650,6 +654,16 @@ impl ClientProcess {
         self.clock.time(now).ok().map(|iv| iv.uncertainty_ns())
     }
 
+    /// A single-read transaction's answered read: the `write_ts` of the
+    /// newest version it saw ([`Transaction::observed_version`]); `None`
+    /// for other transactions, before the answer, or an unknown handle.
+    pub fn observed_version(&self, txn: TxnHandle) -> Option<Timestamp> {
+        self.txns
+            .get(&txn)
+            .and_then(|t| t.engine.as_ref())
+            .and_then(Transaction::observed_version)
+    }
+
     /// Transactions open (including those waiting for `read_ts`).
     pub fn open_txns(&self) -> usize {
         self.txns.len()
@@ -748,7 +762,12 @@ impl ClientProcess {
     /// Begin a transaction on coordinator thread `thread` (FaRM's `t`):
     /// `read_ts = GET_TS()`. Replies [`CallResult::Began`] once `read_ts` is
     /// in the past.
-    pub fn begin(&mut self, now: u64, call: CallId, thread: u32, opts: TxnOptions) {
+    pub fn begin(&mut self, now: u64, call: CallId, thread: u32, mut opts: TxnOptions) {
+        // `clock.lock_free_reads = false`: a single read is an ordinary
+        // read-only transaction (the promise to read once still holds).
+        if opts.single_read && !self.lock_free_reads {
+            opts = TxnOptions::read_only();
+        }
         if self.closing.is_some() {
             return self.reply(call, CallResult::Failed(TxnError::Closed));
         }

@@ -283,6 +283,7 @@ pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
                     Response::Txn(
                         TxnResponse::Lock(_)
                         | TxnResponse::Read(_)
+                        | TxnResponse::ReadLatest(_)
                         | TxnResponse::Scan(_)
                         | TxnResponse::Validate(_)
                         | TxnResponse::Installed,
@@ -516,6 +517,7 @@ fn met_lock(resp: &Response) -> bool {
         resp,
         Response::Txn(
             TxnResponse::Read(Err(Conflict::Locked))
+                | TxnResponse::ReadLatest(Err(Conflict::Locked))
                 | TxnResponse::Scan(Err(Conflict::Locked))
                 | TxnResponse::Lock(Err(Conflict::Locked))
         )
@@ -544,6 +546,7 @@ fn unavailable(r: &TxnRequest) -> Option<Response> {
     let e = Err(Conflict::Unavailable);
     Some(match r {
         TxnRequest::Read { .. } => TxnResponse::Read(Err(Conflict::Unavailable)).into(),
+        TxnRequest::ReadLatest { .. } => TxnResponse::ReadLatest(Err(Conflict::Unavailable)).into(),
         TxnRequest::Scan { .. } => TxnResponse::Scan(Err(Conflict::Unavailable)).into(),
         TxnRequest::Lock(_) | TxnRequest::LockBlind { .. } => TxnResponse::Lock(e).into(),
         TxnRequest::Validate { .. } => TxnResponse::Validate(e).into(),
@@ -853,6 +856,10 @@ pub struct NodeProcess {
     /// lock is served past it at the next try
     /// ([`NodeProcess::set_broken_lock_waits_read_past_locks`]).
     broken_lock_waits_read_past_locks: bool,
+    /// The simulator's deliberately broken variant: a single-read
+    /// transaction's READ-LATEST is served past a lock on its key
+    /// ([`NodeProcess::set_broken_latest_reads_past_locks`]).
+    broken_latest_reads_past_locks: bool,
     /// Deliberately broken: a `TxnRequest::AfterWriteTs` is handled at
     /// once, not held ([`NodeProcess::set_broken_writes_unwaited`]).
     broken_writes_unwaited: bool,
@@ -1017,6 +1024,7 @@ impl NodeProcess {
             lock_waits: BTreeMap::new(),
             lock_waits_dirty: false,
             broken_lock_waits_read_past_locks: false,
+            broken_latest_reads_past_locks: false,
             broken_writes_unwaited: false,
             broken_validates_unwaited: false,
             deferred_seq: 0,
@@ -1642,7 +1650,11 @@ impl NodeProcess {
         }
         let resp = match req {
             Request::Txn(r) => match self.hold_until_read_ts_passed(now, from, id, config, r) {
-                Some(r @ (TxnRequest::Read { .. } | TxnRequest::Scan { .. })) => {
+                Some(
+                    r @ (TxnRequest::Read { .. }
+                    | TxnRequest::Scan { .. }
+                    | TxnRequest::ReadLatest { .. }),
+                ) => {
                     return self.serve_or_wait(now, from, id, config, r, now);
                 }
                 Some(r) if lock_may_wait(&r) => {
@@ -1799,7 +1811,12 @@ impl NodeProcess {
         r: TxnRequest,
         since: u64,
     ) {
-        let resp = self.txn_request(now, config, &r);
+        let mut resp = self.txn_request(now, config, &r);
+        if let (true, true, TxnRequest::ReadLatest { region, key }) =
+            (self.broken_latest_reads_past_locks, met_lock(&resp), &r)
+        {
+            resp = self.participant.read_latest_past_locks(*region, key).into();
+        }
         let is_lock = r.lock_record().is_some();
         let wait_us = if is_lock {
             self.config.limits.blind_lock_wait_us
@@ -1896,7 +1913,11 @@ impl NodeProcess {
                 }
             } else if matches!(
                 resp,
-                Response::Txn(TxnResponse::Read(Ok(_)) | TxnResponse::Scan(Ok(_)))
+                Response::Txn(
+                    TxnResponse::Read(Ok(_))
+                        | TxnResponse::ReadLatest(Ok(_))
+                        | TxnResponse::Scan(Ok(_))
+                )
             ) {
                 // Served (a rejection after a configuration change or a
                 // lost lease is not counted as a wait that paid off).
@@ -2845,7 +2866,17 @@ impl NodeProcess {
             .iter()
             .any(|op| matches!(op, ClientOp::Put(..) | ClientOp::Delete(_)));
         let call = self.new_call(exec);
-        self.gateway.begin(now, call, 0, TxnOptions { read_only });
+        // Not `single_read` for a lone GET: `Executed::read_ts` would then
+        // name no snapshot the client could check.
+        self.gateway.begin(
+            now,
+            call,
+            0,
+            TxnOptions {
+                read_only,
+                single_read: false,
+            },
+        );
     }
 
     /// Issue the next operation of `exec` (buffered writes need no call),
@@ -3310,6 +3341,18 @@ impl NodeProcess {
                 .push(NodeEffect::Event(NodeEvent::Suspect(who.clone())));
             self.last_suspect = Some((who, now));
         }
+    }
+
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_latest_reads_past_locks`): a single-read
+    /// transaction's `TxnRequest::ReadLatest` is answered with the newest
+    /// committed version even while another transaction holds the key's
+    /// lock. The suite must catch it: a writer reported committed by
+    /// another primary's answer may not have installed here yet, so a read
+    /// invoked after that report misses the write (a real-time cycle).
+    #[doc(hidden)]
+    pub fn set_broken_latest_reads_past_locks(&mut self, on: bool) {
+        self.broken_latest_reads_past_locks = on;
     }
 
     /// A deliberately broken rule for the simulator's variant

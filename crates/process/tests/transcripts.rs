@@ -343,6 +343,13 @@ fn node_transcript_with(file: &str, tune: impl FnOnce(&mut Configuration)) {
                     read_ts: Timestamp(a.num("read_ts")),
                 })
             }
+            "read-latest" => {
+                let key = key_of(a.get("k"));
+                Request::Txn(TxnRequest::ReadLatest {
+                    region: map.region_of(&key).id,
+                    key,
+                })
+            }
             "scan" => {
                 let start = key_of(a.get("from_key"));
                 Request::Txn(TxnRequest::Scan {

@@ -269,6 +269,14 @@ pub struct SimConfig {
     /// `Execute` to a random node, whose embedded coordinator runs them
     /// (scripts that pause are always run by the client).
     pub thin_percent: u32,
+    /// Register transactions that make one read and nothing else run as
+    /// single-read transactions (`TxnOptions::single_read`: FaRM §3's
+    /// lock-free read, `TxnRequest::ReadLatest`), as the bench's single
+    /// reads do; their history records the version they saw as the
+    /// read's `read_ts`. Default true, as the client library's
+    /// `clock.lock_free_reads`. A retried single read is retried as it is
+    /// (not redrawn).
+    pub single_reads: bool,
     /// `clock.max_rate_ppm` (0: rates not checked, the default: simulated
     /// clocks drift anywhere inside ε, far past any rate limit).
     pub max_rate_ppm: u64,
@@ -306,6 +314,11 @@ pub struct SimConfig {
     /// past the lock at its next try, as if the lock had gone
     /// (`NodeProcess::set_broken_lock_waits_read_past_locks`).
     pub broken_lock_waits_read_past_locks: bool,
+    /// A deliberately broken single read: a primary answers a
+    /// `TxnRequest::ReadLatest` with the newest committed version even
+    /// while another transaction holds the key's lock
+    /// (`NodeProcess::set_broken_latest_reads_past_locks`).
+    pub broken_latest_reads_past_locks: bool,
     /// Deliberately broken: a node restored from disk blocks, in the next
     /// configuration, only the regions whose replicas changed
     /// (`NodeProcess::set_broken_restore_forgotten`).
@@ -370,6 +383,7 @@ impl SimConfig {
             faults: Faults::none(),
             time_limit_ns: 3_000_000_000,
             thin_percent: 20,
+            single_reads: true,
             max_rate_ppm: 0,
             drifting_node: None,
             spare_nodes: 0,
@@ -379,6 +393,7 @@ impl SimConfig {
             broken_master_clock_kept: false,
             broken_reads_unwaited: false,
             broken_lock_waits_read_past_locks: false,
+            broken_latest_reads_past_locks: false,
             broken_restore_forgotten: false,
             broken_restored_recovery_votes: false,
             broken_locks_unchecked: false,
@@ -511,6 +526,9 @@ pub struct SimReport {
     /// Region replicas the nodes let go of ([`NodeEffect::Discard`]: a
     /// refilled replica's old copy, a region moved away, a reset).
     pub discarded_replicas: u64,
+    /// Single-read transactions' reads delivered to a node
+    /// (`TxnRequest::ReadLatest`, [`SimConfig::single_reads`]).
+    pub latest_reads: u64,
     /// Writes and copied versions the refill fence dropped
     /// (`RegionStore::merge_chunk`): on replicas let go of, and on those
     /// held by the nodes alive at the end (a restart zeroes a node's).
@@ -722,6 +740,7 @@ struct TaskCtx {
     inc: u32,
     nodes: u32,
     thin_percent: u32,
+    single_reads: bool,
     client: Client,
     log: Arc<Mutex<ClientLog>>,
     world: Arc<Mutex<World>>,
@@ -754,9 +773,10 @@ impl Gen {
     }
 
     /// The program for an attempt after the first.
-    fn redraw(&mut self, first: &WorkTxn) -> WorkTxn {
+    fn redraw(&mut self, first: &WorkTxn, single_read: bool) -> WorkTxn {
         match first {
             WorkTxn::Bank(b) if b.is_audit() => first.clone(),
+            _ if single_read => first.clone(),
             _ => self.draw(),
         }
     }
@@ -803,6 +823,13 @@ async fn client_main(cx: TaskCtx) {
             }
         }
         let audit = matches!(&program, WorkTxn::Bank(b) if b.is_audit());
+        let single_read =
+            cx.single_reads && matches!(&program, WorkTxn::Register(s) if s.is_single_read());
+        let opts = if single_read {
+            TxnOptions::single_read()
+        } else {
+            TxnOptions::default()
+        };
         loop {
             lock(&cx.log).next_invoke_ns = true_now(&cx.world);
             let (log, world, master, gen) =
@@ -810,10 +837,10 @@ async fn client_main(cx: TaskCtx) {
             let mut first = Some(program.clone());
             let base = program.clone();
             let r = session
-                .run_info(TxnOptions::default(), move |tx| {
+                .run_info(opts, move |tx| {
                     let mut prog = match first.take() {
                         Some(p) => p,
-                        None => lock(&gen).redraw(&base),
+                        None => lock(&gen).redraw(&base, single_read),
                     };
                     let (log, world) = (log.clone(), world.clone());
                     let fut: TxnFuture<'_, ()> = Box::pin(async move {
@@ -832,6 +859,10 @@ async fn client_main(cx: TaskCtx) {
                             ..TxnRecord::invoked(process, invoke)
                         };
                         let ending = run_program(tx, &mut prog, &mut rec).await;
+                        // A single read's snapshot is the version it saw.
+                        if let Some(v) = tx.observed_version() {
+                            rec.read_ts = Some(v.0);
+                        }
                         let mut l = lock(&log);
                         l.current = Some((rec, prog));
                         // A retry begins after this attempt ends, so no
@@ -994,23 +1025,35 @@ async fn unrecorded_main(cx: &TaskCtx, session: &mut Session, workload: SimWorkl
         if lock(&cx.log).done >= cx.txns {
             break;
         }
-        let (read_only, job) = {
+        let (opts, job) = {
             let mut g = lock(&cx.gen);
             match (&ycsb_gen, workload) {
                 (Some((gen, value_bytes)), _) => {
                     let op = gen.next_op(&mut g.rng);
                     let seed = g.rng.gen();
-                    (op.is_read_only(), BenchJob::Ycsb(op, *value_bytes, seed))
+                    let opts = if op.is_read_only() {
+                        TxnOptions::single_read()
+                    } else {
+                        TxnOptions::default()
+                    };
+                    (opts, BenchJob::Ycsb(op, *value_bytes, seed))
                 }
                 (None, SimWorkload::Tatp(cfg)) => {
                     let t = tatp::next_txn(&cfg, &mut g.rng);
-                    (t.kind.is_read_only(), BenchJob::Tatp(t))
+                    let opts = if t.kind.is_single_read() {
+                        TxnOptions::single_read()
+                    } else if t.kind.is_read_only() {
+                        TxnOptions::read_only()
+                    } else {
+                        TxnOptions::default()
+                    };
+                    (opts, BenchJob::Tatp(t))
                 }
                 (None, _) => return,
             }
         };
         let r = session
-            .run(TxnOptions { read_only }, move |tx| {
+            .run(opts, move |tx| {
                 let job = job.clone();
                 let fut: TxnFuture<'_, ()> = Box::pin(async move {
                     match job {
@@ -1110,6 +1153,7 @@ fn node_config(cfg: &SimConfig, config: &Configuration) -> Configuration {
 fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> {
     p.map(|mut p| {
         p.set_broken_lock_waits_read_past_locks(cfg.broken_lock_waits_read_past_locks);
+        p.set_broken_latest_reads_past_locks(cfg.broken_latest_reads_past_locks);
         p.set_broken_restore_forgotten(cfg.broken_restore_forgotten);
         p.set_broken_restored_recovery_votes(cfg.broken_restored_recovery_votes);
         p.set_broken_locks_unchecked(cfg.broken_locks_unchecked);
@@ -1214,6 +1258,8 @@ pub struct Sim {
     /// READs and SCANs delivered to a node and not yet answered, by
     /// (node, sender, request id): their `read_ts`.
     reads_in_service: BTreeMap<(u32, u64, u64), u64>,
+    /// [`SimReport::latest_reads`].
+    latest_reads: u64,
     /// VALIDATEs and COMMIT-BACKUPs sent to be held until their
     /// `write_ts` passed (`TxnRequest::AfterWriteTs`), delivered and not
     /// yet answered, by (node, sender, request id): their `write_ts` and
@@ -1360,6 +1406,7 @@ impl Sim {
             max_master_time: None,
             time_failures: Vec::new(),
             reads_in_service: BTreeMap::new(),
+            latest_reads: 0,
             holds_in_service: BTreeMap::new(),
             harvested: Vec::new(),
             trace: std::env::var_os("MERIDIAN_SIM_TRACE").is_some(),
@@ -1757,6 +1804,13 @@ impl Sim {
                         {
                             self.reads_in_service
                                 .insert((n, peer_key(peer), *id), read_ts.0);
+                        }
+                        if let Frame::Request {
+                            req: Request::Txn(TxnRequest::ReadLatest { .. }),
+                            ..
+                        } = &frame
+                        {
+                            self.latest_reads += 1;
                         }
                         if let Frame::Request {
                             id,
@@ -2307,6 +2361,7 @@ impl Sim {
             inc: slot.inc,
             nodes: self.cfg.nodes,
             thin_percent: self.cfg.thin_percent,
+            single_reads: self.cfg.single_reads,
             client,
             log: slot.log.clone(),
             world: self.world.clone(),
@@ -2546,6 +2601,7 @@ impl Sim {
             recovered,
             blind_locks_waited,
             discarded_replicas: self.discarded_replicas,
+            latest_reads: self.latest_reads,
             stale_fill_writes,
             copied_recovery_holds,
             node_events: std::mem::take(&mut self.node_events),

@@ -548,19 +548,25 @@ fn a_whole_cluster_crash_loses_no_acknowledged_commit() {
 /// CM's probe in time), and recovery aborts it from the primary's LOCK
 /// record (seed 33694: T65's write of a key is reported and read by T127,
 /// then T129 reads the value before it). FaRM's rule, the nodes' default,
-/// keeps all three seeds' commits.
+/// keeps all three seeds' commits. The seeds were found before single
+/// reads (`SimConfig::single_reads`), which move their schedules, so they
+/// run without them.
 #[test]
 fn the_early_commit_primary_answer_can_lose_a_commit() {
     for seed in [31030, 33694, 35413] {
+        let base = SimConfig {
+            single_reads: false,
+            ..SimConfig::swarm(seed)
+        };
         let early = SimConfig {
             report_after_primary_fsync: false,
-            ..SimConfig::swarm(seed)
+            ..base.clone()
         };
         let err = run_and_check(early).expect_err("the early answer's lost commit must be caught");
         assert!(err.contains("G-single"), "seed {seed}: {err}");
         run_and_check(SimConfig {
             report_after_primary_fsync: true,
-            ..SimConfig::swarm(seed)
+            ..base
         })
         .unwrap_or_else(|e| panic!("{e}"));
     }
@@ -1384,4 +1390,49 @@ fn swarm_seed_21794_keeps_a_restored_cm_out_of_its_old_recovery() {
     let err = run_and_check(broken)
         .expect_err("a restored CM voting in its old configuration's recovery must be caught");
     assert!(err.contains("G-single"), "{err}");
+}
+
+/// Single-read transactions (`TxnOptions::single_read`, FaRM §3's
+/// lock-free read): the register workload's one-read transactions read
+/// the newest committed version with no `read_ts`, and the checker passes
+/// on every seed, with the history naming the version each read saw. A
+/// primary that answers such a read past a lock on its key
+/// (`broken_latest_reads_past_locks`) misses a write that another primary
+/// already reported committed; with some messages held back (long delays,
+/// so one primary's COMMIT-PRIMARY arrives late) the checker must catch it
+/// as a real-time cycle (seeds 7, 8 and 11 do; each passes when correct).
+#[test]
+fn single_reads_pass_and_reads_past_a_lock_are_caught() {
+    let delayed = |seed| SimConfig {
+        faults: Faults {
+            long_delay_permille: 30,
+            ..Faults::none()
+        },
+        ..SimConfig::register(seed)
+    };
+    let mut single = 0u64;
+    for seed in 0..12u64 {
+        for cfg in [SimConfig::register(seed), delayed(seed)] {
+            assert!(cfg.single_reads, "single reads are the simulator's default");
+            let out = run_and_check(cfg).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            single += out.latest_reads;
+        }
+    }
+    assert!(
+        single > 500,
+        "the register workload made only {single} single reads"
+    );
+    let mut caught = None;
+    for seed in 0..200u64 {
+        let broken = SimConfig {
+            broken_latest_reads_past_locks: true,
+            ..delayed(seed)
+        };
+        if let Err(e) = run_and_check(broken) {
+            caught = Some((seed, e.to_string()));
+            break;
+        }
+    }
+    let (seed, e) = caught.expect("no seed caught single reads served past a lock");
+    assert!(e.contains("-realtime"), "seed {seed}: {e}");
 }

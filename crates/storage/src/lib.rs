@@ -31,7 +31,7 @@
 
 pub mod log;
 
-use meridian_wire::{Conflict, Key, KeyRange, Timestamp, TxId, Value, Versioned};
+use meridian_wire::{Conflict, Key, KeyRange, LatestRead, Timestamp, TxId, Value, Versioned};
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
@@ -342,6 +342,56 @@ impl RegionStore {
             return Err(Conflict::Locked);
         }
         Self::version_at(obj, read_ts)
+    }
+
+    /// The newest committed version of `key`, live or a tombstone, for a
+    /// single-read transaction (FaRM §3's lock-free read; see
+    /// `TxnRequest::ReadLatest` for why no `read_ts` is needed). Any lock
+    /// on the key, and lock recovery, answer `Locked`: its holder may
+    /// commit at a `write_ts` below the time of this read.
+    ///
+    /// Errors: `Conflict::Locked`.
+    pub fn read_latest(&self, key: &[u8]) -> Result<LatestRead, Conflict> {
+        if self.recovery_locked(key) {
+            return Err(Conflict::Locked);
+        }
+        let Some(obj) = self.objects.get(key) else {
+            return Ok(LatestRead {
+                version: Timestamp::ZERO,
+                value: None,
+            });
+        };
+        if obj.lock.is_some() {
+            return Err(Conflict::Locked);
+        }
+        Ok(Self::newest(obj))
+    }
+
+    /// [`RegionStore::read_latest`] without its lock check: the
+    /// simulator's deliberately broken variant only
+    /// (`SimConfig::broken_latest_reads_past_locks`).
+    #[doc(hidden)]
+    pub fn read_latest_past_locks(&self, key: &[u8]) -> LatestRead {
+        match self.objects.get(key) {
+            Some(obj) => Self::newest(obj),
+            None => LatestRead {
+                version: Timestamp::ZERO,
+                value: None,
+            },
+        }
+    }
+
+    fn newest(obj: &Object) -> LatestRead {
+        match obj.versions.iter().next_back() {
+            Some(v) => LatestRead {
+                version: v.ts,
+                value: v.value.clone(),
+            },
+            None => LatestRead {
+                version: Timestamp::ZERO,
+                value: None,
+            },
+        }
     }
 
     /// A deliberately broken read for the simulator's variant

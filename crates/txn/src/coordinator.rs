@@ -57,6 +57,33 @@ pub struct TxnOptions {
     /// Hint: the transaction will not write. Writes are then refused with
     /// [`TxnError::ReadOnly`]; commit sends no messages either way.
     pub read_only: bool,
+    /// Promise: the transaction makes one read (`get`) and nothing else,
+    /// no scan and no write (so it is read-only too). That read is
+    /// FaRM §3's lock-free read ([`TxnRequest::ReadLatest`]): the
+    /// primary answers with the key's newest committed version at once,
+    /// with no `read_ts` and no hold until one passed, and waits only for
+    /// a lock on the key. It is still strictly serializable (the proof is
+    /// on [`TxnRequest::ReadLatest`]). A second read or a scan is refused
+    /// with [`TxnError::SingleRead`], a write with [`TxnError::ReadOnly`].
+    pub single_read: bool,
+}
+
+impl TxnOptions {
+    /// Options of a single-read transaction ([`TxnOptions::single_read`]).
+    pub fn single_read() -> Self {
+        TxnOptions {
+            read_only: true,
+            single_read: true,
+        }
+    }
+
+    /// Options of a read-only transaction ([`TxnOptions::read_only`]).
+    pub fn read_only() -> Self {
+        TxnOptions {
+            read_only: true,
+            single_read: false,
+        }
+    }
 }
 
 /// Why a transaction aborted. Aborts are normal outcomes: retry them.
@@ -134,6 +161,10 @@ pub enum TxnError {
     /// A write in a transaction begun read-only.
     #[error("write in a read-only transaction")]
     ReadOnly,
+    /// A single-read transaction ([`TxnOptions::single_read`]) asked for a
+    /// second read or a scan.
+    #[error("a single-read transaction reads one key, once")]
+    SingleRead,
     /// The transaction already finished.
     #[error("transaction already finished")]
     Finished,
@@ -321,6 +352,10 @@ pub struct Transaction {
     /// need it past carry it to be held (`TxnRequest::AfterWriteTs`).
     write_ts_unwaited: bool,
     reported: bool,
+    /// A single-read transaction's read: `None` before it is sent,
+    /// `Some(None)` while in flight, `Some(Some(v))` once answered with the
+    /// newest version's `write_ts` `v`.
+    single_read: Option<Option<Timestamp>>,
 }
 
 impl Transaction {
@@ -351,7 +386,17 @@ impl Transaction {
             write_ts: None,
             write_ts_unwaited: false,
             reported: false,
+            single_read: None,
         }
+    }
+
+    /// For a single-read transaction ([`TxnOptions::single_read`]) whose
+    /// read was answered: the `write_ts` of the newest version it saw, live
+    /// or a tombstone (`Timestamp::ZERO`: none). The read's snapshot is
+    /// the key at that version, so a history records it as the read's
+    /// `read_ts` (`read_ts` itself is unused by such a transaction).
+    pub fn observed_version(&self) -> Option<Timestamp> {
+        self.single_read.flatten()
     }
 
     /// The transaction id.
@@ -425,6 +470,19 @@ impl Transaction {
             return Ok(GetStep::Local(v.clone()));
         }
         let r = self.map.region_of(key);
+        if self.opts.single_read {
+            if self.single_read.is_some() {
+                return Err(TxnError::SingleRead);
+            }
+            self.single_read = Some(None);
+            return Ok(GetStep::Remote(
+                r.primary,
+                TxnRequest::ReadLatest {
+                    region: r.id,
+                    key: key.to_vec(),
+                },
+            ));
+        }
         Ok(GetStep::Remote(
             r.primary,
             TxnRequest::Read {
@@ -452,7 +510,18 @@ impl Transaction {
                 self.reads.insert(key.to_vec(), region);
                 Ok(v)
             }
-            Response::Txn(TxnResponse::Read(Err(c))) => Err(self.fail(AbortReason::Read(c))),
+            Response::Txn(TxnResponse::ReadLatest(Ok(l))) if self.single_read == Some(None) => {
+                let region = self.map.region_of(key).id;
+                self.reads.insert(key.to_vec(), region);
+                self.single_read = Some(Some(l.version));
+                Ok(l.value.map(|value| Versioned {
+                    version: l.version,
+                    value,
+                }))
+            }
+            Response::Txn(TxnResponse::Read(Err(c)) | TxnResponse::ReadLatest(Err(c))) => {
+                Err(self.fail(AbortReason::Read(c)))
+            }
             r if refused_for_configuration(&r) => Err(self.fail(AbortReason::Reconfigured)),
             other => Err(TxnError::Protocol {
                 node: from,
@@ -484,6 +553,9 @@ impl Transaction {
         limit: u32,
     ) -> Result<ScanStep, TxnError> {
         self.check_executing()?;
+        if self.opts.single_read {
+            return Err(TxnError::SingleRead);
+        }
         self.check_key(start)?;
         if let Some(e) = end {
             self.check_key(e)?;
@@ -670,7 +742,7 @@ impl Transaction {
                 max: self.limits.max_value_bytes,
             });
         }
-        if self.opts.read_only {
+        if self.opts.read_only || self.opts.single_read {
             return Err(TxnError::ReadOnly);
         }
         self.writes.insert(key, Some(value));
@@ -683,7 +755,7 @@ impl Transaction {
     pub fn delete(&mut self, key: Key) -> Result<(), TxnError> {
         self.check_executing()?;
         self.check_key(&key)?;
-        if self.opts.read_only {
+        if self.opts.read_only || self.opts.single_read {
             return Err(TxnError::ReadOnly);
         }
         self.writes.insert(key, None);
@@ -1287,6 +1359,65 @@ mod tests {
     /// the driver stop at `limit` stored rows; the merged result then had
     /// fewer than `limit` rows and the next region was neither read nor
     /// validated.
+    /// A single-read transaction sends one READ-LATEST, sees the newest
+    /// version whatever its `read_ts` (here below it), records the version
+    /// it saw (a tombstone's too), and refuses a second read, a scan and a
+    /// write; it commits with no messages.
+    #[test]
+    fn a_single_read_reads_the_newest_version_once() {
+        let c = config(10_000);
+        let mut net = Net::new(&c, &c);
+        net.write(&[b"\x10"], 30);
+        net.next += 1;
+        let mut t = Transaction::new(
+            tx(net.next),
+            Timestamp(20),
+            TxnOptions::single_read(),
+            net.map.clone(),
+            net.limits.clone(),
+        );
+        let GetStep::Remote(n, req) = t.get(b"\x10").unwrap() else {
+            panic!("a single read is served by the primary");
+        };
+        assert!(matches!(req, TxnRequest::ReadLatest { .. }), "{req:?}");
+        assert!(matches!(t.get(b"\x11"), Err(TxnError::SingleRead)));
+        assert!(matches!(t.scan(b"", None, 1), Err(TxnError::SingleRead)));
+        assert!(matches!(
+            t.put(b"\x12".to_vec(), b"v".to_vec()),
+            Err(TxnError::ReadOnly)
+        ));
+        let resp = net.call(n, &req);
+        let v = t.on_read_reply(n, b"\x10", resp).unwrap();
+        assert_eq!(
+            v.map(|v| v.version),
+            Some(Timestamp(30)),
+            "newer than read_ts 20"
+        );
+        assert_eq!(t.observed_version(), Some(Timestamp(30)));
+        assert_eq!(
+            net.commit(&mut t, 40),
+            Ok(Timestamp(20)),
+            "read-only: no write_ts"
+        );
+        // A deleted key: absent, at the tombstone's version.
+        let mut d = net.begin(49);
+        d.delete(b"\x20".to_vec()).unwrap();
+        assert_eq!(net.commit(&mut d, 50), Ok(Timestamp(50)));
+        let mut t = Transaction::new(
+            tx(999),
+            Timestamp(60),
+            TxnOptions::single_read(),
+            net.map.clone(),
+            net.limits.clone(),
+        );
+        let GetStep::Remote(n, req) = t.get(b"\x20").unwrap() else {
+            panic!("remote");
+        };
+        let resp = net.call(n, &req);
+        assert_eq!(t.on_read_reply(n, b"\x20", resp).unwrap(), None);
+        assert_eq!(t.observed_version(), Some(Timestamp(50)));
+    }
+
     #[test]
     fn a_buffered_delete_does_not_end_a_scan_early() {
         let c = config(10_000);

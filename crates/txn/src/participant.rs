@@ -1316,6 +1316,22 @@ impl Participant {
         )
     }
 
+    /// A single-read transaction's read of `key`'s newest version at the
+    /// primary of `region` ([`RegionStore::read_latest`]; FaRM §3).
+    pub fn read_latest(&self, region: RegionId, key: &[u8]) -> TxnResponse {
+        TxnResponse::ReadLatest(self.primary_store(region).and_then(|s| s.read_latest(key)))
+    }
+
+    /// [`Participant::read_latest`] without its lock check: the
+    /// simulator's deliberately broken variant only.
+    #[doc(hidden)]
+    pub fn read_latest_past_locks(&self, region: RegionId, key: &[u8]) -> TxnResponse {
+        TxnResponse::ReadLatest(
+            self.primary_store(region)
+                .map(|s| s.read_latest_past_locks(key)),
+        )
+    }
+
     /// [`Participant::read`] without its lock checks: the simulator's
     /// deliberately broken variant only
     /// (`RegionStore::read_past_locks`).
@@ -1385,6 +1401,7 @@ impl Participant {
                 key,
                 read_ts,
             } => ok(self.read(*region, key, *read_ts)),
+            TxnRequest::ReadLatest { region, key } => ok(self.read_latest(*region, key)),
             TxnRequest::Scan {
                 region,
                 range,

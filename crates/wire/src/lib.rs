@@ -1049,6 +1049,34 @@ pub enum TxnRequest {
         /// The request to handle once `write_ts` has passed here.
         req: Box<TxnRequest>,
     },
+    /// A single-read transaction's one read: `key`'s newest committed
+    /// version at the primary of `region`, served at once, with no
+    /// `read_ts` and no hold until one passed (FaRM §3's lock-free read,
+    /// an optimized single-object read-only transaction). A lock on the
+    /// key is waited for like a READ's (`limits.read_lock_wait_us`), then
+    /// answered `Locked`.
+    ///
+    /// Why it is strictly serializable with no timestamp: place the read at
+    /// global time `t`, the moment the primary serves it. Every installed
+    /// version's `write_ts` is below `t`, because a primary installs only
+    /// after global time passed `write_ts` (FaRMv2 §4.2's write wait, at the
+    /// backups or the coordinator, precedes COMMIT-PRIMARY). A writer that
+    /// locks the key after `t` takes its `write_ts` from GET_TS after
+    /// locking, so above `t`; one that locked before holds the lock the read
+    /// waits for. So the newest version is the one at `t`, and `t` lies
+    /// between the read's invocation and its reply: any transaction
+    /// reported before the invocation has `write_ts` below `t`, and any
+    /// begun after the reply has timestamps above it. A second read would
+    /// need a snapshot at one time for both, which is why only single-read
+    /// transactions may use it (`TxnOptions::single_read`). Appended last,
+    /// so older frames decode as before.
+    ReadLatest {
+        /// Region of the key.
+        region: RegionId,
+        /// The key.
+        #[serde(with = "serde_bytes")]
+        key: Key,
+    },
 }
 
 impl TxnRequest {
@@ -1064,7 +1092,10 @@ impl TxnRequest {
             | TxnRequest::CommitPrimary { tx, .. }
             | TxnRequest::Abort { tx } => Some(*tx),
             TxnRequest::AfterWriteTs { req, .. } => req.tx(),
-            TxnRequest::Read { .. } | TxnRequest::Scan { .. } | TxnRequest::Truncate { .. } => None,
+            TxnRequest::Read { .. }
+            | TxnRequest::Scan { .. }
+            | TxnRequest::Truncate { .. }
+            | TxnRequest::ReadLatest { .. } => None,
         }
     }
 
@@ -1129,6 +1160,24 @@ pub enum TxnResponse {
     /// FaRM §4 step 4 for disks; appended last, so older replies decode as
     /// before.
     Installed,
+    /// Reply to [`TxnRequest::ReadLatest`]: the key's newest committed
+    /// version when the primary served it. Appended last, so older
+    /// replies decode as before.
+    ReadLatest(Result<LatestRead, Conflict>),
+}
+
+/// A [`TxnRequest::ReadLatest`]'s answer: the newest version of a key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatestRead {
+    /// `write_ts` of the newest version, live or a tombstone;
+    /// `Timestamp::ZERO` if the key was never written (or its versions were
+    /// all collected). A history records it as the read's snapshot time,
+    /// so an absent answer names the tombstone it saw.
+    pub version: Timestamp,
+    /// Its value; `None` if the newest version is a tombstone or there is
+    /// none.
+    #[serde(with = "serde_bytes")]
+    pub value: Option<Value>,
 }
 
 /// Clock synchronisation (FaRMv2 §4.1).

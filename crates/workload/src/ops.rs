@@ -139,6 +139,15 @@ impl Script {
 }
 
 impl Script {
+    /// True if the script makes one read and nothing else before it
+    /// commits (a single-read transaction, `TxnOptions::single_read`).
+    pub fn is_single_read(&self) -> bool {
+        matches!(
+            self.steps.as_slice(),
+            [Step::Get(_), Step::Commit] | [Step::Get(_)]
+        )
+    }
+
     /// The steps as a thin client's operations (`Execute`), or `None` if
     /// the script pauses or aborts (a node runs the operations without
     /// waiting, and always commits).

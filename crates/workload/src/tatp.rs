@@ -634,6 +634,12 @@ impl TatpKind {
         )
     }
 
+    /// Whether the transaction makes one read and nothing else
+    /// (GET_SUBSCRIBER_DATA and GET_ACCESS_DATA: one row by its key).
+    pub fn is_single_read(self) -> bool {
+        matches!(self, TatpKind::GetSubscriberData | TatpKind::GetAccessData)
+    }
+
     /// Share of the mix, in percent (the shares sum to 100).
     pub fn share_percent(self) -> u32 {
         match self {
