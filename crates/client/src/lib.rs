@@ -782,8 +782,9 @@ impl Txn {
 
     /// For a single-read transaction (`TxnOptions::single_read`) whose read
     /// was answered: the `write_ts` of the newest version it saw, live or a
-    /// tombstone (`Timestamp::ZERO`: none), which is the read's snapshot
-    /// and what a history records as its `read_ts`. `None` otherwise.
+    /// tombstone (for a key with no stored object, the primary's GC safe
+    /// point: see `LatestRead::version`), which is the read's snapshot and
+    /// what a history records as its `read_ts`. `None` otherwise.
     pub fn observed_version(&self) -> Option<Timestamp> {
         let h = self.handle;
         self.core().with(|p, _| p.observed_version(h))

@@ -124,6 +124,10 @@ struct Shell {
     lease_addrs: BTreeMap<NodeId, std::net::SocketAddr>,
     /// [`NodeProcess::lock_replies_skip_fsync`] as of the last drain.
     lock_replies_free: AtomicBool,
+    /// [`NodeProcess::log_end_seq`] as of the last drain: a drain that
+    /// logged nothing holds its replies until the log is durable through
+    /// it while a region has no complete backup ([`split_held`]).
+    log_end: AtomicU64,
     /// Replicas the process let go of, to the thread that frees them
     /// ([`NodeEffect::Discard`], [`spawn_freer`]).
     discards: std::sync::mpsc::SyncSender<Discarded>,
@@ -671,6 +675,7 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         })?,
         lease_addrs: resolve_nodes(config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str()))),
         lock_replies_free: AtomicBool::new(false),
+        log_end: AtomicU64::new(0),
         discards: spawn_freer(id).map_err(|source| NodeError::Thread {
             name: "freeing",
             source,
@@ -772,7 +777,8 @@ fn route(
 
 async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
     let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
-    match split_held(effects, shell.wal.is_some(), lock_free) {
+    let log_end = shell.log_end.load(Ordering::Acquire);
+    match split_held(effects, shell.wal.is_some(), lock_free, log_end) {
         (free, Some((seq, held))) if held_waits_for_log(&held) => {
             let ask = held_asks_fsync(&free, &held);
             send_effects(shell, free).await;
@@ -806,7 +812,8 @@ type HeldQueue = mpsc::Sender<(u64, Vec<NodeEffect>)>;
 /// batch per client at a time).
 async fn route_queued(shell: &Arc<Shell>, effects: Vec<NodeEffect>, held: &HeldQueue) {
     let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
-    match split_held(effects, shell.wal.is_some(), lock_free) {
+    let log_end = shell.log_end.load(Ordering::Acquire);
+    match split_held(effects, shell.wal.is_some(), lock_free, log_end) {
         (free, Some(h)) if held_waits_for_log(&h.1) => {
             // Asked here, not when the queue reaches the batch: a batch
             // that asks for no fsync (`held_asks_fsync`) must not keep
@@ -1123,6 +1130,7 @@ fn drain(p: &mut NodeProcess, shell: &Shell) -> Vec<NodeEffect> {
     shell
         .lock_replies_free
         .store(p.lock_replies_skip_fsync(), Ordering::Release);
+    shell.log_end.store(p.log_end_seq(), Ordering::Release);
     let mut effects = p.drain_effects();
     effects.retain_mut(|e| match e {
         NodeEffect::AppendLog { first_seq, records } => {
@@ -1283,9 +1291,10 @@ mod tests {
         // Every region has a complete backup. Batch 1: a COMMIT-BACKUP
         // logged as record 5. Batch 2: a READ, and a COMMIT-BACKUP logged
         // as record 6.
-        let (free1, held1) = split_held(vec![append(5), ack_reply(1)], true, true);
+        let (free1, held1) = split_held(vec![append(5), ack_reply(1)], true, true, 5);
         assert!(ids(&free1).is_empty());
-        let (free2, held2) = split_held(vec![read_reply(2), append(6), ack_reply(3)], true, true);
+        let (free2, held2) =
+            split_held(vec![read_reply(2), append(6), ack_reply(3)], true, true, 6);
         assert_eq!(ids(&free2), vec![2], "the READ goes at once");
         let (tx, rx) = mpsc::channel(4);
         tx.send(held1.expect("held")).await.expect("queue");
@@ -1323,7 +1332,7 @@ mod tests {
         task.await.expect("sender");
         assert_eq!(*lock(&sent), vec![1, 3]);
         // Memory mode (no log): nothing is held.
-        let (all, held) = split_held(vec![append(7), lock_reply(4)], false, false);
+        let (all, held) = split_held(vec![append(7), lock_reply(4)], false, false, 7);
         assert!(held.is_none());
         assert_eq!(ids(&all), vec![4]);
     }

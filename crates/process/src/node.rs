@@ -299,16 +299,28 @@ pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
 
 /// Disk durability: split a drain's effects into those carried out at
 /// once and those that wait until its last log record is durable: `(free,
-/// Some((last_seq, held)))`, or `(all, None)` if the drain logged nothing
-/// or `logging` is false (memory mode). The log effects themselves
+/// Some((last_seq, held)))`, or `(all, None)` if nothing waits or
+/// `logging` is false (memory mode). The log effects themselves
 /// (`AppendLog`, `Checkpoint`, `PersistCoordination`) are the shell's to
 /// carry out before this split; any left in `effects` land in `held`.
 /// Both the tokio shell and the simulator use this one rule.
+///
+/// A drain that logged nothing still holds its replies while a region
+/// has no complete backup (`lock_replies_free` false): they wait until the
+/// log is durable through `log_end`, the last record appended so far
+/// ([`NodeProcess::log_end_seq`]). A READ (or a single read) served in
+/// such a drain may return a value an earlier drain's COMMIT-PRIMARY
+/// installed whose record is not durable yet, and with no backup holding
+/// a COMMIT-BACKUP, a crash of the primary would let recovery abort the
+/// write the reader saw (found by an adversarial review of single reads
+/// with replication 1, a whole-cluster crash and disk durability; plain
+/// READs had it too).
 #[allow(clippy::type_complexity)]
 pub fn split_held(
     effects: Vec<NodeEffect>,
     logging: bool,
     lock_replies_free: bool,
+    log_end: u64,
 ) -> (Vec<NodeEffect>, Option<(u64, Vec<NodeEffect>)>) {
     let last = effects.iter().find_map(|e| match e {
         NodeEffect::AppendLog { first_seq, records } => {
@@ -316,15 +328,21 @@ pub fn split_held(
         }
         _ => None,
     });
-    match last {
-        Some(seq) if logging => {
-            let (free, held): (Vec<NodeEffect>, Vec<NodeEffect>) = effects
-                .into_iter()
-                .partition(|e| independent_of_log(e, lock_replies_free));
-            (free, Some((seq, held)))
-        }
-        _ => (effects, None),
+    let seq = match last {
+        Some(seq) => seq,
+        None if !lock_replies_free && log_end > 0 => log_end,
+        None => return (effects, None),
+    };
+    if !logging {
+        return (effects, None);
     }
+    let (free, held): (Vec<NodeEffect>, Vec<NodeEffect>) = effects
+        .into_iter()
+        .partition(|e| independent_of_log(e, lock_replies_free));
+    if last.is_none() && held.is_empty() {
+        return (free, None);
+    }
+    (free, Some((seq, held)))
 }
 
 /// Whether a drain's held effects ([`split_held`]) wait for anything:
@@ -2989,6 +3007,14 @@ impl NodeProcess {
         self.reply(exec.peer, Some(exec.id), ThinResponse::Executed(r).into());
     }
 
+    /// The sequence number of the last log record this process appended
+    /// (0: none yet); [`split_held`] holds the replies of a drain that
+    /// logged nothing until the log is durable through it, while a region
+    /// has no complete backup.
+    pub fn log_end_seq(&self) -> u64 {
+        self.log_seq
+    }
+
     /// Move the embedded coordinator's effects and the loopback frames
     /// until both are quiet.
     fn pump(&mut self, now: u64) {
@@ -3583,17 +3609,17 @@ mod tests {
             },
         };
         let lock = reply(TxnResponse::Lock(Ok(())));
-        let (free, held) = split_held(vec![marker(), lock], true, true);
+        let (free, held) = split_held(vec![marker(), lock], true, true, 7);
         let (seq, held) = held.expect("logged");
         assert_eq!((seq, free.len()), (7, 1), "the LOCK-REPLY goes at once");
         assert!(!held_waits_for_log(&held), "nothing waits: no fsync asked");
         let lock = reply(TxnResponse::Lock(Ok(())));
-        let (_, held) = split_held(vec![marker(), lock], true, false);
+        let (_, held) = split_held(vec![marker(), lock], true, false, 7);
         assert!(
             held_waits_for_log(&held.expect("logged").1),
             "no complete backup: the reply waits"
         );
-        let (_, held) = split_held(vec![marker(), reply(TxnResponse::Ack)], true, true);
+        let (_, held) = split_held(vec![marker(), reply(TxnResponse::Ack)], true, true, 7);
         assert!(
             held_waits_for_log(&held.expect("logged").1),
             "an ACK waits for its record"
@@ -3603,6 +3629,38 @@ mod tests {
                 && !DurableRecord::Participant(meridian_txn::Mutation::Gc(Timestamp(1)))
                     .wants_prompt_sync()
         );
+    }
+
+    /// A drain that logged nothing: its READ reply goes at once while
+    /// every region has a complete backup (or nothing was ever logged),
+    /// and otherwise waits until the log is durable through its end, since
+    /// it may show a write whose COMMIT-PRIMARY record is not durable yet.
+    #[test]
+    fn without_a_complete_backup_a_read_waits_for_the_logs_end() {
+        let read = || NodeEffect::Send {
+            to: Peer::Conn(1),
+            frame: Frame::Response {
+                id: 2,
+                resp: Response::Txn(TxnResponse::ReadLatest(Ok(meridian_wire::LatestRead {
+                    version: Timestamp(5),
+                    value: Some(b"v".to_vec()),
+                }))),
+            },
+        };
+        let wake = || NodeEffect::Wake { at_local_ns: 1 };
+        let (free, held) = split_held(vec![read(), wake()], true, true, 12);
+        assert_eq!((free.len(), held), (2, None), "complete backups: at once");
+        let (free, held) = split_held(vec![read(), wake()], true, false, 0);
+        assert_eq!((free.len(), held), (2, None), "nothing logged yet: at once");
+        let (free, held) = split_held(vec![read(), wake()], false, false, 12);
+        assert_eq!((free.len(), held), (2, None), "memory mode: at once");
+        let (free, held) = split_held(vec![read(), wake()], true, false, 12);
+        assert_eq!(free, vec![wake()], "the wake-up goes");
+        let (seq, held) = held.expect("the read waits");
+        assert_eq!((seq, held), (12, vec![read()]), "for the log's end");
+        assert!(held_waits_for_log(&[read()]));
+        let (free, held) = split_held(vec![wake()], true, false, 12);
+        assert_eq!((free.len(), held), (1, None), "nothing to hold");
     }
 
     /// A COMMIT-PRIMARY's two answers: `Installed` goes before the fsync
@@ -3631,7 +3689,7 @@ mod tests {
                 reply(3, TxnResponse::Ack),
             ]
         };
-        let (free, held) = split_held(drain(), true, true);
+        let (free, held) = split_held(drain(), true, true, 9);
         let (_, held) = held.expect("logged");
         assert_eq!(
             free,
@@ -3640,7 +3698,7 @@ mod tests {
         );
         assert!(held_waits_for_log(&held), "the Ack waits for the record");
         assert!(!held_asks_fsync(&free, &held), "but asks no fsync");
-        let (free, held) = split_held(drain(), true, false);
+        let (free, held) = split_held(drain(), true, false, 9);
         let (_, held) = held.expect("logged");
         assert!(free.is_empty(), "no complete backup: both wait");
         assert!(held_asks_fsync(&free, &held), "and the fsync is asked for");
@@ -3652,6 +3710,7 @@ mod tests {
             ],
             true,
             true,
+            9,
         );
         assert!(
             held_asks_fsync(&free, &held.expect("logged").1),

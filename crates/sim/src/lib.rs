@@ -269,7 +269,7 @@ pub struct SimConfig {
     /// `Execute` to a random node, whose embedded coordinator runs them
     /// (scripts that pause are always run by the client).
     pub thin_percent: u32,
-    /// Register transactions that make one read and nothing else run as
+    /// Register and rows transactions that make one read and nothing else run as
     /// single-read transactions (`TxnOptions::single_read`: FaRM §3's
     /// lock-free read, `TxnRequest::ReadLatest`), as the bench's single
     /// reads do; their history records the version they saw as the
@@ -319,6 +319,12 @@ pub struct SimConfig {
     /// while another transaction holds the key's lock
     /// (`NodeProcess::set_broken_latest_reads_past_locks`).
     pub broken_latest_reads_past_locks: bool,
+    /// Deliberately broken, the rule before the nineteenth session's
+    /// review: a drain that logged nothing sends its read replies at once
+    /// even while a region has no complete backup ([`split_held`] told
+    /// no log end), so a read can show a write whose COMMIT-PRIMARY record
+    /// a crash then loses.
+    pub broken_reads_before_log_end: bool,
     /// Deliberately broken: a node restored from disk blocks, in the next
     /// configuration, only the regions whose replicas changed
     /// (`NodeProcess::set_broken_restore_forgotten`).
@@ -394,6 +400,7 @@ impl SimConfig {
             broken_reads_unwaited: false,
             broken_lock_waits_read_past_locks: false,
             broken_latest_reads_past_locks: false,
+            broken_reads_before_log_end: false,
             broken_restore_forgotten: false,
             broken_restored_recovery_votes: false,
             broken_locks_unchecked: false,
@@ -823,8 +830,8 @@ async fn client_main(cx: TaskCtx) {
             }
         }
         let audit = matches!(&program, WorkTxn::Bank(b) if b.is_audit());
-        let single_read =
-            cx.single_reads && matches!(&program, WorkTxn::Register(s) if s.is_single_read());
+        let single_read = cx.single_reads
+            && matches!(&program, WorkTxn::Register(s) | WorkTxn::Rows(s) if s.is_single_read());
         let opts = if single_read {
             TxnOptions::single_read()
         } else {
@@ -1999,10 +2006,15 @@ impl Sim {
     /// [`split_held`] frees at once; the rest waits for that fsync. A crash
     /// before it loses both the records and the held effects.
     fn route_node(&mut self, n: u32) {
-        let (effects, lock_free) = match self.nodes[n as usize].process.as_mut() {
+        let (effects, lock_free, log_end) = match self.nodes[n as usize].process.as_mut() {
             Some(p) => (
                 p.drain_effects(),
                 self.cfg.broken_lock_before_fsync || p.lock_replies_skip_fsync(),
+                if self.cfg.broken_reads_before_log_end {
+                    0
+                } else {
+                    p.log_end_seq()
+                },
             ),
             None => return,
         };
@@ -2046,7 +2058,7 @@ impl Sim {
                 other => rest.push(other),
             }
         }
-        let (mut free, held) = split_held(rest, self.cfg.faults.disk, lock_free);
+        let (mut free, held) = split_held(rest, self.cfg.faults.disk, lock_free, log_end);
         if let (Some((last, _)), None) = (appended, &held) {
             self.schedule_fsync(n, last);
         }
@@ -2196,6 +2208,13 @@ impl Sim {
                                 self.check_held_write(now, n, write_ts, kind);
                             }
                         }
+                    }
+                    if let Frame::Response {
+                        resp: Response::Txn(TxnResponse::ReadLatest(Ok(l))),
+                        ..
+                    } = &frame
+                    {
+                        self.check_latest_read(now, n, l.version.0);
                     }
                     if let Frame::Response {
                         id,
@@ -2459,6 +2478,23 @@ impl Sim {
             self.time_failures.push(format!(
                 "time oracle: node {node} served a read at read_ts {read_ts} before global \
                  time {global} passed it"
+            ));
+        }
+    }
+
+    /// The premise of a single read (`TxnRequest::ReadLatest`): the
+    /// newest version a primary answers with has a `write_ts` global time
+    /// has already passed (no version is installed before that), so the
+    /// answer is the key's state at the time it is served.
+    fn check_latest_read(&mut self, now: u64, node: u32, version: u64) {
+        if now >= lock(&self.world).oracle_until_ns {
+            return;
+        }
+        let global = self.nodes[self.config.cm().0 as usize].clock.local(now);
+        if version >= global && self.time_failures.len() < 8 {
+            self.time_failures.push(format!(
+                "time oracle: node {node} answered a single read with version {version} \
+                 before global time {global} passed it"
             ));
         }
     }

@@ -348,7 +348,12 @@ impl RegionStore {
     /// single-read transaction (FaRM §3's lock-free read; see
     /// `TxnRequest::ReadLatest` for why no `read_ts` is needed). Any lock
     /// on the key, and lock recovery, answer `Locked`: its holder may
-    /// commit at a `write_ts` below the time of this read.
+    /// commit at a `write_ts` below the time of this read. A key with no
+    /// object is answered absent at the GC safe point: GC removes only an
+    /// object whose one version is a tombstone at or below it, so the
+    /// newest version there is that tombstone or none at all (a history
+    /// that records the answer's version as the read's `read_ts` resolves
+    /// it to the tombstone, not to the key's first absence).
     ///
     /// Errors: `Conflict::Locked`.
     pub fn read_latest(&self, key: &[u8]) -> Result<LatestRead, Conflict> {
@@ -356,10 +361,7 @@ impl RegionStore {
             return Err(Conflict::Locked);
         }
         let Some(obj) = self.objects.get(key) else {
-            return Ok(LatestRead {
-                version: Timestamp::ZERO,
-                value: None,
-            });
+            return Ok(self.absent());
         };
         if obj.lock.is_some() {
             return Err(Conflict::Locked);
@@ -374,10 +376,15 @@ impl RegionStore {
     pub fn read_latest_past_locks(&self, key: &[u8]) -> LatestRead {
         match self.objects.get(key) {
             Some(obj) => Self::newest(obj),
-            None => LatestRead {
-                version: Timestamp::ZERO,
-                value: None,
-            },
+            None => self.absent(),
+        }
+    }
+
+    /// [`RegionStore::read_latest`]'s answer for a key with no object.
+    fn absent(&self) -> LatestRead {
+        LatestRead {
+            version: self.safe_point,
+            value: None,
         }
     }
 
@@ -1349,6 +1356,35 @@ mod tests {
         s.gc(ts(1)); // never backwards
         assert_eq!(s.safe_point(), ts(70));
         s.check_invariants();
+    }
+
+    /// A single read's answer: the newest version whatever its time, a
+    /// lock answered `Locked`, a tombstone named by its `write_ts`, and a
+    /// collected tombstone by the safe point (not as "never written").
+    #[test]
+    fn the_latest_read_names_the_newest_version_even_a_collected_tombstone() {
+        let mut s = RegionStore::new(8);
+        let latest = |v: u64, value: Option<Vec<u8>>| LatestRead {
+            version: ts(v),
+            value,
+        };
+        assert_eq!(s.read_latest(b"k"), Ok(latest(0, None)), "never written");
+        s.install(tx(1), b"k", ts(10), Some(vec![1]));
+        s.install(tx(2), b"k", ts(20), Some(vec![2]));
+        assert_eq!(s.read_latest(b"k"), Ok(latest(20, Some(vec![2]))));
+        s.lock(tx(3), b"k", None).unwrap();
+        assert_eq!(s.read_latest(b"k"), Err(Conflict::Locked));
+        assert_eq!(s.read_latest_past_locks(b"k"), latest(20, Some(vec![2])));
+        s.install(tx(3), b"k", ts(30), None);
+        assert_eq!(s.read_latest(b"k"), Ok(latest(30, None)), "the tombstone");
+        s.gc(ts(40));
+        assert!(s.object(b"k").is_none(), "tombstone collected");
+        assert_eq!(
+            s.read_latest(b"k"),
+            Ok(latest(40, None)),
+            "at the safe point"
+        );
+        assert_eq!(s.read_latest(b"other"), Ok(latest(40, None)));
     }
 
     /// Review finding 1: T reads k, k is deleted and the tombstone collected,

@@ -392,7 +392,7 @@ impl Transaction {
 
     /// For a single-read transaction ([`TxnOptions::single_read`]) whose
     /// read was answered: the `write_ts` of the newest version it saw, live
-    /// or a tombstone (`Timestamp::ZERO`: none). The read's snapshot is
+    /// or a tombstone (`LatestRead::version`). The read's snapshot is
     /// the key at that version, so a history records it as the read's
     /// `read_ts` (`read_ts` itself is unused by such a transaction).
     pub fn observed_version(&self) -> Option<Timestamp> {

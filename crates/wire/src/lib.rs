@@ -1169,10 +1169,12 @@ pub enum TxnResponse {
 /// A [`TxnRequest::ReadLatest`]'s answer: the newest version of a key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LatestRead {
-    /// `write_ts` of the newest version, live or a tombstone;
-    /// `Timestamp::ZERO` if the key was never written (or its versions were
-    /// all collected). A history records it as the read's snapshot time,
-    /// so an absent answer names the tombstone it saw.
+    /// `write_ts` of the newest version, live or a tombstone. For a key
+    /// the primary holds no object for, its GC safe point: the key was
+    /// never written, or its newest version was a tombstone at or below
+    /// that time that GC collected (`Timestamp::ZERO` on a store that has
+    /// collected nothing). A history records it as the read's snapshot
+    /// time, so an absent answer resolves to the tombstone it saw.
     pub version: Timestamp,
     /// Its value; `None` if the newest version is a tombstone or there is
     /// none.
