@@ -2470,15 +2470,24 @@ impl Sim {
     /// only once global time has passed it (the oracle's check, made where
     /// the wait happens with `clock.reads_wait_at_server`).
     fn check_served_read(&mut self, now: u64, node: u32, read_ts: u64) {
+        self.check_passed(now, read_ts, |global| {
+            format!(
+                "time oracle: node {node} served a read at read_ts {read_ts} before global \
+                 time {global} passed it"
+            )
+        });
+    }
+
+    /// The time oracle's one check: `ts` must be below global time at
+    /// `now` (while the oracle runs); otherwise record `failure(global)`
+    /// (at most 8).
+    fn check_passed(&mut self, now: u64, ts: u64, failure: impl FnOnce(u64) -> String) {
         if now >= lock(&self.world).oracle_until_ns {
             return;
         }
         let global = self.nodes[self.config.cm().0 as usize].clock.local(now);
-        if read_ts >= global && self.time_failures.len() < 8 {
-            self.time_failures.push(format!(
-                "time oracle: node {node} served a read at read_ts {read_ts} before global \
-                 time {global} passed it"
-            ));
+        if ts >= global && self.time_failures.len() < 8 {
+            self.time_failures.push(failure(global));
         }
     }
 
@@ -2487,16 +2496,12 @@ impl Sim {
     /// has already passed (no version is installed before that), so the
     /// answer is the key's state at the time it is served.
     fn check_latest_read(&mut self, now: u64, node: u32, version: u64) {
-        if now >= lock(&self.world).oracle_until_ns {
-            return;
-        }
-        let global = self.nodes[self.config.cm().0 as usize].clock.local(now);
-        if version >= global && self.time_failures.len() < 8 {
-            self.time_failures.push(format!(
+        self.check_passed(now, version, |global| {
+            format!(
                 "time oracle: node {node} answered a single read with version {version} \
                  before global time {global} passed it"
-            ));
-        }
+            )
+        });
     }
 
     /// FaRMv2 §7.3 at the server: a node handles a VALIDATE or
@@ -2504,16 +2509,12 @@ impl Sim {
     /// (`clock.writes_wait_at_server`) only once global time has passed it
     /// (checked at its reply, which the node sends when it handles it).
     fn check_held_write(&mut self, now: u64, node: u32, write_ts: u64, kind: &str) {
-        if now >= lock(&self.world).oracle_until_ns {
-            return;
-        }
-        let global = self.nodes[self.config.cm().0 as usize].clock.local(now);
-        if write_ts >= global && self.time_failures.len() < 8 {
-            self.time_failures.push(format!(
+        self.check_passed(now, write_ts, |global| {
+            format!(
                 "time oracle: node {node} handled a held {kind} of write_ts {write_ts} before \
                  global time {global} passed it"
-            ));
-        }
+            )
+        });
     }
 
     fn check_master_time(&mut self, now: u64, node: u32, master_ns: u64) {

@@ -1285,11 +1285,15 @@ mod tests {
         }
 
         fn begin(&mut self, read_ts: u64) -> Transaction {
+            self.begin_with(read_ts, TxnOptions::default())
+        }
+
+        fn begin_with(&mut self, read_ts: u64, opts: TxnOptions) -> Transaction {
             self.next += 1;
             Transaction::new(
                 tx(self.next),
                 Timestamp(read_ts),
-                TxnOptions::default(),
+                opts,
                 self.map.clone(),
                 self.limits.clone(),
             )
@@ -1368,14 +1372,7 @@ mod tests {
         let c = config(10_000);
         let mut net = Net::new(&c, &c);
         net.write(&[b"\x10"], 30);
-        net.next += 1;
-        let mut t = Transaction::new(
-            tx(net.next),
-            Timestamp(20),
-            TxnOptions::single_read(),
-            net.map.clone(),
-            net.limits.clone(),
-        );
+        let mut t = net.begin_with(20, TxnOptions::single_read());
         let GetStep::Remote(n, req) = t.get(b"\x10").unwrap() else {
             panic!("a single read is served by the primary");
         };
@@ -1403,13 +1400,7 @@ mod tests {
         let mut d = net.begin(49);
         d.delete(b"\x20".to_vec()).unwrap();
         assert_eq!(net.commit(&mut d, 50), Ok(Timestamp(50)));
-        let mut t = Transaction::new(
-            tx(999),
-            Timestamp(60),
-            TxnOptions::single_read(),
-            net.map.clone(),
-            net.limits.clone(),
-        );
+        let mut t = net.begin_with(60, TxnOptions::single_read());
         let GetStep::Remote(n, req) = t.get(b"\x20").unwrap() else {
             panic!("remote");
         };
