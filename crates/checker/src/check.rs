@@ -207,6 +207,40 @@ pub fn check(h: &History) -> CheckReport {
     }
     drop(writer_of);
 
+    // An absent read by a transaction that read one key and wrote nothing,
+    // whose read_ts is exactly the write_ts of a delete of that key whose
+    // outcome is unknown, saw that delete's tombstone: a single read
+    // (`TxnOptions::single_read`) records the version it saw as its
+    // read_ts. The delete committed, so it is promoted and placed, and the
+    // read resolves to its tombstone below; left unplaced, the read would
+    // stay unresolved and a stale one would go unseen (review of single
+    // reads, finding F2).
+    let mut unknown_deletes: std::collections::BTreeMap<(u32, u64), Vec<u32>> =
+        std::collections::BTreeMap::new();
+    for (op, (&wt, &wk)) in write_txn.iter().zip(&write_key).enumerate() {
+        let t = &txns[wt as usize];
+        if let (true, Outcome::Unknown, Some(ts)) = (write_del[op], t.outcome, t.write_ts) {
+            unknown_deletes.entry((wk, ts)).or_default().push(wt);
+        }
+    }
+    if !unknown_deletes.is_empty() {
+        for (i, t) in txns.iter().enumerate() {
+            let one_absent_read = matches!(&reads_of[i][..], [(_, None)]);
+            let (Some(r), true, true) = (
+                t.read_ts,
+                one_absent_read,
+                t.writes.is_empty() && t.deletes.is_empty() && t.scans.is_empty(),
+            ) else {
+                continue;
+            };
+            let rk = read_key[read_off[i]];
+            for &w in unknown_deletes.get(&(rk, r)).into_iter().flatten() {
+                promoted[w as usize] = true;
+            }
+        }
+    }
+    drop(unknown_deletes);
+
     let role: Vec<Role> = txns
         .iter()
         .zip(&promoted)

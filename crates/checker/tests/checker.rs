@@ -723,3 +723,37 @@ fn a_promoted_unknown_delete_without_a_write_ts_is_not_a_missing_row() {
     let r = check(&h);
     assert!(r.is_ok(), "{r}");
 }
+
+/// A single read records the version it saw as its `read_ts`. One that
+/// answered "absent at 20", the tombstone of a delete whose outcome is
+/// unknown and which nobody else read, proves that delete committed; if a
+/// live write at 30 completed before the read was invoked, the read was
+/// stale and must be caught (review of single reads, F2: before, the delete
+/// stayed unplaced and the read unresolved, with no edges). A read that
+/// names no such delete's `write_ts` leaves it unplaced as before.
+#[test]
+fn a_single_read_of_an_unknown_deletes_tombstone_promotes_it() {
+    let w1 = txn(1, 0, 100).w("k", 1).ts(10);
+    let mut d = txn(2, 100, u64::MAX).ts(20).outcome(Outcome::Unknown);
+    d.deletes.push((b"k".to_vec(), 2));
+    let w3 = txn(3, 200, 300).w("k", 3).ts(30);
+    let single = |read_ts| {
+        let mut s = txn(4, 400, 500).r("k", None);
+        s.read_ts = Some(read_ts);
+        s
+    };
+    let r = check(&hist(vec![w1.clone(), d.clone(), w3.clone(), single(20)]));
+    assert!(
+        !r.is_ok(),
+        "the stale read of the tombstone at 20 passed:\n{r}"
+    );
+    assert_eq!(r.promoted, 1, "the delete it saw is promoted:\n{r}");
+    // Not fresh either way: at 35 it missed the live write at 30.
+    let r = check(&hist(vec![w1.clone(), d.clone(), w3.clone(), single(35)]));
+    assert!(!r.is_ok(), "{r}");
+    // A fresh single read, absent just after the delete with nothing
+    // after it, passes, with the delete promoted.
+    let r = check(&hist(vec![w1, d, single(20)]));
+    assert!(r.is_ok(), "{r}");
+    assert_eq!(r.promoted, 1);
+}
