@@ -759,8 +759,18 @@ fn sender(from: Peer, claimed: Option<NodeId>) -> Option<NodeId> {
 /// replicas may be added as filling; the data it restored covers the rest.
 /// `had`: the regions of which the node held a complete replica when it was
 /// restored ([`NodeProcess::restored_complete`]).
+///
+/// False when `next` gives `me` no complete replica at all: the empty set
+/// is a subset of anything, and that vacuous "hold" let a node that a
+/// committed configuration had removed rejoin with only filling replicas
+/// while keeping its old log, whose stale COMMIT-BACKUP record then made
+/// the next recovery commit a transaction the configuration that removed
+/// it had already settled as never committed, writing an old value back
+/// over a committed delete (`rows --faults` seed 948, diagnosed by the
+/// twentieth session's helper; FaRM §5.2's precise membership).
 fn restored_replicas_hold(next: &Configuration, had: &BTreeSet<RegionId>, me: NodeId) -> bool {
-    !had.is_empty() && complete_replicas(next, me).is_subset(had)
+    let mine = complete_replicas(next, me);
+    !had.is_empty() && !mine.is_empty() && mine.is_subset(had)
 }
 
 /// The regions of which `me` holds a complete replica in `c`: primary, or

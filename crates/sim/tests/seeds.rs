@@ -1501,3 +1501,25 @@ fn a_single_read_of_a_version_from_the_future_is_caught() {
     let err = run_and_check(broken).expect_err("the broken write wait must be caught");
     assert!(err.contains("answered a single read"), "{err}");
 }
+
+/// `rows --faults` seed 948 (loss, one-way partition, node and client
+/// crashes, wide drift, disk, a whole-cluster crash): node 2, removed by
+/// configuration 3 while down, came back from disk and was added back by
+/// configuration 4 with only filling replicas. `restored_replicas_hold`
+/// was vacuously true (no complete replica is a subset of anything), so it
+/// kept its configuration-1 log, and its stale COMMIT-BACKUP of T321, a
+/// transaction configuration 3 had settled as never committed, made
+/// configuration 4's recovery commit it over T4's committed delete (a
+/// G-single cycle). Such a node now resets its participant. Fails without
+/// the fix, with single reads on or off.
+#[test]
+fn a_removed_node_readded_as_filling_forgets_its_log_seed_948() {
+    let cfg = |single_reads| SimConfig {
+        faults: Faults::swarm(948),
+        single_reads,
+        ..SimConfig::rows(948)
+    };
+    for single in [true, false] {
+        run_and_check(cfg(single)).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
