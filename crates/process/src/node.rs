@@ -328,14 +328,14 @@ pub fn split_held(
         }
         _ => None,
     });
+    if !logging {
+        return (effects, None);
+    }
     let seq = match last {
         Some(seq) => seq,
         None if !lock_replies_free && log_end > 0 => log_end,
         None => return (effects, None),
     };
-    if !logging {
-        return (effects, None);
-    }
     let (free, held): (Vec<NodeEffect>, Vec<NodeEffect>) = effects
         .into_iter()
         .partition(|e| independent_of_log(e, lock_replies_free));
@@ -768,9 +768,16 @@ fn sender(from: Peer, claimed: Option<NodeId>) -> Option<NodeId> {
 /// it had already settled as never committed, writing an old value back
 /// over a committed delete (`rows --faults` seed 948, diagnosed by the
 /// twentieth session's helper; FaRM §5.2's precise membership).
-fn restored_replicas_hold(next: &Configuration, had: &BTreeSet<RegionId>, me: NodeId) -> bool {
+/// `vacuous`: the simulator's deliberately broken variant, the old rule
+/// that holds for an empty set ([`NodeProcess::set_broken_readded_keeps_log`]).
+fn restored_replicas_hold(
+    next: &Configuration,
+    had: &BTreeSet<RegionId>,
+    me: NodeId,
+    vacuous: bool,
+) -> bool {
     let mine = complete_replicas(next, me);
-    !had.is_empty() && !mine.is_empty() && mine.is_subset(had)
+    !had.is_empty() && (vacuous || !mine.is_empty()) && mine.is_subset(had)
 }
 
 /// The regions of which `me` holds a complete replica in `c`: primary, or
@@ -888,6 +895,10 @@ pub struct NodeProcess {
     /// transaction's READ-LATEST is served past a lock on its key
     /// ([`NodeProcess::set_broken_latest_reads_past_locks`]).
     broken_latest_reads_past_locks: bool,
+    /// The simulator's deliberately broken variant: a restored node added
+    /// back with only filling replicas keeps its old log
+    /// ([`NodeProcess::set_broken_readded_keeps_log`]).
+    broken_readded_keeps_log: bool,
     /// Deliberately broken: a `TxnRequest::AfterWriteTs` is handled at
     /// once, not held ([`NodeProcess::set_broken_writes_unwaited`]).
     broken_writes_unwaited: bool,
@@ -1053,6 +1064,7 @@ impl NodeProcess {
             lock_waits_dirty: false,
             broken_lock_waits_read_past_locks: false,
             broken_latest_reads_past_locks: false,
+            broken_readded_keeps_log: false,
             broken_writes_unwaited: false,
             broken_validates_unwaited: false,
             deferred_seq: 0,
@@ -2372,7 +2384,7 @@ impl NodeProcess {
                             && c.members() == self.config.members()
                             && c.regions() == self.config.regions()
                             && c.cm() == self.config.cm();
-                        exact || restored_replicas_hold(&c, &had, me)
+                        exact || restored_replicas_hold(&c, &had, me, self.broken_readded_keeps_log)
                     });
                 if renews_mine {
                     self.reconfig.rejoin();
@@ -3427,6 +3439,17 @@ impl NodeProcess {
     #[doc(hidden)]
     pub fn set_broken_restore_forgotten(&mut self, on: bool) {
         self.participant.set_broken_restore_forgotten(on);
+    }
+
+    /// A deliberately broken rule for the simulator's variant
+    /// (`SimConfig::broken_readded_keeps_log`): the rule before swarm-style
+    /// seed 948, under which a restored node that a configuration adds back
+    /// with no complete replica counts as renewing its own configuration
+    /// (an empty set is a subset of anything) and keeps its old log, whose
+    /// stale records then take part in recovery.
+    #[doc(hidden)]
+    pub fn set_broken_readded_keeps_log(&mut self, on: bool) {
+        self.broken_readded_keeps_log = on;
     }
 
     /// A deliberately broken rule for the simulator's variant

@@ -325,6 +325,10 @@ pub struct SimConfig {
     /// no log end), so a read can show a write whose COMMIT-PRIMARY record
     /// a crash then loses.
     pub broken_reads_before_log_end: bool,
+    /// Deliberately broken, the rule before `rows --faults` seed 948: a
+    /// restored node added back with only filling replicas keeps its old
+    /// log (`NodeProcess::set_broken_readded_keeps_log`).
+    pub broken_readded_keeps_log: bool,
     /// Deliberately broken: a node restored from disk blocks, in the next
     /// configuration, only the regions whose replicas changed
     /// (`NodeProcess::set_broken_restore_forgotten`).
@@ -401,6 +405,7 @@ impl SimConfig {
             broken_lock_waits_read_past_locks: false,
             broken_latest_reads_past_locks: false,
             broken_reads_before_log_end: false,
+            broken_readded_keeps_log: false,
             broken_restore_forgotten: false,
             broken_restored_recovery_votes: false,
             broken_locks_unchecked: false,
@@ -1161,6 +1166,7 @@ fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> 
     p.map(|mut p| {
         p.set_broken_lock_waits_read_past_locks(cfg.broken_lock_waits_read_past_locks);
         p.set_broken_latest_reads_past_locks(cfg.broken_latest_reads_past_locks);
+        p.set_broken_readded_keeps_log(cfg.broken_readded_keeps_log);
         p.set_broken_restore_forgotten(cfg.broken_restore_forgotten);
         p.set_broken_restored_recovery_votes(cfg.broken_restored_recovery_votes);
         p.set_broken_locks_unchecked(cfg.broken_locks_unchecked);

@@ -1510,8 +1510,8 @@ fn a_single_read_of_a_version_from_the_future_is_caught() {
 /// kept its configuration-1 log, and its stale COMMIT-BACKUP of T321, a
 /// transaction configuration 3 had settled as never committed, made
 /// configuration 4's recovery commit it over T4's committed delete (a
-/// G-single cycle). Such a node now resets its participant. Fails without
-/// the fix, with single reads on or off.
+/// G-single cycle). Such a node now resets its participant; the old rule
+/// (`broken_readded_keeps_log`) is caught, with single reads on or off.
 #[test]
 fn a_removed_node_readded_as_filling_forgets_its_log_seed_948() {
     let cfg = |single_reads| SimConfig {
@@ -1521,5 +1521,11 @@ fn a_removed_node_readded_as_filling_forgets_its_log_seed_948() {
     };
     for single in [true, false] {
         run_and_check(cfg(single)).unwrap_or_else(|e| panic!("{e}"));
+        let broken = SimConfig {
+            broken_readded_keeps_log: true,
+            ..cfg(single)
+        };
+        let err = run_and_check(broken).expect_err("the vacuous rule must be caught");
+        assert!(err.contains("violation"), "{err}");
     }
 }
