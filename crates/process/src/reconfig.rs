@@ -1273,11 +1273,9 @@ impl Reconfig {
                 {
                     if *c == config {
                         acked.insert(from);
-                        if self.config.members().iter().all(|m| acked.contains(m)) {
-                            self.state = State::Member;
-                        }
                     }
                 }
+                self.end_commit_if_acked();
             }
         }
         false
@@ -1338,6 +1336,20 @@ impl Reconfig {
             clock_ff_ns,
         });
         self.resend(now);
+        self.end_commit_if_acked();
+    }
+
+    /// Back to [`State::Member`] once every member of the committed
+    /// configuration acknowledged NEW-CONFIG-COMMIT. The CM counts itself,
+    /// so a configuration of the CM alone ends its commit at once
+    /// (register `--faults` seed 1513: it waited for an acknowledgement
+    /// nobody would send, and refused every JOIN meanwhile).
+    fn end_commit_if_acked(&mut self) {
+        if let State::Committing { acked, .. } = &self.state {
+            if self.config.members().iter().all(|m| acked.contains(m)) {
+                self.state = State::Member;
+            }
+        }
     }
 
     /// The clock takeover ahead of the commit (see
@@ -1827,6 +1839,47 @@ mod tests {
         );
         // Members commit only after the CM did, and nobody disabled clocks.
         assert!(net.log.iter().all(|l| !l.contains("changed true")));
+    }
+
+    /// Register `--faults` seed 1513: a configuration that shrank to its
+    /// CM alone left the CM committing forever (the commit waited for an
+    /// acknowledgement from some other member, and there was none), so it
+    /// refused every removed node's JOIN and the cluster stayed at one
+    /// member.
+    #[test]
+    fn a_cm_left_alone_finishes_its_commit_and_may_add_members_again() {
+        let mut net = Net::new(2);
+        let gone = NodeId(1);
+        net.nodes
+            .get_mut(&NodeId(0))
+            .unwrap()
+            .suspect_members(MS, &[gone]);
+        net.collect(NodeId(0));
+        let probe = net.queue.iter().find_map(|(_, to, m)| match m {
+            ReconfigMessage::Probe { config, seq, .. } if *to == gone => Some((*config, *seq)),
+            _ => None,
+        });
+        let (config, seq) = probe.expect("a lone survivor probes its suspect");
+        // The suspect restarted without its memory: it answers empty.
+        net.dead.insert(gone);
+        net.nodes.get_mut(&NodeId(0)).unwrap().on_message(
+            MS,
+            ReconfigMessage::ProbeReply {
+                config,
+                from: gone,
+                seq,
+                empty: true,
+                filled: Vec::new(),
+            },
+            0,
+            0,
+        );
+        net.collect(NodeId(0));
+        net.run_ms(30);
+        assert_eq!(net.committed(0), (2, 0, false), "{:?}", net.log);
+        assert_eq!(net.store.members(), vec![NodeId(0)]);
+        let cm = &net.nodes[&NodeId(0)];
+        assert!(cm.may_start(), "{}", cm.describe());
     }
 
     /// Swarm seed 2562: a prober casing a proposal 3 over the stored

@@ -1529,3 +1529,24 @@ fn a_removed_node_readded_as_filling_forgets_its_log_seed_948() {
         assert!(err.contains("violation"), "{err}");
     }
 }
+
+/// Register `--faults` seed 1513 and rows `--faults` seeds 993, 1058 and
+/// 1395 ended by the time limit: a configuration shrank to its CM alone,
+/// whose commit then waited forever for an acknowledgement from another
+/// member, so it refused every removed node's JOIN and the removed nodes'
+/// thin-client transactions never finished. The CM now counts itself and
+/// ends such a commit at once (the engine test is
+/// `a_cm_left_alone_finishes_its_commit_and_may_add_members_again`).
+#[test]
+fn a_cluster_shrunk_to_its_cm_admits_members_again() {
+    assert_finishes(SimConfig {
+        faults: Faults::swarm(1513),
+        ..SimConfig::register(1513)
+    });
+    for seed in [993, 1058, 1395] {
+        assert_finishes(SimConfig {
+            faults: Faults::swarm(seed),
+            ..SimConfig::rows(seed)
+        });
+    }
+}
