@@ -117,6 +117,9 @@ pub struct ClientStats {
     /// `read_ts` timestamps handed out without a wait, the nodes holding
     /// the reads instead (`clock.reads_wait_at_server`).
     pub read_ts_unwaited: u64,
+    /// Single-read transactions begun without a `read_ts` (no GET_TS; FaRM
+    /// §3's lock-free read, [`TxnOptions::single_read`]).
+    pub single_read_begins: u64,
     /// `write_ts` timestamps used without a wait, the nodes holding the
     /// VALIDATEs or COMMIT-BACKUPs instead (`clock.writes_wait_at_server`).
     pub write_ts_unwaited: u64,
@@ -194,6 +197,9 @@ impl ClientStats {
         ClientStats {
             ts_count: self.ts_count.saturating_sub(base.ts_count),
             read_ts_unwaited: self.read_ts_unwaited.saturating_sub(base.read_ts_unwaited),
+            single_read_begins: self
+                .single_read_begins
+                .saturating_sub(base.single_read_begins),
             write_ts_unwaited: self
                 .write_ts_unwaited
                 .saturating_sub(base.write_ts_unwaited),
@@ -761,7 +767,8 @@ impl ClientProcess {
 
     /// Begin a transaction on coordinator thread `thread` (FaRM's `t`):
     /// `read_ts = GET_TS()`. Replies [`CallResult::Began`] once `read_ts` is
-    /// in the past.
+    /// in the past. A single read ([`TxnOptions::single_read`]) takes no
+    /// `read_ts` and is answered at once, with `read_ts` `Timestamp::ZERO`.
     pub fn begin(&mut self, now: u64, call: CallId, thread: u32, mut opts: TxnOptions) {
         // `clock.lock_free_reads = false`: a single read is an ordinary
         // read-only transaction (the promise to read once still holds).
@@ -801,6 +808,32 @@ impl ClientProcess {
                 stage_ns: [0; CommitStage::TIMED],
             }),
         );
+        if opts.single_read {
+            // A single read needs no `read_ts`: its one read is answered
+            // with the newest committed version at the primary, which is
+            // the key's state at the global time it is served (FaRM §3's
+            // lock-free read; `TxnRequest::ReadLatest`). It begins at once,
+            // without GET_TS, so it neither waits for a clock sample nor
+            // fails with `ClockUnavailable` while clocks are disabled (a
+            // clock failover). Its `read_ts` is reported as
+            // `Timestamp::ZERO`; where it sits in time is the version it
+            // saw (`observed_version`).
+            self.stats.single_read_begins += 1;
+            let (map, limits) = (self.map.clone(), self.limits.clone());
+            if let Some(t) = self.txns.get_mut(&handle) {
+                t.engine = Some(Transaction::new(id, Timestamp::ZERO, opts, map, limits));
+            }
+            self.answer(
+                handle,
+                CallResult::Began {
+                    txn: handle,
+                    tx: id,
+                    read_ts: Timestamp::ZERO,
+                },
+                false,
+            );
+            return;
+        }
         if let Err(e) = self.start_ts_wait(now, handle, false, true) {
             self.ts_failed(now, handle, false, e);
         }
@@ -2588,6 +2621,66 @@ mod tests {
         }))));
         p.on_message(now, to, Frame::Response { id, resp });
         p.drain_effects()
+    }
+
+    /// A single read begins at once, with no GET_TS: a client that never
+    /// synchronised its clock (as during a clock failover) still reads,
+    /// with one ReadLatest and nothing else, while a read-only
+    /// transaction's begin waits for a clock sample.
+    #[test]
+    fn a_single_read_begins_without_a_clock() {
+        let mut p = ClientProcess::new(&config(), 7, 1);
+        p.begin(1000, 1, 0, TxnOptions::single_read());
+        let e = p.drain_effects();
+        assert!(
+            matches!(
+                replies(&e)[..],
+                [(
+                    1,
+                    CallResult::Began {
+                        read_ts: Timestamp::ZERO,
+                        ..
+                    }
+                )]
+            ),
+            "{e:?}"
+        );
+        assert_eq!(p.stats().single_read_begins, 1);
+        assert_eq!(p.stats().read_ts_unwaited + p.stats().ts_count, 0);
+        p.get(1100, 2, TxnHandle(1), &[0x00, b'a']);
+        let reads = sent(&p.drain_effects());
+        assert!(
+            matches!(
+                &reads[..],
+                [(_, _, Request::Txn(TxnRequest::ReadLatest { .. }), _)]
+            ),
+            "{reads:?}"
+        );
+        let resp = Response::Txn(TxnResponse::ReadLatest(Ok(meridian_wire::LatestRead {
+            version: Timestamp(9),
+            value: Some(b"v".to_vec()),
+        })));
+        p.on_message(
+            1200,
+            reads[0].0,
+            Frame::Response {
+                id: reads[0].1,
+                resp,
+            },
+        );
+        let e = p.drain_effects();
+        assert!(
+            matches!(&replies(&e)[..], [(2, CallResult::Read(Some(_)))]),
+            "{e:?}"
+        );
+        assert_eq!(p.observed_version(TxnHandle(1)), Some(Timestamp(9)));
+        // A read-only transaction needs `read_ts`: with no clock sample it
+        // waits for one.
+        p.begin(1300, 3, 0, TxnOptions::read_only());
+        let e = p.drain_effects();
+        assert!(replies(&e).is_empty(), "began without a clock: {e:?}");
+        assert_eq!(p.stats().clock_parked, 1);
+        p.check_invariants();
     }
 
     /// A read-only transaction the client library committed without a call

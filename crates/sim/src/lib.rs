@@ -865,7 +865,12 @@ async fn client_main(cx: TaskCtx) {
                             l.next_invoke_ns
                         };
                         let read_ts = tx.read_ts().0;
-                        oracle(&world, &log, master, invoke, now, read_ts, false);
+                        // A single read has no `read_ts` (it begins without
+                        // GET_TS); `check_latest_read` checks the version it
+                        // saw instead.
+                        if !single_read {
+                            oracle(&world, &log, master, invoke, now, read_ts, false);
+                        }
                         let mut rec = TxnRecord {
                             read_ts: Some(read_ts),
                             ..TxnRecord::invoked(process, invoke)
