@@ -4,22 +4,28 @@
 # (from /proc/<pid>/stat over a 10 s window of a running bench), and a
 # perf profile of the client and of one node.
 #
-#   scripts/profile.sh [memory|disk] [sessions]
+#   scripts/profile.sh [memory|disk] [sessions] [tatp|ycsb-b|ycsb-a]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR="${1:-memory}"
 N="${2:-32}"
-OUT=bench-results/profile-$DUR-$N
+W="${3:-tatp}"
+OUT=bench-results/profile-$W-$DUR-$N
+case "$W" in
+  tatp) ARGS=(tatp --subscribers 100000) ;;
+  ycsb-*) ARGS=(ycsb --workload "${W#ycsb-}") ;;
+  *) echo "unknown workload $W (tatp, ycsb-b, ycsb-a)" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 M=target/release/meridian
 cargo build --release -q -p meridian-cli
-"$M" bench tatp --subscribers 100000 --clients "$N" --duration 30 --baseline 0 \
-  --durability "$DUR" --dir "$OUT/cluster" --json "$OUT/tatp.json" >"$OUT/bench.out" 2>&1 &
+"$M" bench "${ARGS[@]}" --clients "$N" --duration 30 --baseline 0 \
+  --durability "$DUR" --dir "$OUT/cluster" --json "$OUT/bench.json" >"$OUT/bench.out" 2>&1 &
 BENCH=$!
 # Wait for the load to finish and the run to settle.
 for _ in $(seq 120); do grep -q "loaded" "$OUT/bench.out" 2>/dev/null && break; sleep 1; done
 sleep 4
-CLIENT=$(pgrep -f "^$M bench tatp" | head -1)
+CLIENT=$(pgrep -f "^$M bench ${ARGS[0]}" | head -1)
 NODES=$(pgrep -f "meridian node .*$OUT/cluster" | tr '\n' ' ')
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 declare -A before

@@ -1927,7 +1927,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             } => {
                 let cfg = ycsb_config(&workload, records, theta, value_bytes)?;
                 eprintln!("loading YCSB with {records} records of {value_bytes} B");
-                meridian_bench::run::load(
+                let n = meridian_bench::run::load(
                     &client,
                     meridian_workload::ycsb::population(&cfg, 1),
                     records,
@@ -1936,6 +1936,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
                 )
                 .await
                 .map_err(|e| e.to_string())?;
+                eprintln!("loaded {n} rows");
                 meridian_bench::run::warm_up(
                     &client,
                     std::sync::Arc::new(meridian_bench::run::ycsb_mix(&cfg)?),
