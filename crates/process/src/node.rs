@@ -818,6 +818,10 @@ struct Exec {
     txn: Option<TxnHandle>,
     /// Results of `ops[..results.len()]` in this attempt.
     results: Vec<ClientOpResult>,
+    /// A lone GET run as a single read ([`TxnOptions::single_read`]): the
+    /// version it saw, reported as the snapshot time
+    /// ([`Executed::read_ts`]) in place of a `read_ts` it never took.
+    observed: Option<Timestamp>,
 }
 
 /// One node (see the module essay).
@@ -2887,6 +2891,7 @@ impl NodeProcess {
             attempt: 1,
             txn: None,
             results: Vec::new(),
+            observed: None,
         };
         self.begin_attempt(now, exec);
     }
@@ -2901,20 +2906,25 @@ impl NodeProcess {
     fn begin_attempt(&mut self, now: u64, mut exec: Exec) {
         exec.txn = None;
         exec.results.clear();
+        exec.observed = None;
         let read_only = !exec
             .ops
             .iter()
             .any(|op| matches!(op, ClientOp::Put(..) | ClientOp::Delete(_)));
+        // A lone GET is a single read (FaRM §3's lock-free read; an
+        // ordinary read-only transaction under `clock.lock_free_reads =
+        // false`): no GET_TS, no hold until a `read_ts` passed. Its
+        // `Executed::read_ts` is then the version it saw, the snapshot
+        // its answer is.
+        let single_read = matches!(exec.ops[..], [ClientOp::Get(_)]);
         let call = self.new_call(exec);
-        // Not `single_read` for a lone GET: `Executed::read_ts` would then
-        // name no snapshot the client could check.
         self.gateway.begin(
             now,
             call,
             0,
             TxnOptions {
                 read_only,
-                single_read: false,
+                single_read,
             },
         );
     }
@@ -2964,6 +2974,7 @@ impl NodeProcess {
                 self.next_op(now, exec)
             }
             CallResult::Read(v) => {
+                exec.observed = exec.txn.and_then(|t| self.gateway.observed_version(t));
                 exec.results
                     .push(ClientOpResult::Value(v.map(|(_, value)| value)));
                 self.next_op(now, exec)
@@ -2973,11 +2984,17 @@ impl NodeProcess {
                 self.next_op(now, exec)
             }
             CallResult::Committed(info) => {
+                // A single read wrote nothing: both times are the version
+                // it saw.
+                let (read_ts, write_ts) = match exec.observed {
+                    Some(v) => (v, v),
+                    None => (info.read_ts, info.write_ts),
+                };
                 let done = Executed {
                     results: std::mem::take(&mut exec.results),
                     tx: info.tx,
-                    read_ts: info.read_ts,
-                    write_ts: info.write_ts,
+                    read_ts,
+                    write_ts,
                     attempts: exec.attempt,
                 };
                 self.finish_execute(exec, Ok(done))

@@ -274,8 +274,9 @@ pub struct SimConfig {
     /// lock-free read, `TxnRequest::ReadLatest`), as the bench's single
     /// reads do; their history records the version they saw as the
     /// read's `read_ts`. Default true, as the client library's
-    /// `clock.lock_free_reads`. A retried single read is retried as it is
-    /// (not redrawn).
+    /// `clock.lock_free_reads`, which it also sets: false makes thin
+    /// clients' lone GETs ordinary read-only transactions at the node. A
+    /// retried single read is retried as it is (not redrawn).
     pub single_reads: bool,
     /// `clock.max_rate_ppm` (0: rates not checked, the default: simulated
     /// clocks drift anywhere inside ε, far past any rate limit).
@@ -949,6 +950,7 @@ async fn client_main(cx: TaskCtx) {
 /// the reply comes, the attempt is recorded with its writes only: if the
 /// client crashes or the reply is lost, the outcome is unknown.
 async fn thin_txn(cx: &TaskCtx, process: u64, mut program: WorkTxn, ops: Vec<ClientOp>) {
+    let lone_get = matches!(ops[..], [ClientOp::Get(_)]);
     let node = NodeId(lock(&cx.gen).rng.gen_range(0..cx.nodes));
     let invoke = true_now(&cx.world);
     let pending = unknown_record(process, invoke, &program).await;
@@ -959,15 +961,20 @@ async fn thin_txn(cx: &TaskCtx, process: u64, mut program: WorkTxn, ops: Vec<Cli
     match r {
         Ok(done) => {
             drop(l);
-            oracle(
-                &cx.world,
-                &cx.log,
-                cx.master,
-                invoke,
-                now,
-                done.read_ts.0,
-                true,
-            );
+            // A lone GET is a single read at the node (unless
+            // `clock.lock_free_reads` is off): its snapshot is the version
+            // it saw, which `check_latest_read` checks when it is served.
+            if !(cx.single_reads && lone_get) {
+                oracle(
+                    &cx.world,
+                    &cx.log,
+                    cx.master,
+                    invoke,
+                    now,
+                    done.read_ts.0,
+                    true,
+                );
+            }
             let mut rec = TxnRecord {
                 read_ts: Some(done.read_ts.0),
                 ..TxnRecord::invoked(process, invoke)
@@ -1299,6 +1306,9 @@ impl Sim {
         config.clock.drift_ppm = cfg.drift_ppm;
         config.clock.sync_interval_us = cfg.sync_interval_us;
         config.clock.max_rate_ppm = cfg.max_rate_ppm;
+        // Off: thin clients' lone GETs read at `read_ts` too, as before
+        // single reads (the seeds calibrated then replay as they were).
+        config.clock.lock_free_reads = cfg.single_reads;
         if cfg.spare_nodes > 0 {
             config.members = (0..cfg.nodes.saturating_sub(cfg.spare_nodes)).collect();
         }

@@ -1251,7 +1251,9 @@ pub struct Executed {
     pub results: Vec<ClientOpResult>,
     /// The transaction's id.
     pub tx: TxId,
-    /// Its snapshot time.
+    /// Its snapshot time: its `read_ts`, or for a lone GET (run as a
+    /// single read, FaRM §3's lock-free read) the version it saw, which
+    /// may be older than the call.
     pub read_ts: Timestamp,
     /// Its commit time (equal to `read_ts` if it wrote nothing).
     pub write_ts: Timestamp,
