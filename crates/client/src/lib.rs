@@ -664,13 +664,11 @@ impl Session {
     }
 
     /// Begin a transaction: `read_ts = GET_TS()` (uncertainty waited out).
-    /// A single read ([`TxnOptions::single_read`]) needs no `read_ts`: it
-    /// begins at once, even while the clock is unavailable, and
-    /// [`Txn::read_ts`] is then `Timestamp::ZERO` (see
-    /// [`Txn::observed_version`]).
+    /// A single read ([`TxnOptions::single_read`]) needs no `read_ts`:
+    /// while the clock is usable it begins at once, and [`Txn::read_ts`]
+    /// is then `Timestamp::ZERO` (see [`Txn::observed_version`]).
     ///
-    /// Errors: [`TxnError::ClockUnavailable`] (not for a single read),
-    /// [`TxnError::Closed`].
+    /// Errors: [`TxnError::ClockUnavailable`], [`TxnError::Closed`].
     pub async fn begin(&mut self, opts: TxnOptions) -> Result<Txn, TxnError> {
         let thread = self.thread;
         match self

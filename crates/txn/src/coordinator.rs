@@ -65,9 +65,9 @@ pub struct TxnOptions {
     /// a lock on the key. It is still strictly serializable (the proof is
     /// on [`TxnRequest::ReadLatest`]). A second read or a scan is refused
     /// with [`TxnError::SingleRead`], a write with [`TxnError::ReadOnly`].
-    /// Its client begins it without GET_TS, so it needs no synchronised
-    /// clock; its `read_ts` is `Timestamp::ZERO` and its place in time is
-    /// the version it saw ([`Transaction::observed_version`]).
+    /// Its client begins it without GET_TS while its clock is usable; its
+    /// `read_ts` is then `Timestamp::ZERO` and its place in time is the
+    /// version it saw ([`Transaction::observed_version`]).
     pub single_read: bool,
 }
 
