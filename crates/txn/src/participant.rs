@@ -673,6 +673,9 @@ impl Participant {
                 let id = r.id;
                 self.recovery_held.retain(|(_, region), _| *region != id);
                 self.filled.remove(&id);
+                // So did the writes this node's committed LOCK records
+                // installed in it (review hazard (c)).
+                self.unplace_committed_lock_writes(id);
                 added.push(r.id);
             } else if is_primary && self.backup_for.contains(&r.id) {
                 if let Some(s) = self.stores.get_mut(&r.id) {
@@ -706,6 +709,72 @@ impl Participant {
         self.backup_for = backup_for;
         self.restored = false;
         added
+    }
+
+    /// `region`'s copy here was just replaced by an empty one (a refill, or
+    /// a region held again): the writes in it of this node's committed
+    /// LOCK records (COMMIT-PRIMARY or COMMIT-RECOVERY installed them in
+    /// the dropped copy) are no longer in place. They move to the
+    /// replicated log as commit-primary evidence with their `write_ts`,
+    /// as COMMIT-RECOVERY keeps a replica's writes (swarm seed 854): the
+    /// node reports the same evidence, and COMMIT-RECOVERY or truncation
+    /// puts them in place in the new copy, behind its fill fence
+    /// ([`RegionStore::apply_backup`]), like a COMMIT-BACKUP record kept
+    /// across a refill (swarm seed 2447). Left in the LOCK record, they
+    /// were skipped by COMMIT-RECOVERY as installed here and dropped
+    /// unapplied by truncation, so a copy taken from a source that had not
+    /// applied the transaction yet missed its writes for good (review
+    /// hazard (c)). A member that missed a stored configuration removing
+    /// it and applies the next, which adds it back with filling replicas,
+    /// keeps its log (swarm seed 6649 and `rows --faults` seed 848 refill
+    /// under such a record). A `Locked` record is left as it is:
+    /// COMMIT-RECOVERY applies all of its writes.
+    fn unplace_committed_lock_writes(&mut self, region: RegionId) {
+        let txs: Vec<TxId> = self
+            .log
+            .primary
+            .iter()
+            .filter(|(_, (rec, st))| {
+                matches!(st, LockState::Committed(_))
+                    && rec.writes.iter().any(|w| w.region == region)
+            })
+            .map(|(tx, _)| *tx)
+            .collect();
+        for tx in txs {
+            let Some((rec, LockState::Committed(write_ts))) = self.log.primary.get_mut(&tx) else {
+                continue;
+            };
+            let write_ts = *write_ts;
+            let (moved, kept): (Vec<meridian_wire::WriteOp>, Vec<meridian_wire::WriteOp>) =
+                std::mem::take(&mut rec.writes)
+                    .into_iter()
+                    .partition(|w| w.region == region);
+            rec.writes = kept;
+            let header = meridian_wire::LockRecord {
+                writes: Vec::new(),
+                ..rec.clone()
+            };
+            if rec.writes.is_empty() {
+                self.log.primary.remove(&tx);
+            }
+            let e = self
+                .log
+                .replicated
+                .entry(tx)
+                .or_insert_with(|| (header, meridian_wire::Evidence::CommitPrimary, None));
+            for w in moved {
+                if !e
+                    .0
+                    .writes
+                    .iter()
+                    .any(|x| x.region == w.region && x.key == w.key)
+                {
+                    e.0.writes.push(w);
+                }
+            }
+            e.1 = meridian_wire::Evidence::CommitPrimary;
+            e.2 = Some(write_ts);
+        }
     }
 
     /// A deliberately broken rule for the simulator's variant
@@ -2887,6 +2956,141 @@ mod tests {
         assert!(held > 0);
         assert_eq!(c.take_all_stores().len(), held);
         assert!(c.stores.is_empty());
+    }
+
+    /// Node 0, primary of a region, committed three transactions there,
+    /// none truncated yet: `tx(1)` writes key `a` at 10, `tx(2)` key `b`
+    /// at 12 and `tx(3)` deletes `b` at 14. Then a configuration lists it
+    /// as a filling backup of the region (a member that missed a stored
+    /// configuration removing it and was re-added by the next, keeping its
+    /// log: swarm seed 6649), so its copy starts empty. Returns the
+    /// participant, the records, the region and the keys `a`, `b`.
+    fn refilled_under_committed_lock_records(
+    ) -> (Participant, [LockRecord; 3], RegionId, [Vec<u8>; 2]) {
+        let two = two_nodes();
+        let node = NodeId(0);
+        let mut p = Participant::new(node, &two);
+        let r = p.primary_for[0];
+        let mut keys = (0u8..=255)
+            .map(|k| vec![k, 7])
+            .filter(|k| p.region_of(k) == r);
+        let mut key = || keys.next().expect("a key of the region");
+        let keys = [key(), key()];
+        let write_a = record(&p, tx(1), 5, &[&keys[0]]);
+        let write_b = record(&p, tx(2), 11, &[&keys[1]]);
+        let mut delete_b = record(&p, tx(3), 13, &[&keys[1]]);
+        delete_b.writes[0].value = None;
+        commit_at_primary(&mut p, write_a.clone(), 10);
+        commit_at_primary(&mut p, write_b.clone(), 12);
+        commit_at_primary(&mut p, delete_b.clone(), 14);
+        let mut next = two.renewed();
+        let id = next.id();
+        let info = next
+            .placement
+            .iter_mut()
+            .find(|i| i.id == r)
+            .expect("the region");
+        info.primary = NodeId(1);
+        info.backups = vec![node];
+        info.filling = vec![node];
+        info.last_primary_change = id;
+        info.last_replica_change = id;
+        p.reconfigure(&next);
+        assert_eq!(p.store(r).map(RegionStore::len), Some(0), "refilled");
+        p.check_invariants();
+        (p, [write_a, write_b, delete_b], r, keys)
+    }
+
+    /// The new primary's copy of the region, taken before it (a backup of
+    /// the three transactions, its COMMIT-BACKUP records not yet applied)
+    /// had any of them: key `a` at 3 only, safe point 2.
+    fn merge_copy_without_the_writes(p: &mut Participant, r: RegionId, a: &[u8]) {
+        let old = meridian_wire::ObjectCopy {
+            key: a.to_vec(),
+            versions: vec![(Timestamp(3), Some(b"old".to_vec()))],
+            floor_ts: Timestamp(3),
+        };
+        p.merge_copies(r, None, &[old], true, Timestamp(2));
+    }
+
+    /// The value of `key` in `region` at a late timestamp.
+    fn value_at(p: &Participant, region: RegionId, key: &[u8]) -> Option<Vec<u8>> {
+        let store = p.stores.get(&region).expect("the region's store");
+        store
+            .read(key, Timestamp(3_000))
+            .expect("unlocked")
+            .map(|v| v.value)
+    }
+
+    /// Review hazard (c): COMMIT-RECOVERY skipped the writes this node's
+    /// own LOCK record said it had installed, although the refill had
+    /// dropped the copy they were installed in, so the new copy, filled
+    /// from a source that did not have them yet, kept missing a committed
+    /// write (`a` stayed at its old value). The refill moves them to the
+    /// replicated log as commit-primary evidence: the node still reports
+    /// the commit, and COMMIT-RECOVERY puts them in place.
+    #[test]
+    fn commit_recovery_puts_a_refilled_copy_s_own_committed_writes_in_place() {
+        let (mut p, [write_a, ..], r, [a, _]) = refilled_under_committed_lock_records();
+        merge_copy_without_the_writes(&mut p, r, &a);
+        let reported = p.recovering_records(ConfigId(9), r);
+        let mine = reported
+            .iter()
+            .find(|t| t.record.tx == tx(1))
+            .expect("the commit is still reported");
+        assert_eq!(mine.evidence, meridian_wire::Evidence::CommitPrimary);
+        assert_eq!(mine.write_ts, Some(Timestamp(10)));
+        p.commit_recovery(r, &write_a, Timestamp(10));
+        assert_eq!(
+            value_at(&p, r, &a),
+            Some(b"v".to_vec()),
+            "the committed write is missing from the refilled copy"
+        );
+        p.check_invariants();
+        p.truncate_recovery(tx(1));
+        assert_eq!(value_at(&p, r, &a), Some(b"v".to_vec()));
+        p.check_invariants();
+    }
+
+    /// Hazard (c)'s sibling: a plain TRUNCATE dropped the refilled node's
+    /// committed LOCK record unapplied (its writes were "in place"), with
+    /// the same result. Truncation now applies the moved writes, behind
+    /// the new copy's fill fence: where the source had applied them all
+    /// and collected the delete's tombstone (safe point 40), the old write
+    /// of the deleted key stays out, as for any record kept across a
+    /// refill (swarm seed 2447), so a refilled copy does not need seed 2's
+    /// rule that a primary never reinstalls what it installed.
+    #[test]
+    fn truncation_puts_a_refilled_copy_s_own_committed_writes_in_place() {
+        let (mut p, _, r, [a, b]) = refilled_under_committed_lock_records();
+        merge_copy_without_the_writes(&mut p, r, &a);
+        p.handle(
+            &[tx(1), tx(2), tx(3)],
+            &TxnRequest::Truncate { txs: vec![] },
+        );
+        assert_eq!(
+            value_at(&p, r, &a),
+            Some(b"v".to_vec()),
+            "the committed write is missing from the refilled copy"
+        );
+        assert_eq!(value_at(&p, r, &b), None);
+        assert_eq!(p.log_len(), 0);
+        p.check_invariants();
+        let (mut q, _, r, [a, b]) = refilled_under_committed_lock_records();
+        let copied = meridian_wire::ObjectCopy {
+            key: a.clone(),
+            versions: vec![(Timestamp(10), Some(b"v".to_vec()))],
+            floor_ts: Timestamp(10),
+        };
+        q.merge_copies(r, None, &[copied], true, Timestamp(40));
+        q.handle(
+            &[tx(1), tx(2), tx(3)],
+            &TxnRequest::Truncate { txs: vec![] },
+        );
+        assert_eq!(value_at(&q, r, &a), Some(b"v".to_vec()));
+        assert_eq!(value_at(&q, r, &b), None, "a deleted key came back");
+        assert!(q.store(r).is_some_and(|s| s.object(&b).is_none()));
+        q.check_invariants();
     }
 
     /// Disk durability: a checkpoint plus the mutations journaled after it
