@@ -1007,7 +1007,7 @@ fn a_sigterm_stop_makes_the_records_no_reply_waited_for_durable() {
 }
 
 /// `meridian sim --report-after-primary-fsync` picks the commit rule the
-/// simulated nodes run: swarm seed 33694 loses a reported commit with the
+/// simulated nodes run: swarm seed 31030 loses a reported commit with the
 /// early COMMIT-PRIMARY answer (`false`) and the checker says so, while
 /// the default rule (`true`) passes it.
 #[test]
@@ -1018,7 +1018,10 @@ fn sim_report_after_primary_fsync_picks_the_commit_rule() {
             "--workload",
             "swarm",
             "--first",
-            "33694",
+            // 33694 until the simulator dropped clock-sync answers to a
+            // restarted client's previous incarnation (seed 8896), which
+            // moved its schedule.
+            "31030",
             "--seeds",
             "1",
             "--report-after-primary-fsync",

@@ -1817,6 +1817,21 @@ impl Sim {
                             {
                                 self.check_master_time(now, n, *master_ns);
                             }
+                            // The reply goes back to the socket that asked:
+                            // an asker that restarted since is gone with it,
+                            // and its successor, whose RPC ids start again,
+                            // must not take the reply for its own (swarm
+                            // seed 8896: a restarted client matched a
+                            // long-delayed sync of its previous incarnation
+                            // to its own request of the same id, and its
+                            // clock's upper bound fell 258 µs below the
+                            // master's time). The process path already
+                            // drops replies to a connection of an older
+                            // incarnation.
+                            if from_inc != self.inc_of(from) {
+                                self.dropped += 1;
+                                return;
+                            }
                             self.send(to, from, reply);
                             return;
                         }
