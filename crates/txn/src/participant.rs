@@ -2183,18 +2183,7 @@ mod tests {
         p.check_invariants();
         let mut next = two.renewed();
         next.config_id += 1;
-        let id = next.id();
-        let info = next
-            .placement
-            .iter_mut()
-            .find(|i| i.id == r)
-            .expect("the region");
-        info.primary = NodeId(1);
-        info.backups = vec![node];
-        info.filling = vec![node];
-        info.last_primary_change = id;
-        info.last_replica_change = id;
-        p.reconfigure(&next);
+        refill_as_backup(&mut p, &mut next, r, node);
         assert!(
             p.recovery_held.is_empty(),
             "holds outlived the dropped copy"
@@ -2958,6 +2947,23 @@ mod tests {
         assert!(c.stores.is_empty());
     }
 
+    /// Reconfigure `p` with `next`, in which node 1 becomes `r`'s primary
+    /// and `node` its only, filling backup (its copy starts empty).
+    fn refill_as_backup(p: &mut Participant, next: &mut Configuration, r: RegionId, node: NodeId) {
+        let id = next.id();
+        let info = next
+            .placement
+            .iter_mut()
+            .find(|i| i.id == r)
+            .expect("the region");
+        info.primary = NodeId(1);
+        info.backups = vec![node];
+        info.filling = vec![node];
+        info.last_primary_change = id;
+        info.last_replica_change = id;
+        p.reconfigure(next);
+    }
+
     /// Node 0, primary of a region, committed three transactions there,
     /// none truncated yet: `tx(1)` writes key `a` at 10, `tx(2)` key `b`
     /// at 12 and `tx(3)` deletes `b` at 14. Then a configuration lists it
@@ -2984,18 +2990,7 @@ mod tests {
         commit_at_primary(&mut p, write_b.clone(), 12);
         commit_at_primary(&mut p, delete_b.clone(), 14);
         let mut next = two.renewed();
-        let id = next.id();
-        let info = next
-            .placement
-            .iter_mut()
-            .find(|i| i.id == r)
-            .expect("the region");
-        info.primary = NodeId(1);
-        info.backups = vec![node];
-        info.filling = vec![node];
-        info.last_primary_change = id;
-        info.last_replica_change = id;
-        p.reconfigure(&next);
+        refill_as_backup(&mut p, &mut next, r, node);
         assert_eq!(p.store(r).map(RegionStore::len), Some(0), "refilled");
         p.check_invariants();
         (p, [write_a, write_b, delete_b], r, keys)
