@@ -134,6 +134,11 @@ enum Cmd {
         /// the stuck seeds (exit status 1 if any failed).
         #[arg(long)]
         keep_going: bool,
+        /// Write one line per seed, `seed digest`, to this file: the
+        /// digest hashes every event the run executed, in order, so two
+        /// trees that behave alike give identical files.
+        #[arg(long, value_name = "FILE")]
+        digests: Option<std::path::PathBuf>,
     },
 }
 
@@ -1152,6 +1157,7 @@ fn run(cli: Cli) -> Result<(), String> {
             report_after_primary_fsync,
             single_reads,
             keep_going,
+            digests,
         } => sim(
             seeds,
             first,
@@ -1161,6 +1167,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 read_lock_wait_us,
                 report_after_primary_fsync,
                 single_reads,
+                digests,
             },
             keep_going,
         ),
@@ -2525,6 +2532,8 @@ struct SimOverrides {
     report_after_primary_fsync: Option<bool>,
     /// `SimConfig::single_reads`.
     single_reads: Option<bool>,
+    /// Where to write each seed's history digest.
+    digests: Option<std::path::PathBuf>,
 }
 
 fn sim(
@@ -2539,7 +2548,9 @@ fn sim(
         read_lock_wait_us,
         report_after_primary_fsync,
         single_reads,
+        digests,
     } = overrides;
+    let mut digest_lines = String::new();
     use meridian_sim::{Faults, SimConfig};
     let mut failed: Vec<u64> = Vec::new();
     let mut stuck_seeds: Vec<u64> = Vec::new();
@@ -2586,6 +2597,7 @@ fn sim(
         let r = match meridian_sim::run_and_check(cfg) {
             Ok(r) => r,
             Err(e) if keep_going => {
+                digest_lines.push_str(&format!("{seed} failed\n"));
                 bar.suspend(|| eprintln!("{e}"));
                 failed.push(seed);
                 bar.inc(1);
@@ -2596,6 +2608,7 @@ fn sim(
                 return Err(e);
             }
         };
+        digest_lines.push_str(&format!("{seed} {:016x}\n", r.digest));
         committed += r.committed;
         aborted += r.aborted;
         unknown += r.unknown;
@@ -2626,6 +2639,10 @@ fn sim(
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if let Some(path) = &digests {
+        std::fs::write(path, &digest_lines)
+            .map_err(|e| format!("cannot write digests to {}: {e}", path.display()))?;
+    }
     println!(
         "{seeds} seeds ({workload:?}{}, first {first}) passed the checker in {:.1} s wall time: \
          {committed} committed, {aborted} aborted, {unknown} unknown; \

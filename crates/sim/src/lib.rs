@@ -51,6 +51,8 @@
 //! event. Runs without lossy faults must also end clean: every backup equal
 //! to its primary and every log truncated.
 
+mod digest;
+
 use meridian_checker::{History, Outcome, TxnRecord};
 use meridian_client::{Client, Core, Io, Session, TxnError, TxnFuture, TxnOptions};
 use meridian_client::{ClientOp, ExecuteError, ThinError};
@@ -552,6 +554,10 @@ pub struct SimReport {
     pub copied_recovery_holds: u64,
     /// Reconfiguration milestones: (true time ns, node, event).
     pub node_events: Vec<(u64, u32, NodeEvent)>,
+    /// A hash of every event the run executed, in order, with its time
+    /// (the `digest` module): equal for two runs exactly when they took
+    /// the same steps.
+    pub digest: u64,
 }
 
 /// A simulated clock: `local = offset + true × (1 + drift_ppb / 1e9)`.
@@ -1290,6 +1296,8 @@ pub struct Sim {
     /// yet answered, by (node, sender, request id): their `write_ts` and
     /// kind.
     holds_in_service: BTreeMap<(u32, u64, u64), (u64, &'static str)>,
+    /// Every executed event, hashed in order ([`SimReport::digest`]).
+    digest: digest::Digest,
 }
 
 impl Sim {
@@ -1436,6 +1444,7 @@ impl Sim {
             reads_in_service: BTreeMap::new(),
             latest_reads: 0,
             holds_in_service: BTreeMap::new(),
+            digest: digest::Digest::new(),
             harvested: Vec::new(),
             trace: std::env::var_os("MERIDIAN_SIM_TRACE").is_some(),
         };
@@ -1684,6 +1693,7 @@ impl Sim {
                 break;
             }
             lock(&self.world).now_ns = at;
+            self.digest.event(at, &ev);
             self.step(ev);
             self.poll_tasks();
             self.route_client_io();
@@ -2678,6 +2688,7 @@ impl Sim {
             stale_fill_writes,
             copied_recovery_holds,
             node_events: std::mem::take(&mut self.node_events),
+            digest: self.digest.value(),
         }
     }
 
@@ -2720,6 +2731,7 @@ impl Sim {
                     }
             ) {
                 lock(&self.world).now_ns = at;
+                self.digest.event(at, &ev);
                 self.step(ev);
             }
         }
@@ -2733,6 +2745,7 @@ impl Sim {
             } = ev
             {
                 lock(&self.world).now_ns = at;
+                self.digest.event(at, &ev);
                 self.step(ev);
             }
         }

@@ -474,6 +474,7 @@ fn a_seed_reproduces_exactly() {
         assert_eq!(a.messages, b.messages);
         assert_eq!(a.dropped, b.dropped);
         assert_eq!(a.end_ns, b.end_ns);
+        assert_eq!(a.digest, b.digest, "one seed, one history digest");
         assert_eq!(
             meridian_checker::to_edn(&a.history),
             meridian_checker::to_edn(&b.history)
@@ -482,6 +483,7 @@ fn a_seed_reproduces_exactly() {
     let a = Sim::new(SimConfig::bank(42)).run();
     let c = Sim::new(SimConfig::bank(43)).run();
     assert_ne!(a.end_ns, c.end_ns, "different seeds should differ");
+    assert_ne!(a.digest, c.digest, "different seeds' digests differ");
 }
 
 /// A bank run with disk durability in which every node crashes at the
