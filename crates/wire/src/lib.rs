@@ -9,10 +9,11 @@
 //! The names follow the papers: FaRM §4 Tables 1–2 (`Lock`, `LockReply`,
 //! `Validate`, `CommitBackup`, `CommitPrimary`, `Abort`, `Truncate`), FaRMv2
 //! §4.1 (clock synchronisation with the clock master) and §4.2 (`read_ts`,
-//! `write_ts`). Recovery messages (FaRM Table 2 rows 3–11), RAMP and RIFL
-//! messages are added as new enum variants by later work; the enums are
-//! therefore not `#[non_exhaustive]`-free by accident but by design: every
-//! match in the engines must handle new variants explicitly.
+//! `write_ts`), FaRM §5.1–5.4 (leases, reconfiguration, transaction-state
+//! and data recovery: [`LeaseMessage`], [`ReconfigMessage`],
+//! [`RecoveryMessage`]). A new protocol (RAMP, RIFL) adds a variant of its
+//! own. The enums are not `#[non_exhaustive]`, by design: every match in the
+//! engines must handle a new variant explicitly.
 //!
 //! Encoding: a frame is a little-endian `u32` length followed by that many
 //! bytes of `bincode` (fixed-int, little-endian). A frame longer than
@@ -21,8 +22,8 @@
 //! Keys and values on the hot paths (READ, its reply, the LOCK record's
 //! writes, thin-client operations) are (de)serialised as byte strings
 //! (`serde_bytes`), one copy instead of one call per byte; bincode writes
-//! both forms the same way, so the bytes on the wire and in the WAL did not
-//! change.
+//! a byte string and a `Vec<u8>` the same way, so the encoding is that of a
+//! plain `Vec<u8>`.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -37,8 +38,9 @@ pub type Value = Vec<u8>;
 /// configuration (see `meridian-config`).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
 
-/// Identifier of a node (a server process). Node 0 is the configuration
-/// manager and the clock master in this foundation (FaRM §3, FaRMv2 §4.3).
+/// Identifier of a node (a server process). The configuration names its
+/// configuration manager, which is also the clock master (FaRM §3, FaRMv2
+/// §4.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeId(pub u32);
 
@@ -391,8 +393,9 @@ pub enum Request {
     Txn(TxnRequest),
     /// Clock synchronisation with the clock master (FaRMv2 §4.1).
     Clock(ClockRequest),
-    /// The configuration manager (FaRM §3, §5.2): registration now,
-    /// membership and leases with fault tolerance.
+    /// The configuration manager (FaRM §3): client registration and
+    /// configuration lookup. Membership and leases travel as `Lease` and
+    /// `Reconfig`.
     Cm(CmRequest),
     /// Thin clients: a node coordinates a transaction on their behalf.
     Thin(ThinRequest),
@@ -690,8 +693,10 @@ pub enum RecoveryMessage {
         /// transactions, the ids it truncated and each coordinator's low
         /// bound (FaRM §5.3 step 6 votes `truncated` on it). The copy holds
         /// those transactions' writes without their records, so the new
-        /// replica must vote on them as the source would (swarm seed
-        /// 9253). Empty on other chunks.
+        /// replica must vote on them as the source would: knowing nothing
+        /// of them, a region whose replicas all came from copies would vote
+        /// `Unknown`, and recovery would abort a transaction whose writes
+        /// the copy holds. Empty on other chunks.
         finished: FinishedIds,
     },
     /// §5.4: `from` holds a complete copy of `region`, to the CM (which
@@ -779,7 +784,7 @@ pub enum ReconfigMessage {
     /// Step 2 failed: the prober found no majority and will not CAS for
     /// round `seq`, so those that answered it may renew with their CM
     /// again at once (their pause would otherwise let two failing probers
-    /// keep each other and the live CM apart, swarm seed 1752).
+    /// keep each other and the live CM apart indefinitely).
     ProbeFailed {
         /// The prober's configuration.
         config: ConfigId,
