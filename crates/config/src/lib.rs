@@ -51,7 +51,8 @@ pub struct Limits {
     /// that need them abort (FaRMv2 §4.4 bounds old-version memory).
     pub max_versions_per_object: usize,
     /// Time-window GC: versions superseded more than this long ago are freed.
-    /// Replaced by the OAT-driven GC safe point (FaRMv2 §4.5) later.
+    /// FaRMv2 §4.5 derives the safe point from the oldest active
+    /// transaction instead; that is not built (docs/papers.md).
     pub gc_window_ms: u64,
     /// Most un-truncated log records (LOCK + COMMIT-BACKUP) a node holds.
     pub max_log_records: usize,
@@ -121,13 +122,10 @@ pub struct Limits {
     /// holds its locks only through its own commit), so the wait cannot
     /// deadlock; it ends as soon as the holder's COMMIT-PRIMARY or ABORT
     /// (or recovery) releases the lock, and the read is then served at
-    /// its `read_ts` as if it had come just then (issue 7: the hot keys of
-    /// YCSB and TPC-C aborted readers by the thousand).
+    /// its `read_ts` as if it had come just then (without the wait, the
+    /// hot keys of YCSB and TPC-C abort readers by the thousand).
     ///
-    /// Default 5 000 µs. It was off for a while because swarm seed 561
-    /// failed its bank audit with it on; the cause was a restarted
-    /// primary serving before lock recovery, which the wait only exposed
-    /// (fixed in `Participant::restore`; docs/performance.md).
+    /// Default 5 000 µs.
     pub read_lock_wait_us: u64,
     /// How long a LOCK of a transaction whose only write is one blind
     /// write (`TxnRequest::LockBlind`) that meets another transaction's
@@ -136,8 +134,9 @@ pub struct Limits {
     /// LOCK does. The waiting transaction holds no lock (this is its only
     /// one), so no cycle of waits can form; with no version to check, the
     /// lock it takes when the holder's COMMIT-PRIMARY, ABORT or recovery
-    /// releases the key is the lock a LOCK sent then would take (issue 7:
-    /// YCSB-A's blind updates of hot keys aborted 7 % of the time).
+    /// releases the key is the lock a LOCK sent then would take (without
+    /// the wait, YCSB-A's blind updates of hot keys abort about 7 % of the
+    /// time).
     /// Waiting LOCKs count against `max_deferred_reads` with the reads.
     pub blind_lock_wait_us: u64,
     /// Disk durability: how long a log record that no reply waits for
@@ -145,27 +144,27 @@ pub struct Limits {
     /// reply depends on are fsynced as soon as it waits; the others (a
     /// LOCK whose LOCK-REPLY went before its fsync, a backup's apply at
     /// TRUNCATE) ride on the next such fsync, or on this timer when none
-    /// comes (issue 7: one fsync per record cost disk-mode TATP most of
-    /// its CPU).
+    /// comes (one fsync per record would cost disk-mode TATP most of its
+    /// CPU).
     pub log_idle_sync_us: u64,
     /// A real client's ticker, the thread that ends uncertainty waits
     /// nothing else ends, sleeps until this long before the earliest
     /// deadline and spins the rest, µs (default 15; 0: it sleeps until
     /// the deadline). On a saturated machine a woken thread waits 20–40 µs
-    /// for a core, which lengthened every such wait (issue 7 goal 6: mean
-    /// GET_TS wait ÷ uncertainty 1.26–1.29 → 1.18–1.21 on TATP and YCSB-B,
-    /// for about 1 % of one core). The simulator has no ticker thread and
-    /// ignores it.
+    /// for a core, which lengthens every such wait; the spin takes the mean
+    /// GET_TS wait from about 1.28 to about 1.2 times the uncertainty on
+    /// TATP and YCSB-B, for about 1 % of one core
+    /// (docs/performance-history.md). The simulator has no ticker thread
+    /// and ignores it.
     pub ticker_spin_us: u64,
     /// Disk durability: writer threads of each node's log, so that up to
     /// this many fsyncs are in flight at once (default 1, at most
     /// [`MAX_LOG_WRITERS`]). Two let a record written during an fsync
     /// get its own at once instead of waiting for that one to end; one
-    /// makes each fsync cover more records. Measured side by side on this
-    /// 2-core machine (issue 7, seventeenth session, four alternating
-    /// pairs each): TATP at 32 sessions 7 % faster with one writer (5 %
-    /// less node CPU per transaction), TATP at 8 sessions and the 4-key
-    /// RMW at 8 within 1 %.
+    /// makes each fsync cover more records. On a 2-core machine TATP at 32
+    /// sessions runs about 7 % faster with one writer than with two, and
+    /// TATP at 8 sessions and the 4-key RMW at 8 within 1 %
+    /// (docs/performance-history.md).
     pub log_writers: usize,
 }
 
@@ -251,12 +250,12 @@ pub struct LeaseConfig {
     /// The lease between the CM and every member and client, ms (FaRM
     /// §5.1; default 50). Chosen as FaRM's Figure 16 does, by counting
     /// false positives (suspicions with no fault injected) during
-    /// full-load TATP on this 2-core machine (3 nodes, disk durability,
+    /// full-load TATP on a 2-core machine (3 nodes, disk durability,
     /// 32 sessions; leases on their own thread): 0 in 10 minutes at 50 ms;
     /// at 25 ms (half) 0 in one 10-minute run but one incident in a
     /// 40-second one; at 12 ms, 6 in 10 minutes (README, "Leases and
-    /// clocks"). Before the lease thread, 50 ms failed the main job 3 runs
-    /// of 3.
+    /// clocks"). Leases need their own thread: on the runtime's threads,
+    /// 50 ms is too short under full load.
     pub lease_ms: u64,
     /// How long a would-be CM waits for probe replies, ms (FaRM §5.2 step 2).
     pub probe_timeout_ms: u64,
@@ -319,7 +318,7 @@ impl Default for CoordinationConfig {
     }
 }
 
-/// Where a node keeps what it acknowledged (issue 6, durability).
+/// Where a node keeps what it acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DurabilityMode {
@@ -351,15 +350,15 @@ pub struct DurabilityConfig {
     /// installed the writes ([`meridian_wire::TxnResponse::Installed`],
     /// while every region has a complete backup), so a read-write
     /// transaction waits for one fsync stage, its backups' COMMIT-BACKUP
-    /// records, instead of two (TATP disk at 32 sessions 42.0k → 46.6k
-    /// tx/s, the 4-key RMW at 8 sessions 4.7k → 6.1k). But **`false` can
+    /// records, instead of two (about 11 % more TATP throughput at 32
+    /// sessions on disk, 30 % more 4-key RMW at 8). But **`false` can
     /// lose a reported commit**: if the region's primary crashes before
     /// its next fsync (in a crash of every node, say), the commit is left
     /// only in its backups' COMMIT-BACKUP records, and a configuration may
     /// leave out up to f of a region's replicas (those that did not answer
     /// its CM's probe in time); if it leaves out those backups, recovery
-    /// finds only the primary's LOCK record and aborts the commit (swarm
-    /// seeds 31030, 33694, 35413; ARCHITECTURE.md). With `true` the
+    /// finds only the primary's LOCK record and aborts the commit. With
+    /// `true` the
     /// primary's durable COMMIT-PRIMARY record decides it. Like
     /// PostgreSQL's `synchronous_commit = off`, use `false` only where
     /// losing the last commits before such a crash is acceptable.
@@ -393,10 +392,10 @@ pub struct ClockConfig {
     /// uncertainty is on a read's path only when the read arrives before
     /// the node's clock shows its `read_ts` past (`reads_wait_at_server`),
     /// which a transit of a few tens of µs usually covers; each sync costs
-    /// about 100 µs of CPU over the threads of both ends on this machine's
+    /// about 100 µs of CPU over the threads of both ends on a 2-core machine's
     /// loopback (timer wake-ups, the master's lease thread, the reply's
     /// hand-off to the node's runtime), and at 1 ms per node the syncs
-    /// took a quarter of an idle cluster's CPU (issue 7).
+    /// would take a quarter of an idle cluster's CPU.
     pub node_sync_interval_us: u64,
     /// A process uses no synchronisation older than this, µs (default
     /// 10,000; at least twice `sync_interval_us`). A client cut off from
@@ -445,7 +444,7 @@ pub struct ClockConfig {
     /// it (FaRMv2 §7.3), but the wait overlaps the messages' trip, no
     /// client thread wakes for it, and the locks are held for less time.
     /// A transaction with nothing to validate and no backups (a
-    /// one-replica region) waits at the coordinator as before. Clients
+    /// one-replica region) waits at the coordinator, as in FaRMv2. Clients
     /// read it once, when they start; nodes honour a held request either
     /// way.
     pub writes_wait_at_server: bool,
@@ -664,8 +663,9 @@ pub struct Configuration {
     /// its configuration after a restart keeps its role but not its
     /// clock, which starts afresh at its stored time bound; members and
     /// clients see no change of CM, so this is how they know to drop the
-    /// old clock's samples and follow the new one (FaRMv2 §4.3; swarm
-    /// seed 1909). See [`Configuration::clock_master_changed_from`].
+    /// old clock's samples and follow the new one (FaRMv2 §4.3), instead
+    /// of handing out timestamps from the old clock's timeline. See
+    /// [`Configuration::clock_master_changed_from`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub clock_epoch: u64,
 }
