@@ -28,7 +28,7 @@
 //!    if a CM stored a newer one and failed before its NEW-CONFIG reached
 //!    anyone, the next probe is of that one (under its id, to its members
 //!    and the current ones), a majority of either will do, and the remap
-//!    starts from it ([`Reconfig::on_stored`]; swarm seeds 26030, 22870).
+//!    starts from it ([`Reconfig::on_stored`]).
 //! 3. *CAS.* It asks the coordination service to replace configuration
 //!    `c` by `c + 1` ([`ReconfigOutput::Cas`]): only one machine can win.
 //! 4. *Remap.* `c + 1` is [`Configuration::remap`] of `c` with the probed
@@ -152,7 +152,7 @@ pub enum ReconfigOutput {
     /// configuration it stores, and hand the answer to
     /// [`Reconfig::on_stored`]. A newer one may have been stored by a CM
     /// that failed before its NEW-CONFIG reached anyone, leaving members
-    /// that only a probe over it can gather (swarm seed 26030).
+    /// that only a probe over it can gather.
     ReadStored,
     /// Step 7: the applied configuration is committed; unblock, set the
     /// clock to at least `clock_ff_ns`, start transaction recovery.
@@ -176,9 +176,9 @@ enum State {
         /// service stores ([`Reconfig::probe_base`]). Probes and their
         /// answers carry it, so that a member answering as empty refuses
         /// that configuration's NEW-CONFIG from its old CM afterwards
-        /// (swarm seed 22870: probed under the older id, a member that
-        /// answered empty then applied the newer configuration from its
-        /// CM, which went on serving the clock beside the prober's).
+        /// (probed under the older id, a member that answered empty could
+        /// apply the newer configuration from its CM, which would go on
+        /// serving the clock beside the prober's).
         probed: ConfigId,
         seq: u64,
         suspects: BTreeSet<NodeId>,
@@ -294,7 +294,7 @@ pub struct Reconfig {
     /// members that acknowledged it): NEW-CONFIG-COMMIT is still resent to
     /// the others until they acknowledge or a newer configuration comes. A
     /// member that was only cut off for a while would otherwise wait for
-    /// the commit forever, and recovery with it (swarm seed 183).
+    /// the commit forever, and recovery with it.
     unfinished_commit: Option<(ConfigId, u64, BTreeSet<NodeId>)>,
     /// When this member first suspected the CM of this configuration.
     cm_suspected_since: Option<(ConfigId, u64)>,
@@ -316,8 +316,7 @@ pub struct Reconfig {
     /// The proposal [`Reconfig::abandon_unacked`] left for a probe: if the
     /// probe cannot make a successor (a minority, or a lost region), the
     /// CM goes back to it, resending NEW-CONFIG, rather than sit with an
-    /// applied configuration nobody will ever commit (found by the swarm:
-    /// seed 8).
+    /// applied configuration nobody will ever commit.
     abandoned: Option<Box<State>>,
     /// Regions this node holds as a filling replica in the configuration
     /// named and has finished filling there ([`Reconfig::set_filled`]);
@@ -357,8 +356,8 @@ impl Reconfig {
     /// complete at the remap: the CM marks a filled replica ready only in
     /// its own memory ([`Reconfig::mark_ready`]), so if the CM fails before
     /// a configuration records it, its successor would otherwise take the
-    /// region's last complete replica for its only one (swarm seed 17050:
-    /// two replicas filled, the primary crashed 28 ms later, region lost).
+    /// region's last complete replica for its only one and report the
+    /// region lost when that replica fails, although filled copies exist.
     /// Ignored for any configuration but the one this node runs.
     pub fn set_filled(&mut self, config: ConfigId, regions: BTreeSet<meridian_wire::RegionId>) {
         self.filled_here = (config, regions);
@@ -505,8 +504,8 @@ impl Reconfig {
     /// applies it leaves the members in c, and the members c+1 removed
     /// take part in nothing. If they were enough of c, the rest can never
     /// gather a majority of c, and without a CAS they never learn c+1
-    /// (swarm seed 26030: c = {0,1,3,4}, c+1 = {0,3,4} stored by CM 0,
-    /// which crashed; 1 removed; 3 and 4 probed c forever). Over c+1's
+    /// (e.g. c = {0,1,3,4}, c+1 = {0,3,4} stored by CM 0, which crashes;
+    /// 1 is removed; 3 and 4 alone are no majority of c). Over c+1's
     /// members they are a majority.
     pub fn on_stored(&mut self, stored: Configuration) {
         if self.removed
@@ -554,8 +553,7 @@ impl Reconfig {
     /// True when the CM may start removing members whose lease expired: as
     /// [`Reconfig::may_start`], but also while it still resends
     /// NEW-CONFIG-COMMIT — to a member that died meanwhile it would resend
-    /// forever, and data recovery waits for that member (found by the
-    /// swarm: seed 31).
+    /// forever, and data recovery waits for that member.
     pub fn may_suspect_members(&self) -> bool {
         !self.removed
             && !self.pending_commit
@@ -565,8 +563,8 @@ impl Reconfig {
     /// True when this member may suspect its CM (FaRM §5.2 step 1): as
     /// [`Reconfig::may_start`], but also while it waits for the commit of
     /// a configuration it applied — a CM that dies between NEW-CONFIG and
-    /// NEW-CONFIG-COMMIT is replaced like any other (found by the swarm:
-    /// seeds 40 and 76 stayed blocked forever).
+    /// NEW-CONFIG-COMMIT is replaced like any other; otherwise its members
+    /// stay blocked forever.
     pub fn may_suspect_cm(&self) -> bool {
         !self.removed && matches!(self.state, State::Member)
     }
@@ -621,9 +619,8 @@ impl Reconfig {
             .unwrap_or(self.params.backup_cms.max(1));
         // A backup of rank k gives the ones before it k leases from its
         // first suspicion of this CM, then probes itself:
-        // the first backup may be dead too (swarm seed 427: the CM and the
-        // first backup crashed at once, and the others asked the dead
-        // backup forever).
+        // the first backup may be dead too (if the CM and the first backup
+        // crash at once, the others must not ask the dead backup forever).
         let config = self.config.id();
         let since = match self.cm_suspected_since {
             Some((c, t)) if c == config => t,
@@ -670,8 +667,8 @@ impl Reconfig {
         // FaRM §5.2 step 2's majority is about who else may still serve);
         // any other answer from a suspect is ignored, so a suspect that is
         // alive after all is still left out. Without this a configuration of two members whose CM
-        // crashed and restarted could never be replaced (swarm seed 608:
-        // the survivor's probes of its one other member failed forever).
+        // crashed and restarted could never be replaced (the survivor's
+        // probes of its one other member would fail forever).
         let ask_suspects = sets.iter().any(|ms| {
             let others = ms.iter().filter(|m| !suspects.contains(m)).count();
             others * 2 <= ms.len()
@@ -728,9 +725,8 @@ impl Reconfig {
         let mut alive = replied.clone();
         alive.insert(self.me);
         // A majority of this node's configuration, or of the newer one the
-        // service stores (swarm seed 26030: the members the stored one
-        // removed answer no probe of the old one, which the rest were
-        // only half of).
+        // service stores (the members the stored one removed answer no
+        // probe of the old one, of which the rest may be only half).
         let majority = sets.iter().any(|ms| {
             let counted = ms
                 .iter()
@@ -775,9 +771,9 @@ impl Reconfig {
             // The stored configuration (another prober's CAS won) removed
             // this node: it must not propose a successor of it that adds
             // itself back as CM (FaRM §5.2: a removed machine rejoins).
-            // Doing so stored a configuration whose NEW-CONFIG the
-            // members of the winner's refused as a non-member's, and
-            // nothing ever committed again (swarm seed 437).
+            // Such a configuration, once stored, sends a NEW-CONFIG that the
+            // winner's members refuse as a non-member's, and nothing ever
+            // commits again.
             self.tell_probe_failed();
             self.become_removed(base.id());
             return;
@@ -841,10 +837,10 @@ impl Reconfig {
                 // its majority), and the CAS may or may not have taken
                 // effect. Ask again until the service answers: either it
                 // stores the proposal (above) or another one (below).
-                // Dropping the attempt here left a CM that had abandoned
-                // its own unacknowledged proposal for this probe a member
-                // whose configuration waited for a commit nobody would
-                // send, suspecting no one (swarm seed 25297).
+                // Dropping the attempt here would leave a CM that
+                // abandoned its own unacknowledged proposal for this probe
+                // a member whose configuration waits for a commit nobody
+                // will send, suspecting no one.
                 // (Asked again after a lease, not at once: a replica here
                 // may answer at once, and from a stale copy.) The CAS
                 // client counts a stored proposal equal to this one as
@@ -861,9 +857,9 @@ impl Reconfig {
                 // The winner removed this node: no NEW-CONFIG of it will
                 // come, and a CM whose own configuration still waits for
                 // its commit would otherwise neither suspect anyone nor
-                // be suspected by itself, staying in it for good (swarm
-                // seed 10499). Removed, it joins again (FaRM §5.2), as a
-                // probe over such a configuration makes it (seed 437).
+                // be suspected by itself, staying in it for good.
+                // Removed, it joins again (FaRM §5.2), as a probe over such
+                // a configuration makes it.
                 self.service_config = None;
                 self.become_removed(current.id());
                 return;
@@ -898,11 +894,9 @@ impl Reconfig {
             // the old CM may still last (`cm_lease_left_ns`, waited out
             // with the clock samples' age below): once those are over the
             // old CM holds no majority, so it serves and hands out time no
-            // more. (This used to wait a whole lease past the probe: CM
-            // failover committed ~100 ms after the kill instead of ~60.)
-            // Others removed with it held leases the old CM granted while
-            // it had its majority: one lease more (`after_grants_ns`),
-            // where this waited two leases past the probe.
+            // more, with no whole lease waited past the probe. Others
+            // removed with it held leases the old CM granted while it had
+            // its majority: they get one lease more (`after_grants_ns`).
             now
         } else {
             probe_end_ns.saturating_add(2 * over)
@@ -1063,8 +1057,7 @@ impl Reconfig {
                 // this node missed its NEW-CONFIG, whose CM then failed) is
                 // answered too: otherwise members left in the older one and
                 // members that applied the newer one ignore each other's
-                // probes for good (swarm seed 1542, which then finds that
-                // more than f replicas of a region failed and says so).
+                // probes for good.
                 if config >= mine {
                     if from != self.config.cm() {
                         self.answered.insert(from, (seq, now));
@@ -1158,11 +1151,11 @@ impl Reconfig {
                         // applied then. Applying this one now would drop
                         // the attempt while the CAS may still succeed,
                         // leaving the service with a configuration no
-                        // node drives: the CM's time-bound raises were
-                        // then refused for good and its clock stopped
-                        // (swarm seed 2562). Acknowledging it and keeping
-                        // the attempt instead granted the CM a lease that
-                        // the new CM did not outwait (a G-single cycle).
+                        // node drives: the CM's time-bound raises would
+                        // be refused for good and its clock would stop.
+                        // Acknowledging it and keeping the attempt instead
+                        // would grant the CM a lease that the new CM does
+                        // not outwait (a G-single cycle).
                         return false;
                     }
                 }
@@ -1341,9 +1334,9 @@ impl Reconfig {
 
     /// Back to [`State::Member`] once every member of the committed
     /// configuration acknowledged NEW-CONFIG-COMMIT. The CM counts itself,
-    /// so a configuration of the CM alone ends its commit at once
-    /// (register `--faults` seed 1513: it waited for an acknowledgement
-    /// nobody would send, and refused every JOIN meanwhile).
+    /// so a configuration of the CM alone ends its commit at once instead
+    /// of waiting for an acknowledgement nobody will send (and refusing
+    /// every JOIN meanwhile).
     fn end_commit_if_acked(&mut self) {
         if let State::Committing { acked, .. } = &self.state {
             if self.config.members().iter().all(|m| acked.contains(m)) {
@@ -1439,8 +1432,8 @@ impl Reconfig {
     /// A member gets a lease from the first NEW-CONFIG to acknowledge it:
     /// its lease at the CM may have run out only because it answered
     /// another node's probe (and stopped renewing), which says nothing of
-    /// its health (found by the swarm: seed 8 abandoned a proposal 0.1 ms
-    /// before the ACK came).
+    /// its health (without that lease, a proposal could be abandoned just
+    /// before the member's ACK comes).
     /// Returns the members it now probes without (empty: nothing done).
     pub fn abandon_unacked(&mut self, now: u64, suspects: &[NodeId]) -> Vec<NodeId> {
         let State::Proposing {
@@ -1841,11 +1834,10 @@ mod tests {
         assert!(net.log.iter().all(|l| !l.contains("changed true")));
     }
 
-    /// Register `--faults` seed 1513: a configuration that shrank to its
-    /// CM alone left the CM committing forever (the commit waited for an
-    /// acknowledgement from some other member, and there was none), so it
-    /// refused every removed node's JOIN and the cluster stayed at one
-    /// member.
+    /// A configuration that shrinks to its CM alone commits at once: a
+    /// commit waiting for an acknowledgement from some other member would
+    /// leave the CM committing forever, refusing every removed node's JOIN,
+    /// and the cluster would stay at one member.
     #[test]
     fn a_cm_left_alone_finishes_its_commit_and_may_add_members_again() {
         let mut net = Net::new(2);
@@ -1882,13 +1874,13 @@ mod tests {
         assert!(cm.may_start(), "{}", cm.describe());
     }
 
-    /// Swarm seed 2562: a prober casing a proposal 3 over the stored
-    /// configuration 2 (learned from a lost CAS) receives 2's NEW-CONFIG
-    /// before its CAS is decided. It must neither apply it (that dropped
-    /// the attempt, and the CAS then succeeded: the service held a 3 no
-    /// node drove) nor acknowledge it (a lease to 2's CM that 3's commit
-    /// would not outwait). It answers nothing; its CAS wins, it proposes
-    /// 3, and every live node commits 3 with it as CM.
+    /// A prober casing a proposal 3 over the stored configuration 2
+    /// (learned from a lost CAS) receives 2's NEW-CONFIG before its CAS is
+    /// decided. It must neither apply it (that drops the attempt, and if
+    /// the CAS then succeeds the service holds a 3 no node drives) nor
+    /// acknowledge it (a lease to 2's CM that 3's commit would not
+    /// outwait). It answers nothing; its CAS wins, it proposes 3, and every
+    /// live node commits 3 with it as CM.
     #[test]
     fn a_prober_casing_over_a_configuration_defers_its_new_config() {
         let mut net = Net::new(3);
@@ -2035,8 +2027,8 @@ mod tests {
         assert_eq!(net.committed(0).0, 1, "no configuration may follow");
     }
 
-    /// Swarm seed 26030: the CM stores a configuration that removes a
-    /// member and dies before any NEW-CONFIG goes out. The removed member
+    /// The CM stores a configuration that removes a member and dies
+    /// before any NEW-CONFIG goes out. The removed member
     /// answers no probe, so the two others are half of the old
     /// configuration and never a majority of it; read from the service,
     /// the stored configuration makes them two of its three.
@@ -2078,10 +2070,9 @@ mod tests {
         }
     }
 
-    /// Seeds 40 and 76: the CM died between NEW-CONFIG and
-    /// NEW-CONFIG-COMMIT; members waiting for the commit never suspected it
-    /// and the cluster stayed blocked. A member waiting for a commit may
-    /// suspect its CM, and the next configuration follows the applied one.
+    /// The CM dies between NEW-CONFIG and NEW-CONFIG-COMMIT. A member
+    /// waiting for the commit may suspect its CM (else the cluster stays
+    /// blocked), and the next configuration follows the applied one.
     #[test]
     fn a_cm_dying_before_its_commit_is_replaced() {
         let mut net = Net::new(5);
@@ -2142,7 +2133,7 @@ mod tests {
         );
     }
 
-    /// Seed 780: when the CM (the clock master) changes, the commit — and
+    /// When the CM (the clock master) changes, the commit — and
     /// the new master's clock — waits the clock's maximum sample age past
     /// the members' acks, so a process no NEW-CONFIG reached has stopped
     /// handing out the old master's time.
@@ -2228,12 +2219,13 @@ mod tests {
         assert_eq!(net.store.members(), vec![NodeId(1), NodeId(3), NodeId(4)]);
     }
 
-    /// Swarm seed 17050: the CM, primary of a region whose two backups
-    /// were new (filling), crashed 28 ms after both finished filling. Their
-    /// `ReplicaReady` had reached only the CM's memory, so the survivors'
-    /// remap took the CM's copy for the region's only complete one and
-    /// reported the region lost. Probe answers now carry the regions each
-    /// member finished filling, and the remap counts those copies complete.
+    /// The CM, primary of a region whose two backups are new (filling),
+    /// crashes just after both finished filling. Their `ReplicaReady`
+    /// reached only the CM's memory, so a remap that trusted only the
+    /// configuration would take the CM's copy for the region's only
+    /// complete one and report the region lost. Probe answers carry the
+    /// regions each member finished filling, and the remap counts those
+    /// copies complete.
     #[test]
     fn copies_filled_before_the_cm_failed_survive_it() {
         let run = |report_filled: bool| {
@@ -2337,13 +2329,13 @@ mod tests {
         assert_eq!(net.log.last().unwrap(), "n3 removed by 2");
     }
 
-    /// Half the members failed and came back without their memory (swarm
-    /// seed 608: a configuration of two whose CM crashed and restarted).
-    /// The others alone are no majority, so the prober asks the suspects
-    /// too; their empty answers (the node process answers a probe so once
-    /// it restarted empty) count toward the majority, and the new
-    /// configuration leaves them out. Before, the suspects were never
-    /// probed and every attempt failed for want of a majority.
+    /// Half the members failed and came back without their memory (e.g.
+    /// a configuration of two whose CM crashed and restarted). The others
+    /// alone are no majority, so the prober asks the suspects too; their
+    /// empty answers (the node process answers a probe so once it
+    /// restarted empty) count toward the majority, and the new
+    /// configuration leaves them out. Without probing the suspects, every
+    /// attempt would fail for want of a majority.
     #[test]
     fn suspects_that_restarted_empty_complete_the_majority() {
         let mut net = Net::new(4);
@@ -2429,14 +2421,14 @@ mod tests {
         assert!(net.log.iter().all(|l| !l.contains("cas")), "{:?}", net.log);
     }
 
-    /// Swarm seed 10499: the CM of a configuration still waiting for one
-    /// member's ACK probes that member and CASes a successor, but another
-    /// prober's CAS removing the CM won first. Its configuration applied
-    /// and uncommitted, the CM neither suspected anyone (its commit was
-    /// pending) nor its CM (itself), and no NEW-CONFIG of the winner came
-    /// (not a member): it stayed in its configuration for good, never
-    /// rejoining. A lost CAS to a configuration without this node now
-    /// tells it it was removed, as a probe over such a configuration does.
+    /// The CM of a configuration still waiting for one member's ACK
+    /// probes that member and CASes a successor, but another prober's CAS
+    /// removing the CM wins first. Its configuration applied and
+    /// uncommitted, the CM suspects neither anyone (its commit is pending)
+    /// nor its CM (itself), and no NEW-CONFIG of the winner comes (not a
+    /// member): it would stay in its configuration for good, never
+    /// rejoining. A lost CAS to a configuration without this node tells it
+    /// it was removed, as a probe over such a configuration does.
     #[test]
     fn a_cm_whose_cas_loses_to_a_configuration_without_it_is_removed() {
         let mut net = Net::new(6);
@@ -2483,12 +2475,11 @@ mod tests {
         );
     }
 
-    /// Swarm seed 25297: a prober's CAS got no answer (the CAS client
-    /// gave up, cut off from the service's majority) and the prober went
-    /// back to being a plain member, dropping the attempt; as a CM that
-    /// had abandoned its own unacknowledged proposal for the probe, it
-    /// then waited for a commit nobody would send. It now asks again a
-    /// lease later, until the service answers.
+    /// A prober's CAS gets no answer (the CAS client gave up, cut off
+    /// from the service's majority). Dropping the attempt would leave it,
+    /// a CM that abandoned its own unacknowledged proposal for the probe,
+    /// waiting for a commit nobody will send. It asks again a lease later,
+    /// until the service answers.
     #[test]
     fn a_cas_without_an_answer_is_asked_again() {
         let mut net = Net::new(5);
