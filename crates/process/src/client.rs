@@ -15,15 +15,16 @@
 //!   `clock.sync_interval_us`; GET_TS waits become [`Effect::Wake`]s;
 //! - the truncation queue: TRUNCATEs ride on the next request to a node, or
 //!   are flushed every `truncate_flush_us`, and are re-queued if the frame
-//!   that carried them is not acknowledged (review finding 7).
+//!   that carried them is not acknowledged, so no LOCK record is left
+//!   untruncated because a frame was lost.
 //!
-//! Failure rules (review finding 2): a timeout, a lost connection or a
+//! Failure rules: a timeout, a lost connection or a
 //! protocol error *before* the commit decision abandons the transaction and
 //! sends ABORT to every primary a LOCK went to, retried up to `rpc_attempts`
 //! times. After the decision (COMMIT-BACKUP sent) the coordinator may not
 //! abort: it retries the idempotent COMMIT-BACKUP / COMMIT-PRIMARY messages,
 //! and if they still fail it reports [`TxnError::Indeterminate`]; recovery
-//! (FaRM §5.3) resolves such transactions in the fault-tolerance work. A
+//! (FaRM §5.3, `crate::recovery`) resolves such transactions. A
 //! transaction is reported committed on the first COMMIT-PRIMARY ack, and
 //! TRUNCATE is queued once every primary has acknowledged.
 //!
@@ -101,7 +102,7 @@ pub enum CallResult {
     /// `execute`: no answer in time (or the connection was
     /// lost). The node may or may not have committed it (Jepsen's `:info`);
     /// Execute is not retried, since running it twice is not idempotent
-    /// (exactly-once retries arrive with RIFL).
+    /// (exactly-once retries need RIFL, which is not built).
     ExecuteLost(String),
     /// The call failed; [`TxnError::Aborted`] is the normal, retryable case.
     Failed(TxnError),
@@ -136,7 +137,7 @@ pub struct ClientStats {
     /// Of `ts_wait_ns_sum`, the part after each wait's deadline (the local
     /// time its lower bound passed the timestamp): how late the input or
     /// tick that ended it came, ns. The rest is the wait the clock asks
-    /// for (issue 7 goal 6).
+    /// for.
     pub ts_late_ns_sum: u64,
     /// Waits counted in `ts_wait_ns_sum` that ended more than 100 µs
     /// after their deadline.
@@ -381,8 +382,8 @@ pub struct ClientProcess {
     next_wait: u64,
     // The maps below hold their values boxed: an `OpenTxn` is about
     // 550 bytes and an `Rpc` about 230, and a B-tree insert or remove
-    // shifts the values of a node (7 % of the bench client's CPU went to
-    // those moves before, TATP at 32 sessions).
+    // shifts the values of a node (unboxed, those moves take about 7 % of
+    // the bench client's CPU in TATP at 32 sessions).
     txns: BTreeMap<TxnHandle, Box<OpenTxn>>,
     finishing: BTreeMap<TxId, Box<Transaction>>,
     rpcs: BTreeMap<u64, Box<Rpc>>,
@@ -529,8 +530,8 @@ impl ClientProcess {
             }
         });
         // A change of CM, or a CM restarted from disk that renewed its
-        // configuration with a fresh clock (`Configuration::clock_epoch`,
-        // swarm seed 1909).
+        // configuration with a fresh clock (`Configuration::clock_epoch`):
+        // either way the old clock's samples must go.
         if failover && !self.managed {
             // Never hand out a timestamp below one handed out before.
             let ff = self.clock.fast_forward_value(now);
@@ -1058,7 +1059,7 @@ impl ClientProcess {
     }
 
     /// Ask the CM for a coordinator id unique in the cluster (FaRM §4's
-    /// `m`; unique across CM restarts, review finding 6) and adopt it.
+    /// `m`; unique across CM restarts) and adopt it.
     /// Replies [`CallResult::Registered`]. Begin no transaction before it
     /// is answered; the RPC is retried up to `rpc_attempts` times.
     pub fn register(&mut self, now: u64, call: CallId) {
@@ -1073,8 +1074,7 @@ impl ClientProcess {
 
     /// Stop taking new transactions, flush every queued TRUNCATE, and reply
     /// [`CallResult::Closed`] once no truncation, abort or commit ack is
-    /// outstanding (review finding 7: truncations are not dropped with the
-    /// client).
+    /// outstanding (truncations are not dropped with the client).
     pub fn close(&mut self, now: u64, call: CallId) {
         self.closing = Some(call);
         self.flush_truncates(now);
@@ -1122,7 +1122,7 @@ impl ClientProcess {
     /// under load an input arrives every few microseconds, so most
     /// uncertainty waits end at the first input after their deadline
     /// instead of at the ticker's wake-up, which comes later on a busy
-    /// machine (issue 7: GET_TS wait ÷ uncertainty 1.6 → 1.25 on YCSB-B).
+    /// machine.
     fn end_due_waits(&mut self, now: u64) {
         while let Some((&(ready, seq), _)) = self.waits.iter().next() {
             if ready > now {
@@ -1137,8 +1137,8 @@ impl ClientProcess {
     /// The local time the earliest wait (an uncertainty wait, a parked
     /// clock wait, a sleep) ends at, if any. The shell re-reads its clock
     /// against it before it lets go of the process, so a wait that came
-    /// due while an input was being processed ends there and then
-    /// (issue 7, the uncertainty wait's excess).
+    /// due while an input was being processed ends there and then, not
+    /// at the ticker's next wake-up.
     pub fn next_wait_ns(&self) -> Option<u64> {
         self.waits.keys().next().map(|&(ready, _)| ready)
     }
@@ -1651,14 +1651,14 @@ impl ClientProcess {
     /// configuration cannot commit without this node's NEW-CONFIG-ACK, so
     /// the node either applies it (the resent request then succeeds) or a
     /// later configuration removes it, and that one's recovery (FaRM §5.3)
-    /// decides the transaction. Giving up instead (the refusal used to be a
-    /// protocol error, so the transaction ended indeterminate) left its
-    /// LOCK records holding their objects for good once the configuration
-    /// committed with the node: nothing recovers a transaction of the
-    /// current configuration whose coordinator is alive (swarm seed 564:
-    /// every later writer of the key aborted until the time limit). The
-    /// safety of the commit is unchanged: the request is sent again as it
-    /// was, and the commit is reported only on a COMMIT-PRIMARY ack.
+    /// decides the transaction. Giving up instead (treating the refusal
+    /// as a protocol error, so the transaction ends indeterminate) would
+    /// leave its LOCK records holding their objects for good once the
+    /// configuration commits with the node: nothing recovers a transaction
+    /// of the current configuration whose coordinator is alive, and every
+    /// later writer of the key would abort. The safety of the commit does
+    /// not depend on this: the request is sent again as it was, and the
+    /// commit is reported only on a COMMIT-PRIMARY ack.
     fn lagging_commit_participant(&self, id: u64, resp: &Response) -> bool {
         let Response::Rejected(Rejection::ConfigMismatch { sent, current }) = resp else {
             return false;
@@ -1677,7 +1677,7 @@ impl ClientProcess {
 
     /// Give up on the COMMIT-PRIMARY acks of reported transaction `tx`:
     /// forget it together with every ack RPC still outstanding for it
-    /// (found by swarm seed 3515: a rejected ack left its siblings behind).
+    /// (a rejected ack must not leave its siblings behind).
     /// Its records wait for recovery (FaRM §5.3).
     /// `tx`'s records may remain at some node: hold the low bound below it.
     fn unresolved(&mut self, tx: TxId) {
@@ -1776,7 +1776,8 @@ impl ClientProcess {
         }
         self.stats.rpc_retries += 1;
         // The lag refusals carry over too: they bound the request's
-        // resends, not one resend's (swarm seed 10499).
+        // resends, not one resend's, so a target stuck in an older
+        // configuration is not resent to forever.
         let (attempt, lag_refusals) = (rpc.attempt + 1, rpc.lag_refusals);
         self.send_rpc(now, rpc.to, rpc.req, rpc.purpose);
         if let Some(r) = self.rpcs.get_mut(&(self.next_rpc - 1)) {
@@ -2115,8 +2116,8 @@ impl ClientProcess {
                     self.stats.clock_refused += 1;
                     // Not (or no longer) the clock master: the CM changed.
                     // A client whose samples expired starts no transaction,
-                    // so this is how it learns the new configuration (YCSB
-                    // sim seed 3 stayed stuck without it).
+                    // so this is how it learns the new configuration
+                    // (without it, such a client stays stuck).
                     self.refresh_config(now, None);
                 }
             }
@@ -2799,13 +2800,12 @@ mod tests {
         p
     }
 
-    /// Swarm seed 1909: a CM restarted from disk renews its configuration
-    /// as CM again with a fresh clock (a new `clock_epoch`). A client
-    /// adopting it must drop the samples of the master's previous
-    /// incarnation and wait for a sync with the new one, as at a change of
-    /// CM (FaRMv2 §4.3); before, it kept handing out timestamps from the
-    /// old timeline. A renewal by a CM that did not restart keeps the
-    /// clock.
+    /// A CM restarted from disk renews its configuration as CM again with
+    /// a fresh clock (a new `clock_epoch`). A client adopting it must drop
+    /// the samples of the master's previous incarnation and wait for a sync
+    /// with the new one, as at a change of CM (FaRMv2 §4.3), rather than
+    /// hand out timestamps from the old timeline. A renewal by a CM that
+    /// did not restart keeps the clock.
     #[test]
     fn a_configuration_renewed_by_a_restarted_cm_resynchronises_the_clock() {
         let c = config();
@@ -3143,14 +3143,13 @@ mod tests {
         assert_eq!(p.truncate_low(), 0, "held below the unknown transaction");
     }
 
-    /// Swarm seed 10499: a COMMIT-PRIMARY target stuck in an older
-    /// configuration (removed by a later one, it never learned) refuses
-    /// every resend with `ConfigMismatch`. The refusals' given-back
-    /// attempts are bounded per request, across its resends: once
-    /// `rpc_attempts` of them are spent, the attempts count again and the
-    /// commit ends indeterminate, for recovery to decide. Each resend
-    /// started the count afresh, and the client resent every 20 ms until
-    /// the run's time limit.
+    /// A COMMIT-PRIMARY target stuck in an older configuration (removed
+    /// by a later one, it never learned) refuses every resend with
+    /// `ConfigMismatch`. The refusals' given-back attempts are bounded per
+    /// request, across its resends: once `rpc_attempts` of them are spent,
+    /// the attempts count again and the commit ends indeterminate, for
+    /// recovery to decide. A count that started afresh at each resend
+    /// would resend every 20 ms forever.
     #[test]
     fn a_lagging_commit_primary_target_is_resent_a_bounded_number_of_times() {
         let mut p = ClientProcess::new(&config(), 7, 1);
@@ -3233,7 +3232,7 @@ mod tests {
         }
     }
 
-    /// Review finding 2: a LOCK that times out must not leave the other
+    /// A LOCK that times out must not leave the other
     /// LOCK target locked: ABORT goes to every LOCK target.
     #[test]
     fn a_lock_timeout_sends_abort_to_every_lock_target() {
@@ -3263,7 +3262,7 @@ mod tests {
         p.check_invariants();
     }
 
-    /// Review finding 7: truncations are flushed on close, re-sent when the
+    /// Truncations are flushed on close, re-sent when the
     /// frame carrying them is lost, and close answers once they are acked.
     #[test]
     fn truncations_survive_a_lost_frame_and_are_flushed_on_close() {
