@@ -11,8 +11,9 @@
 //! answers through [`crate::reconfig::Reconfig::on_cas`]. A shell reaches
 //! the service through [`CoordinationService`]. [`MemoryService`] is the
 //! linearizable register the simulator and the tests use (the simulator
-//! decides reachability itself); the production implementation will be a
-//! Raft group (raft-rs) embedded in the first 1, 3 or 5 nodes.
+//! decides reachability itself). Real nodes use the Raft group (raft-rs)
+//! embedded in the first 1, 3 or 5 nodes instead ([`crate::raft_service`]),
+//! reached through messages rather than this trait.
 //!
 //! **Invariants.** The stored identifier only grows, by exactly one per
 //! successful compare-and-swap.

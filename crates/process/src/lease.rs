@@ -311,7 +311,7 @@ impl LeaseClient {
     /// committing, so the replaced CM has stopped serving whatever it was
     /// granted late. Grants to `asking` itself do not count: a re-sent
     /// NEW-CONFIG's second ACK would otherwise report the first one, and
-    /// every CM failover waited one lease for nothing (found measuring it).
+    /// every CM failover would wait one lease for nothing.
     pub fn cm_lease_left_ns(&self, now: u64, asking: NodeId) -> u64 {
         let over = self.params.surely_over_ns();
         self.last_grants
@@ -1691,7 +1691,7 @@ mod tests {
     /// Clients hold leases too: the CM tracks one from its first request
     /// and suspects it a lease after its last; a released client is not
     /// suspected, and its request that arrives after the release (sent
-    /// before it; found by the simulator, seed 64) starts nothing.
+    /// before it) starts nothing.
     #[test]
     fn a_silent_client_is_suspected_and_a_released_one_is_not() {
         let p = params();

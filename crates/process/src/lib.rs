@@ -2,9 +2,9 @@
 //!
 //! **Problem.** Meridian's protocol engines (`Transaction`, `Participant`,
 //! `ClockSync`) are pure, but the code that drives them — retries, timeouts,
-//! abort sending, the truncation queue, clock synchronisation — used to be
-//! written once for tokio and again for the simulator, so the simulator
-//! tested its own copy and not the code that ships.
+//! abort sending, the truncation queue, clock synchronisation — decides
+//! safety under failures too. It must exist once, so that the simulator
+//! tests the code that ships rather than a copy of its own.
 //!
 //! **Design** (etcd-io/raft's `Ready`, openraft's `EngineOutput`,
 //! TigerBeetle's replica). Each role is a *process object*: a synchronous,

@@ -12,7 +12,8 @@
 //! CM change with FF, the maximum clock upper bound the surviving members
 //! report. After a whole-cluster crash no member survives to report one,
 //! and a restored CM's own clock says nothing about what its predecessor
-//! handed out (swarm seed 407: read_ts 759 ms after commits at 816 ms). So
+//! handed out (it may start below times already given out, and hand out a
+//! `read_ts` below commits that precede it). So
 //! the register also stores a bound on every time any master may have
 //! handed out, as Percolator's and TiDB's timestamp oracles store theirs: a
 //! clock master serves time only below the stored bound (less a reserve for
@@ -1402,8 +1403,8 @@ mod tests {
     }
 
     /// A read returns the stored configuration, from a follower too (the
-    /// group's replicas here; the node that reads in swarm seed 4033 hosts
-    /// none).
+    /// group's replicas here; a node restored from disk that reads it may
+    /// host no replica).
     #[test]
     fn a_read_returns_the_stored_configuration_from_any_replica() {
         let mut net = Net::new();
