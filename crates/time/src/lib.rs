@@ -102,8 +102,8 @@ pub enum ClockError {
     /// The local time given is older than every retained synchronisation:
     /// the caller read its clock, stalled, and a newer sample arrived in
     /// between. Using that sample at the older time would give a lower bound
-    /// that is too high and an upper bound that is too low (review finding
-    /// 4). Read the clock again and retry.
+    /// that is too high and an upper bound that is too low. Read the clock
+    /// again and retry.
     StaleLocalTime {
         /// The local time given, ns.
         local_ns: u64,
@@ -457,10 +457,10 @@ impl ClockSync {
         let t = sample.recv_local_ns;
         // Samples too old to hand out time from (`max_sample_age`) do not
         // veto a fresh one: extrapolated that far, a clock drifting past
-        // the bound against a new master made every later sample look
-        // inconsistent, and the process never synchronised again (swarm
-        // seeds 281, 322). What this process handed out (`last_lower`)
-        // still bounds every sample it accepts.
+        // the bound against a new master would make every later sample
+        // look inconsistent, and the process would never synchronise
+        // again. What this process handed out (`last_lower`) still bounds
+        // every sample it accepts.
         let max_age = self.max_sample_age_ns;
         if max_age > 0
             && self
@@ -738,10 +738,10 @@ impl ClockSync {
     ///
     /// Samples too old to hand out time from (`max_sample_age`) still
     /// bound the master's time here: their upper bound only grows with
-    /// the time since, at the drift bound. (Using only fresh ones made a
-    /// member paused past the sample age report no bound at all, and a new
-    /// master started below times the old one had handed out: swarm seed
-    /// 956.) A master reports its own time, even past its time bound.
+    /// the time since, at the drift bound. (Using only fresh ones, a
+    /// member paused past the sample age would report no bound at all, and
+    /// a new master could start below times the old one had handed out.)
+    /// A master reports its own time, even past its time bound.
     pub fn fast_forward_value(&mut self, local_ns: u64) -> u64 {
         let upper = if self.is_master {
             self.master_time(local_ns)
@@ -887,10 +887,10 @@ mod tests {
     }
 
     /// A clock running 2,000 ppm fast against its master (twice the bound)
-    /// extrapolates its lower bound past the master's time, and every
-    /// later sample looked inconsistent: the process never synchronised
-    /// again. Once its samples are too old to use, a fresh sample is
-    /// accepted again (never below what was handed out).
+    /// extrapolates its lower bound past the master's time, so every
+    /// later sample looks inconsistent with the old ones. Once its samples
+    /// are too old to use, a fresh sample is accepted again (never below
+    /// what was handed out), so the process synchronises again.
     #[test]
     fn expired_samples_do_not_veto_fresh_ones() {
         const MS: u64 = 1_000_000;
@@ -1098,7 +1098,7 @@ mod tests {
         assert!(tk.ready_local_ns > 77);
     }
 
-    /// Review finding 4: the caller reads its clock at `t`, stalls, and a
+    /// The caller reads its clock at `t`, stalls, and a
     /// sync sent after `t` is applied before it calls `get_ts(t)`. Using that
     /// sample at `t` gives an upper bound below the master's clock at `t`,
     /// so the timestamp would be in the past when the call began (breaking
@@ -1144,7 +1144,7 @@ mod tests {
         ));
     }
 
-    /// Review finding 8: a master whose clock goes backwards is reported,
+    /// A master whose clock goes backwards is reported,
     /// not clamped.
     #[test]
     fn a_master_clock_going_backwards_is_reported() {
@@ -1247,7 +1247,7 @@ mod tests {
         b.check_invariants(lb(later + 1_000_000));
     }
 
-    /// Seed 780: a process cut off from the clock master must stop handing
+    /// A process cut off from the clock master must stop handing
     /// out its time once its samples are older than the maximum age, and a
     /// fresh sample brings it back even when an older one still gives the
     /// best bound.
