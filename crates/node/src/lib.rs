@@ -19,7 +19,7 @@
 //!   touching only the process's `LeaseDesk`, never the process lock
 //!   (FaRM §5.1: load must not starve leases).
 //!
-//! The incarnation (unique across restarts, review finding 6) is a counter
+//! The incarnation (unique across restarts) is a counter
 //! in the node's data directory, incremented and fsynced before the node
 //! serves anything.
 //!
@@ -805,11 +805,10 @@ type HeldQueue = mpsc::Sender<(u64, Vec<NodeEffect>)>;
 
 /// Route one batch of a connection: what is free goes now, what waits for
 /// the log joins the connection's [`HeldQueue`]. The reader goes on at
-/// once. It used to wait here for the fsync, so a read-only transaction's
-/// READ queued behind another session's LOCK (disk-mode TATP: read-only
-/// p50 about 500 µs at 8 sessions), and no second fsync could be asked
-/// for on a connection while one was in progress (group commit saw one
-/// batch per client at a time).
+/// once and does not wait here for the fsync: waiting would queue a
+/// read-only transaction's READ behind another session's LOCK, and no
+/// second fsync could be asked for on a connection while one is in
+/// progress (group commit would see one batch per client at a time).
 async fn route_queued(shell: &Arc<Shell>, effects: Vec<NodeEffect>, held: &HeldQueue) {
     let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
     let log_end = shell.log_end.load(Ordering::Acquire);

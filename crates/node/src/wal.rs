@@ -1,4 +1,4 @@
-//! # The write-ahead log of disk durability (issue 6)
+//! # The write-ahead log of disk durability
 //!
 //! **Problem.** With `durability = "disk"`, a node must not send a reply
 //! that depends on a state change before that change is on disk, or a
@@ -35,15 +35,15 @@
 //! for that one to end and then for its own. The writes are taken and
 //! written in turn under one lock; an fsync covers every write that
 //! completed before it began, so any writer whose fsync returns may
-//! publish what it wrote. Measured on this machine's disk: one thread
+//! publish what it wrote. Measured on a development machine's disk: one thread
 //! doing write + fdatasync back to back, 6.8k per second at 148 µs p50;
 //! two threads, 11.5k at 173 µs; three, 15.3k at 176 µs. Under a whole
 //! cluster's load on 2 cores, though, the extra fsyncs cost more CPU than
 //! the overlap saves in latency (TATP at 32 sessions 7 % faster with one
 //! writer; `Limits::log_writers`).
 //! A [`NodeEffect::Checkpoint`] does not hold up the appends behind it
-//! (a 50 MB checkpoint written in line stalled every commit at the node,
-//! and a NEW-CONFIG-ACK, for seconds): the writer fsyncs the log, renames it
+//! (a 50 MB checkpoint written in line would stall every commit at the
+//! node, and a NEW-CONFIG-ACK, for seconds): the writer fsyncs the log, renames it
 //! to a closed segment `wal-<through_seq>.seg` (every record in it is
 //! covered by the checkpoint), starts a fresh `wal.log` and goes on; a
 //! checkpoint thread writes `checkpoint.bin` (temporary file, fsync,
@@ -54,7 +54,7 @@
 //! overwrite the zeros in place. An fdatasync of an append has to commit
 //! the file's new size through the filesystem's journal; one of blocks
 //! already allocated and initialised does not. PostgreSQL zero-fills its
-//! WAL segments for the same reason. Measured on this machine's ext4:
+//! WAL segments for the same reason. Measured on a development machine's ext4:
 //! fdatasync 141–178 µs appending, 109–126 µs overwriting.
 //!
 //! **Format.** `wal.log` and segments: records `[len u32 LE][fnv64 u64
