@@ -105,7 +105,8 @@ pub trait Io: Send + Sync + 'static {
     /// application call *stall* between reading the clock and using it. The
     /// call runs with its clock reading only once an input at least `gap_ns`
     /// later has been processed, so inputs read later (a clock sync, say)
-    /// are processed first: the interleaving of review finding 4.
+    /// are processed first: the interleaving
+    /// `meridian_time::ClockError::StaleLocalTime` guards against.
     fn stall_ns(&self) -> Option<u64> {
         None
     }
@@ -239,13 +240,13 @@ impl Core {
     /// The last step under the lock. An uncertainty wait ends at the first
     /// input after its deadline, and its transaction's next messages leave
     /// then: every microsecond between the deadline and that input is
-    /// added to the wait (issue 7 goal 6). Two hops used to add to it: a
-    /// wait that came due while the holder was processing an input (whose
-    /// clock was read before the deadline), and the ticker that found the
-    /// lock held and slept on it until the holder let go, then waited for
-    /// a CPU. So the holder re-reads its clock here and ends the due waits
-    /// itself, and a ticker that finds the lock held asks the holder to
-    /// tick for it (`tick_wanted`) before it blocks.
+    /// added to the wait. Two hops would add to it: a wait that comes due
+    /// while the holder is processing an input (whose clock was read
+    /// before the deadline), and a ticker that finds the lock held and
+    /// sleeps on it until the holder lets go, then waits for a CPU. So the
+    /// holder re-reads its clock here and ends the due waits itself, and a
+    /// ticker that finds the lock held asks the holder to tick for it
+    /// (`tick_wanted`) before it blocks.
     fn release(&self, st: &mut State, out: &mut Vec<Routed>) {
         loop {
             let wanted = self.tick_wanted.swap(false, Ordering::AcqRel);
@@ -929,8 +930,7 @@ impl Txn {
             // `read_ts` with nothing to send or check (its reads were a
             // snapshot at `read_ts`; `Transaction::commit` does the same),
             // so the process, and its lock, are not needed now; it forgets
-            // the transaction at its next hold. Begin and this commit were
-            // 7 and 12 % of a YCSB-B client's CPU (issue 7).
+            // the transaction at its next hold.
             self.open = false;
             self.core().end_read_only(h);
             return Ok(CommitInfo {

@@ -8,7 +8,7 @@
 //! a frame that does not fit is dropped and its RPC times out, exactly like
 //! a lost message. Wake-ups the process asks for are served by one task
 //! per client (`tick_thread`), which ticks the process itself. A broken connection fails every RPC outstanding on it
-//! ([`Core::on_disconnect`]) and is re-established (review finding 8).
+//! ([`Core::on_disconnect`]) and is re-established.
 //!
 //! Clients are coordinators, so they hold leases at the CM (FaRM §5.1).
 //! Their renewals and the CM's grants go over UDP on a lease thread of

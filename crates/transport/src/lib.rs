@@ -19,7 +19,7 @@
 //! - Process shells (the client's and the node's) talk to nodes over
 //!   [`run_link`]: a reconnecting link that writes queued frames in
 //!   batches and hands every received batch, and every loss of the
-//!   connection, to its owner (review finding 8: connections reconnect).
+//!   connection, to its owner; a lost connection is re-established.
 //!
 //! Malformed or oversized frames are a [`TransportError`]: the connection is
 //! closed and the error logged; nothing else is affected.
@@ -278,7 +278,7 @@ impl Connection {
 
     /// Await a response started with [`Connection::start`], with the
     /// timeout. A timed-out request is removed from the pending map, so
-    /// the map cannot grow without bound (review finding 8).
+    /// the map cannot grow without bound.
     ///
     /// Errors: [`TransportError::Timeout`], [`TransportError::Closed`].
     pub async fn finish(&self, pending: PendingReply) -> Result<Response, TransportError> {
@@ -508,7 +508,7 @@ mod tests {
         link.await.unwrap();
     }
 
-    /// Review finding 8: a request that times out must not stay in the
+    /// A request that times out must not stay in the
     /// pending map forever.
     #[tokio::test]
     async fn a_timed_out_request_leaves_the_pending_map() {
