@@ -213,8 +213,7 @@ pub fn check(h: &History) -> CheckReport {
     // (`TxnOptions::single_read`) records the version it saw as its
     // read_ts. The delete committed, so it is promoted and placed, and the
     // read resolves to its tombstone below; left unplaced, the read would
-    // stay unresolved and a stale one would go unseen (review of single
-    // reads, finding F2).
+    // stay unresolved and a stale one would go unseen.
     let mut unknown_deletes: std::collections::BTreeMap<(u32, u64), Vec<u32>> =
         std::collections::BTreeMap::new();
     for (op, (&wt, &wk)) in write_txn.iter().zip(&write_key).enumerate() {

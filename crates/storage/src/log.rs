@@ -43,7 +43,8 @@ pub struct TxLog {
     /// no LOCK or COMMIT-BACKUP record of its own in the region keeps (or
     /// puts) the region's writes here as `CommitPrimary` evidence with
     /// `write_ts`, until truncation, so the replica reports the commit to
-    /// later configurations (swarm seed 854). Like a COMMIT-BACKUP record,
+    /// later configurations, though it held no record of its own in the
+    /// region. Like a COMMIT-BACKUP record,
     /// an entry with `write_ts` holds GC below it until it is applied.
     #[serde(default)]
     pub replicated: BTreeMap<TxId, (LockRecord, Evidence, Option<Timestamp>)>,

@@ -3,7 +3,7 @@
 //! **Problem.** A key-value store's transactions are only worth having if
 //! a transaction that reads several keys and writes them back loses no
 //! update, even when another transaction does the same to some of the
-//! keys at once. Issue 7 compares Meridian with etcd on exactly that
+//! keys at once. The benchmark compares Meridian with etcd on exactly that
 //! transaction: etcd's own answer is a Txn whose compares guard every key
 //! read.
 //!

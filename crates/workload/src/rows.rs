@@ -7,7 +7,7 @@
 //! against phantoms at commit), and *long* transactions that keep their
 //! snapshot open past the GC window, so reads and locks below the GC safe
 //! point abort with `TooOld` (FaRMv2 §5) and the version chains and
-//! tombstones of their keys are collected meanwhile (review finding 1).
+//! tombstones of their keys are collected meanwhile.
 //!
 //! Every written value starts with a unique write id and every delete
 //! carries one, so the checker ([`meridian_checker`]) can place tombstones
