@@ -187,7 +187,8 @@ pub enum TxnError {
     ClockUnavailable,
     /// The commit decision was taken but no reply confirmed the outcome: the
     /// transaction may or may not have committed (Jepsen's `:info`). Only
-    /// recovery (FaRM §5.3) can tell; exactly-once retries arrive with RIFL.
+    /// recovery (FaRM §5.3) can tell; exactly-once retries need RIFL, which
+    /// is not built.
     #[error("outcome of {tx} unknown: {detail}")]
     Indeterminate {
         /// The transaction.
@@ -545,8 +546,7 @@ impl Transaction {
     /// reach `limit`. A participant that returns fewer rows than asked with
     /// `more = true` (it clamps to `max_scan_rows`) is asked again from the
     /// next key of the same region. So every key below the last row returned
-    /// was read and is validated; no gap is committed unvalidated (review
-    /// finding 3).
+    /// was read and is validated; no gap is committed unvalidated.
     ///
     /// Errors: `KeyTooLarge`, `TooManyOps`, `Aborted`/`Finished`.
     pub fn scan(
@@ -779,7 +779,7 @@ impl Transaction {
     /// during execution, Lock, the `write_ts` wait or Validate. The
     /// transaction is then aborted and [`Transaction::abort_messages`] names
     /// every primary a LOCK was sent to, so the driver releases what it may
-    /// hold (review finding 2).
+    /// hold.
     ///
     /// Returns false, changing nothing, once COMMIT-BACKUP may have been sent:
     /// from then on only recovery may decide (FaRM §5.3), so the driver must
@@ -1362,10 +1362,6 @@ mod tests {
         }
     }
 
-    /// Review finding 3(a): a buffered delete inside the range used to make
-    /// the driver stop at `limit` stored rows; the merged result then had
-    /// fewer than `limit` rows and the next region was neither read nor
-    /// validated.
     /// A single-read transaction sends one READ-LATEST, sees the newest
     /// version whatever its `read_ts` (here below it), records the version
     /// it saw (a tombstone's too), and refuses a second read, a scan and a
@@ -1412,6 +1408,10 @@ mod tests {
         assert_eq!(t.observed_version(), Some(Timestamp(50)));
     }
 
+    /// A buffered delete inside the range must not make the scan stop at
+    /// `limit` stored rows: the merged result would have fewer than
+    /// `limit` rows, and the next region would be neither read nor
+    /// validated.
     #[test]
     fn a_buffered_delete_does_not_end_a_scan_early() {
         let c = config(10_000);
@@ -1432,9 +1432,9 @@ mod tests {
         ));
     }
 
-    /// Review finding 3(b): a participant that clamps a scan to its own
-    /// `max_scan_rows` answers `more = true`; the driver used to move on to
-    /// the next region, leaving an unread, unvalidated gap.
+    /// A participant that clamps a scan to its own `max_scan_rows` answers
+    /// `more = true`; the scan reads the rest of that region before the
+    /// next one, so no unread, unvalidated gap is left.
     #[test]
     fn a_clamped_region_is_read_to_the_end_before_the_next() {
         let participant = config(2);
@@ -1480,9 +1480,9 @@ mod tests {
 
     /// A participant that moved to a newer configuration refuses LOCK with
     /// `ConfigMismatch` (FaRM §5.2 precise membership). Before the commit
-    /// decision that is an abort to retry, not a protocol error (a real
-    /// cluster's bank test failed on it after a false suspicion), and the
-    /// other participant's lock is released by ABORT.
+    /// decision that is an abort to retry, not a protocol error (a false
+    /// suspicion moves a live participant to a newer configuration), and
+    /// the other participant's lock is released by ABORT.
     #[test]
     fn a_lock_refused_for_the_configuration_aborts_and_releases_the_others() {
         let c = config(10_000);
