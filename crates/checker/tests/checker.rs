@@ -641,8 +641,8 @@ fn a_scan_skips_the_transactions_own_writes() {
     assert!(r.is_ok(), "{r}");
 }
 
-/// Found by the swarm (seed 587 of an earlier rows workload): a delete whose
-/// commit reply was lost is unknown and has no write_ts; an absent read
+/// A delete whose commit reply was lost is unknown and has no write_ts;
+/// an absent read
 /// after it may have seen its tombstone, so it is not a missing row.
 #[test]
 fn an_absent_read_after_an_unknown_delete_is_not_a_missing_row() {
@@ -660,7 +660,7 @@ fn an_absent_read_after_an_unknown_delete_is_not_a_missing_row() {
 /// An unknown-outcome delete that carries the write_ts it would commit at
 /// (the client took one before the outcome was lost) explains an absent
 /// read only at or after that write_ts: before it, the absence is a
-/// missing row. (Swarm seeds 2 and 5 once recorded such write_ts values.)
+/// missing row.
 #[test]
 fn an_unknown_delete_with_a_write_ts_explains_only_later_absent_reads() {
     let unknown = del(at(txn(2, 20, 30), 15), "k", 2)
@@ -685,7 +685,7 @@ fn an_unknown_delete_with_a_write_ts_explains_only_later_absent_reads() {
 /// An unknown-outcome writer that somebody read is promoted; with its
 /// write_ts recorded its writes join the version order, so a transaction
 /// that read past it (the version before it, at a later read_ts) and then
-/// wrote the key forms a cycle with it: the lost update of swarm seed 561.
+/// wrote the key forms a cycle with it: a lost update.
 #[test]
 fn a_promoted_unknown_writer_with_a_write_ts_is_placed() {
     let lost = at(txn(2, 20, 30), 15)
@@ -707,8 +707,8 @@ fn a_promoted_unknown_writer_with_a_write_ts_is_placed() {
 
 /// A promoted unknown-outcome transaction (somebody read one of its writes)
 /// that also deleted a key but left no write_ts cannot be placed; an absent
-/// read of that key after it is left unresolved, not a missing row (swarm
-/// seed 20, a thin-client transaction).
+/// read of that key after it is left unresolved, not a missing row (a
+/// thin-client transaction can leave such a record).
 #[test]
 fn a_promoted_unknown_delete_without_a_write_ts_is_not_a_missing_row() {
     let mut unknown = del(at(txn(2, 20, 30), 15), "k", 2)
@@ -728,9 +728,9 @@ fn a_promoted_unknown_delete_without_a_write_ts_is_not_a_missing_row() {
 /// answered "absent at 20", the tombstone of a delete whose outcome is
 /// unknown and which nobody else read, proves that delete committed; if a
 /// live write at 30 completed before the read was invoked, the read was
-/// stale and must be caught (review of single reads, F2: before, the delete
-/// stayed unplaced and the read unresolved, with no edges). A read that
-/// names no such delete's `write_ts` leaves it unplaced as before.
+/// stale and must be caught (left unplaced, the delete would leave the
+/// read unresolved, with no edges). A read that names no such delete's
+/// `write_ts` leaves it unplaced.
 #[test]
 fn a_single_read_of_an_unknown_deletes_tombstone_promotes_it() {
     let w1 = txn(1, 0, 100).w("k", 1).ts(10);
