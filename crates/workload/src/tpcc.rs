@@ -79,8 +79,8 @@
 //! DISTRICT row that every concurrent PAYMENT of its district had read:
 //! conflicts over columns neither profile shares, which abort the reader
 //! at validation under OCC and one of the two under SSI alike (with W_YTD
-//! and D_YTD in place, 2 warehouses and 16 sessions, 90% of attempts
-//! aborted). Now WAREHOUSE and DISTRICT are read-only after the load. Of
+//! and D_YTD in place, 2 warehouses and 16 sessions abort 90% of
+//! attempts). So WAREHOUSE and DISTRICT are read-only after the load. Of
 //! the warehouse- and district-level rows, PAYMENT writes only the YTD
 //! rows, which NEW_ORDER never reads, and NEW_ORDER only
 //! DISTRICT_NEXT_O_ID, which PAYMENT never reads. STOCK_LEVEL reads D_NEXT_O_ID from its row; ORDER_STATUS and DELIVERY
@@ -3781,16 +3781,17 @@ mod tests {
         check_consistency(&m, &cfg(2)).unwrap();
     }
 
-    /// A store laid out as before the splits (W_YTD inside WAREHOUSE, D_YTD
-    /// and D_NEXT_O_ID inside DISTRICT, none of the rows of their own) is
-    /// reported as missing those rows, so the splits cannot silently
-    /// regress.
+    /// A store laid out as the spec's tables are (W_YTD inside WAREHOUSE,
+    /// D_YTD and D_NEXT_O_ID inside DISTRICT, none of the rows of their
+    /// own) is reported as missing those rows, so the split layout cannot
+    /// silently regress.
     #[test]
     fn tpcc_consistency_reports_ytd_left_in_owner_row() {
         let m = load(SMALL, 2, 17);
         check_consistency(&m, &cfg(2)).unwrap();
 
-        // WAREHOUSE 2 with W_YTD appended (the old layout), no WAREHOUSE_YTD.
+        // WAREHOUSE 2 with W_YTD appended (the spec's layout), no
+        // WAREHOUSE_YTD.
         let mut bad = m.clone();
         let ytd = WarehouseYtd::decode(&bad[&warehouse_ytd_key(2)])
             .unwrap()
@@ -3802,8 +3803,8 @@ mod tests {
         let err = check_consistency(&bad, &cfg(2)).unwrap_err();
         assert!(err.contains("WAREHOUSE_YTD 2 missing"), "{err}");
 
-        // DISTRICT (2, 3) with D_YTD before D_NEXT_O_ID (the original
-        // layout), no DISTRICT_YTD or DISTRICT_NEXT_O_ID.
+        // DISTRICT (2, 3) with D_YTD before D_NEXT_O_ID (the spec's
+        // column order), no DISTRICT_YTD or DISTRICT_NEXT_O_ID.
         let mut bad = m.clone();
         let ytd = DistrictYtd::decode(&bad[&district_ytd_key(2, 3)])
             .unwrap()
