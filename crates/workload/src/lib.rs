@@ -1,9 +1,10 @@
 //! # Meridian workloads
 //!
-//! Workload code written once and driven two ways: by the real client
-//! (`meridian bench …`) through the async [`ops::TxnOps`] trait, and (for the
-//! bank and register workloads) by the deterministic simulator through the
-//! step-wise [`ops::Program`] interface. Nothing here does I/O or reads the
+//! Workload code written once and driven two ways: through the async
+//! [`ops::TxnOps`] trait, by the real client (`meridian bench …`) and by the
+//! deterministic simulator's TATP and YCSB runs; and through the step-wise
+//! [`ops::Program`] interface, by the simulator's bank, register and rows
+//! workloads. Nothing here does I/O or reads the
 //! clock; randomness comes from a caller-supplied RNG so that a simulator seed
 //! reproduces exactly.
 //!
