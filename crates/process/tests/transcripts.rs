@@ -119,7 +119,7 @@ fn config() -> Configuration {
     // so a change of the default does not move them).
     c.lease.lease_ms = 100;
     // Likewise the time-bound window and the Raft election (their
-    // defaults grew for the real cluster's VM stalls).
+    // defaults are sized for a real cluster's VM stalls).
     c.clock.time_bound_window_ms = 500;
     c.coordination.election_ticks = 10;
     // The configuration CAS shows as a `cas` effect (an outside service);
