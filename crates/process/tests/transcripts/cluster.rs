@@ -16,7 +16,8 @@
 //! `status` shows what they achieved (leases, clocks).
 //!
 //! Commands:
-//! - `run ms=N [step_us=S] [all]`: advance N ms.
+//! - `run ms=N [step_us=S] [all] [hide=W]`: advance N ms (`hide`: count
+//!   the lines naming W instead of showing them).
 //! - `crash n=N`: node N stops (no ticks; frames to it are dropped).
 //! - `isolate n=N` / `heal`: cut every link of node N, which keeps
 //!   running; `heal` restores them.
@@ -32,7 +33,7 @@ use meridian_config::{Configuration, RegionMap};
 use meridian_process::coordination::{CoordinationService, MemoryService};
 use meridian_process::node::{NodeEffect, NodeProcess, Peer};
 use meridian_wire::{
-    ConfigId, Frame, LockRecord, RegionId, NodeId, ReconfigMessage, RecoveryMessage, Request, Response,
+    ClockRequest, ConfigId, Frame, LockRecord, RegionId, NodeId, ReconfigMessage, RecoveryMessage, Request, Response,
     Timestamp, TxId, TxnRequest,
 };
 use std::collections::{BTreeSet, VecDeque};
@@ -207,7 +208,8 @@ impl Cluster {
         for e in self.nodes[n].drain_effects() {
             match e {
                 NodeEffect::Send { to, frame } => {
-                    if all || !noise(&frame) {
+                    // Answers to the test's own client connection always show.
+                    if all || !noise(&frame) || matches!(to, Peer::Conn(_)) {
                         let to_s = match to {
                             Peer::Node(m) => format!("{m}"),
                             Peer::Conn(c) => format!("conn{c}"),
@@ -370,6 +372,9 @@ impl Cluster {
             ..tx(a.num("tx"))
         };
         let req = match cmd {
+            // A client's clock sync: the master answers with its time, or
+            // refuses while it hands out none.
+            "clock-sync" => Request::Clock(ClockRequest::Sync),
             "lock" | "commit-backup" => {
                 let w = writes(map, a.get("k"));
                 // `regions=0,1`: every region the transaction wrote (a
@@ -385,28 +390,26 @@ impl Cluster {
                     regions,
                     writes: w,
                 };
-                if cmd == "lock" {
+                Request::Txn(if cmd == "lock" {
                     TxnRequest::Lock(record)
                 } else {
                     TxnRequest::CommitBackup {
                         record,
                         write_ts: Timestamp(a.num("write_ts")),
                     }
-                }
+                })
             }
-            "commit-primary" => TxnRequest::CommitPrimary {
+            "commit-primary" => Request::Txn(TxnRequest::CommitPrimary {
                 tx: tx(a),
                 write_ts: Timestamp(a.num("write_ts")),
-            },
-            "abort" => TxnRequest::Abort {
-                tx: tx(a),
-            },
+            }),
+            "abort" => Request::Txn(TxnRequest::Abort { tx: tx(a) }),
             "read-latest" => {
                 let key = key_of(a.get("k"));
-                TxnRequest::ReadLatest {
+                Request::Txn(TxnRequest::ReadLatest {
                     region: map.region_of(&key).id,
                     key,
-                }
+                })
             }
             other => panic!("unknown command {other}"),
         };
@@ -415,7 +418,7 @@ impl Cluster {
             id,
             config,
             truncate: Default::default(),
-            req: Request::Txn(req),
+            req,
         };
         let local = self.local(n);
         self.nodes[n].on_message(local, Peer::Conn(1), frame);
@@ -431,7 +434,21 @@ impl Cluster {
         let s = match cmd {
             "run" => {
                 let step = a.opt("step_us").map_or(1000, |v| v.parse().expect("step_us")) * 1000;
-                self.run(a.num("ms") * MS, step, all)
+                let out = self.run(a.num("ms") * MS, step, all);
+                // `hide=W`: lines naming W are counted instead of shown.
+                match a.opt("hide") {
+                    None => out,
+                    Some(w) => {
+                        let hidden = out.lines().filter(|l| l.contains(w)).count();
+                        let mut kept: String = out
+                            .lines()
+                            .filter(|l| !l.contains(w))
+                            .map(|l| format!("{l}\n"))
+                            .collect();
+                        let _ = writeln!(kept, "({hidden} lines with {w} hidden)");
+                        kept
+                    }
+                }
             }
             "crash" => {
                 self.down.insert(a.num("n") as u32);
