@@ -28,6 +28,8 @@
 
 #[path = "transcripts/cluster.rs"]
 mod cluster;
+#[path = "transcripts/leases.rs"]
+mod leases;
 
 use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::{ClientProcess, TxnHandle};
