@@ -17,6 +17,19 @@
 //! - `coordinator.txt`: a [`ClientProcess`] (begin, reads, commit phases,
 //!   timeouts, abort sending, truncation).
 //! - `clock.txt`: [`ClockSync`] (samples, intervals, GET_TS).
+//! - `leases.txt`: the lease engines on their own ([`LeaseClient`] at a
+//!   holder, [`LeaseManager`] at the CM; FaRM §5.1), in `leases.rs`.
+//! - `reconfig.txt`, `recovery.txt`, `failover.txt`: three
+//!   [`NodeProcess`]es with crashes and partitions (FaRM §5.2 and §5.3,
+//!   FaRMv2 §4.3), in `cluster.rs`.
+//!
+//! [`LeaseClient`]: meridian_process::lease::LeaseClient
+//! [`LeaseManager`]: meridian_process::lease::LeaseManager
+
+#[path = "transcripts/cluster.rs"]
+mod cluster;
+#[path = "transcripts/leases.rs"]
+mod leases;
 
 use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::{ClientProcess, TxnHandle};
@@ -664,4 +677,24 @@ fn clock_transcript() {
             other => panic!("unknown command {other}"),
         }
     });
+}
+
+#[test]
+fn reconfig_transcript() {
+    cluster::cluster_transcript("reconfig.txt", vec![0, 0, 0], false, |_| {});
+}
+
+#[test]
+fn recovery_transcript() {
+    // Frames take one step (100 us in the recovery block) here, so each
+    // round of the protocol shows at its own time.
+    cluster::cluster_transcript("recovery.txt", vec![0, 0, 0], true, |_| {});
+}
+
+#[test]
+fn clock_failover_transcript() {
+    // Local clocks: n0 (the first clock master) runs 10 ms ahead of global
+    // time, n1 on it, n2 3 ms ahead; a new master that started from its
+    // own clock would go back in time.
+    cluster::cluster_transcript("failover.txt", vec![10_000_000, 0, 3_000_000], false, |_| {});
 }
