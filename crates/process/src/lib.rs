@@ -35,6 +35,8 @@
 //! `meridian_config::Limits`); a transaction holds at most one application
 //! call at a time.
 
+#[cfg(feature = "sim-bugs")]
+pub use meridian_bugs as bugs;
 pub mod client;
 pub mod coordination;
 pub mod lease;

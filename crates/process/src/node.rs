@@ -768,16 +768,9 @@ fn sender(from: Peer, claimed: Option<NodeId>) -> Option<NodeId> {
 /// it had already settled as never committed, writing an old value back
 /// over a committed delete (`rows --faults` seed 948, diagnosed by the
 /// twentieth session's helper; FaRM §5.2's precise membership).
-/// `vacuous`: the simulator's deliberately broken variant, the old rule
-/// that holds for an empty set ([`NodeProcess::set_broken_readded_keeps_log`]).
-fn restored_replicas_hold(
-    next: &Configuration,
-    had: &BTreeSet<RegionId>,
-    me: NodeId,
-    vacuous: bool,
-) -> bool {
+fn restored_replicas_hold(next: &Configuration, had: &BTreeSet<RegionId>, me: NodeId) -> bool {
     let mine = complete_replicas(next, me);
-    !had.is_empty() && (vacuous || !mine.is_empty()) && mine.is_subset(had)
+    !had.is_empty() && !mine.is_empty() && mine.is_subset(had)
 }
 
 /// The regions of which `me` holds a complete replica in `c`: primary, or
@@ -891,23 +884,9 @@ pub struct NodeProcess {
     /// An input may have released a lock (or changed the configuration):
     /// the lock waits are tried again before the next effects leave.
     lock_waits_dirty: bool,
-    /// The simulator's deliberately broken variant: a read waiting for a
-    /// lock is served past it at the next try
-    /// ([`NodeProcess::set_broken_lock_waits_read_past_locks`]).
-    broken_lock_waits_read_past_locks: bool,
-    /// The simulator's deliberately broken variant: a single-read
-    /// transaction's READ-LATEST is served past a lock on its key
-    /// ([`NodeProcess::set_broken_latest_reads_past_locks`]).
-    broken_latest_reads_past_locks: bool,
-    /// The simulator's deliberately broken variant: a restored node added
-    /// back with only filling replicas keeps its old log
-    /// ([`NodeProcess::set_broken_readded_keeps_log`]).
-    broken_readded_keeps_log: bool,
-    /// Deliberately broken: a `TxnRequest::AfterWriteTs` is handled at
-    /// once, not held ([`NodeProcess::set_broken_writes_unwaited`]).
-    broken_writes_unwaited: bool,
-    /// Deliberately broken: the same, for VALIDATEs only.
-    broken_validates_unwaited: bool,
+    /// Injected bugs (tests only; [`NodeProcess::with_bugs`]).
+    #[cfg(feature = "sim-bugs")]
+    bugs: meridian_bugs::Bugs,
     /// What the `read_ts` wait did ([`NodeProcess::read_hold_stats`]).
     read_holds: ReadHoldStats,
     /// Thin-client transactions, by the call id of their current call.
@@ -1066,11 +1045,8 @@ impl NodeProcess {
             deferred_reads: BTreeMap::new(),
             lock_waits: BTreeMap::new(),
             lock_waits_dirty: false,
-            broken_lock_waits_read_past_locks: false,
-            broken_latest_reads_past_locks: false,
-            broken_readded_keeps_log: false,
-            broken_writes_unwaited: false,
-            broken_validates_unwaited: false,
+            #[cfg(feature = "sim-bugs")]
+            bugs: meridian_bugs::Bugs::none(),
             deferred_seq: 0,
             read_holds: ReadHoldStats::default(),
             executes: BTreeMap::new(),
@@ -1434,6 +1410,8 @@ impl NodeProcess {
             &mut self.participant,
             Participant::without_regions(self.id, &self.config),
         );
+        #[cfg(feature = "sim-bugs")]
+        self.participant.set_bugs(old.bugs().clone());
         let stores = old.take_all_stores();
         drop(old);
         if !stores.is_empty() {
@@ -1855,11 +1833,16 @@ impl NodeProcess {
         r: TxnRequest,
         since: u64,
     ) {
+        #[cfg_attr(not(feature = "sim-bugs"), allow(unused_mut))]
         let mut resp = self.txn_request(now, config, &r);
-        if let (true, true, TxnRequest::ReadLatest { region, key }) =
-            (self.broken_latest_reads_past_locks, met_lock(&resp), &r)
-        {
-            resp = self.participant.read_latest_past_locks(*region, key).into();
+        if let TxnRequest::ReadLatest { region, key } = &r {
+            if meridian_bugs::bug!(self.bugs, LatestReadsPastLocks, if met_lock(&resp)) {
+                #[cfg(feature = "sim-bugs")]
+                {
+                    resp = self.participant.read_latest_past_locks(*region, key).into();
+                }
+                let _ = (region, key);
+            }
         }
         let is_lock = r.lock_record().is_some();
         let wait_us = if is_lock {
@@ -1925,24 +1908,24 @@ impl NodeProcess {
                 self.lock_waits.insert(seq, (until, d));
                 continue;
             }
+            #[cfg_attr(not(feature = "sim-bugs"), allow(unused_mut))]
             let mut resp = self.txn_request(now, d.config, &d.req);
-            if let (
-                true,
-                true,
-                TxnRequest::Read {
-                    region,
-                    key,
-                    read_ts,
-                },
-            ) = (
-                self.broken_lock_waits_read_past_locks,
-                met_lock(&resp),
-                &d.req,
-            ) {
-                resp = self
-                    .participant
-                    .read_past_locks(*region, key, *read_ts)
-                    .into();
+            if let TxnRequest::Read {
+                region,
+                key,
+                read_ts,
+            } = &d.req
+            {
+                if meridian_bugs::bug!(self.bugs, LockWaitsReadPastLocks, if met_lock(&resp)) {
+                    #[cfg(feature = "sim-bugs")]
+                    {
+                        resp = self
+                            .participant
+                            .read_past_locks(*region, key, *read_ts)
+                            .into();
+                    }
+                    let _ = (region, key, read_ts);
+                }
             }
             if met_lock(&resp) {
                 if until > now {
@@ -2077,14 +2060,21 @@ impl NodeProcess {
             }
         };
         let tx_config = req.tx().map_or(config, |tx| tx.config);
-        let broken = self.broken_writes_unwaited
-            || (self.broken_validates_unwaited && matches!(req, TxnRequest::Validate { .. }));
-        if broken
-            || config != self.config.id()
+        if config != self.config.id()
             || tx_config != self.config.id()
             || self.standing != Standing::Member
         {
-            // Refused (or, broken, served) at once by `txn_request`.
+            // Refused at once by `txn_request`.
+            return Some(req);
+        }
+        if meridian_bugs::bug!(self.bugs, WritesUnwaited)
+            || meridian_bugs::bug!(
+                self.bugs,
+                ValidatesUnwaited,
+                if matches!(req, TxnRequest::Validate { .. })
+            )
+        {
+            // Served at once, before `write_ts` has passed.
             return Some(req);
         }
         let at = match self.passed_at_within_sample_life(now, write_ts) {
@@ -2388,7 +2378,13 @@ impl NodeProcess {
                             && c.members() == self.config.members()
                             && c.regions() == self.config.regions()
                             && c.cm() == self.config.cm();
-                        exact || restored_replicas_hold(&c, &had, me, self.broken_readded_keeps_log)
+                        exact
+                            || restored_replicas_hold(&c, &had, me)
+                            || meridian_bugs::bug!(
+                                self.bugs,
+                                ReaddedKeepsLog,
+                                if !had.is_empty() && complete_replicas(&c, me).is_empty()
+                            )
                     });
                 if renews_mine {
                     self.reconfig.rejoin();
@@ -3408,94 +3404,20 @@ impl NodeProcess {
         }
     }
 
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_latest_reads_past_locks`): a single-read
-    /// transaction's `TxnRequest::ReadLatest` is answered with the newest
-    /// committed version even while another transaction holds the key's
-    /// lock. The suite must catch it: a writer reported committed by
-    /// another primary's answer may not have installed here yet, so a read
-    /// invoked after that report misses the write (a real-time cycle).
-    #[doc(hidden)]
-    pub fn set_broken_latest_reads_past_locks(&mut self, on: bool) {
-        self.broken_latest_reads_past_locks = on;
-    }
-
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_lock_waits_read_past_locks`): a READ waiting for
-    /// a lock is served past the lock at its next try, as if the lock had
-    /// gone. The suite must catch it (a lock holder that then commits at or
-    /// below the read's `read_ts` is missed by the snapshot).
-    #[doc(hidden)]
-    pub fn set_broken_lock_waits_read_past_locks(&mut self, on: bool) {
-        self.broken_lock_waits_read_past_locks = on;
-    }
-
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_writes_unwaited`): a VALIDATE or COMMIT-BACKUP
-    /// sent to be held until its `write_ts` passed
-    /// (`TxnRequest::AfterWriteTs`) is handled at once, so nobody waits
-    /// out `write_ts`'s uncertainty (FaRMv2 §7.3's counterexample). The
-    /// suite must catch it.
-    #[doc(hidden)]
-    pub fn set_broken_writes_unwaited(&mut self, on: bool) {
-        self.broken_writes_unwaited = on;
-    }
-
-    /// As [`NodeProcess::set_broken_writes_unwaited`], for held VALIDATEs
-    /// only (`SimConfig::broken_validates_unwaited`): a transaction that
-    /// validates sends no held COMMIT-BACKUP, so nobody waits out its
-    /// `write_ts`.
-    #[doc(hidden)]
-    pub fn set_broken_validates_unwaited(&mut self, on: bool) {
-        self.broken_validates_unwaited = on;
-    }
-
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_restore_forgotten`, see
-    /// `Participant::set_broken_restore_forgotten`).
-    #[doc(hidden)]
-    pub fn set_broken_restore_forgotten(&mut self, on: bool) {
-        self.participant.set_broken_restore_forgotten(on);
-    }
-
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_readded_keeps_log`): the rule before swarm-style
-    /// seed 948, under which a restored node that a configuration adds back
-    /// with no complete replica counts as renewing its own configuration
-    /// (an empty set is a subset of anything) and keeps its old log, whose
-    /// stale records then take part in recovery.
-    #[doc(hidden)]
-    pub fn set_broken_readded_keeps_log(&mut self, on: bool) {
-        self.broken_readded_keeps_log = on;
-    }
-
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_restored_recovery_votes`): a node restored from
-    /// disk keeps a running recovery flow for the configuration it was
-    /// restored in, as before swarm seed 21794's fix, so a restored CM
-    /// answers REQUEST-VOTE without lock recovery. No effect on a node
-    /// that was not restored.
-    #[doc(hidden)]
-    pub fn set_broken_restored_recovery_votes(&mut self, on: bool) {
-        if on && self.restored {
-            self.recovery.set_broken_runs_unstarted();
+    /// This node with the injected bugs `bugs` (tests only; see
+    /// `meridian_bugs`), given right after construction or restore. The
+    /// node and its participant consult them; a restored node with
+    /// `RestoredRecoveryVotes` keeps a running recovery flow for the
+    /// configuration it was restored in.
+    #[cfg(feature = "sim-bugs")]
+    pub fn with_bugs(mut self, bugs: meridian_bugs::Bugs) -> Self {
+        if self.restored && bugs.on(meridian_bugs::Bug::RestoredRecoveryVotes) {
+            bugs.count(meridian_bugs::Bug::RestoredRecoveryVotes);
+            self.recovery.run_unstarted();
         }
-    }
-
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_locks_unchecked`, see
-    /// `Participant::set_broken_locks_unchecked`).
-    #[doc(hidden)]
-    pub fn set_broken_locks_unchecked(&mut self, on: bool) {
-        self.participant.set_broken_locks_unchecked(on);
-    }
-
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_refill_unfenced`, see
-    /// `Participant::set_broken_refill_unfenced`).
-    #[doc(hidden)]
-    pub fn set_broken_refill_unfenced(&mut self, on: bool) {
-        self.participant.set_broken_refill_unfenced(on);
+        self.participant.set_bugs(bugs.clone());
+        self.bugs = bugs;
+        self
     }
 
     /// What the `read_ts` wait at this node did since it started

@@ -194,11 +194,10 @@ impl RecoveryFlow {
         }
     }
 
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_restored_recovery_votes`): run without having
-    /// started, as every flow did before swarm seed 21794's fix.
-    #[doc(hidden)]
-    pub fn set_broken_runs_unstarted(&mut self) {
+    /// Run without having started: the injected bug
+    /// `RestoredRecoveryVotes` (tests only).
+    #[cfg(any(test, feature = "sim-bugs"))]
+    pub(crate) fn run_unstarted(&mut self) {
         self.stopped = false;
     }
 
@@ -1258,7 +1257,7 @@ mod tests {
         flow.tick(u64::MAX / 2);
         assert!(flow.drain().is_empty(), "an unstarted flow answered");
         assert_eq!(p.evidence(tx, region), Evidence::CommitBackup);
-        flow.set_broken_runs_unstarted();
+        flow.run_unstarted();
         flow.on_message(
             0,
             RecoveryMessage::RequestVote {

@@ -60,7 +60,7 @@ use meridian_config::{Configuration, RegionMap};
 use meridian_process::client::ClientProcess;
 use meridian_process::coordination::CoordinationService;
 use meridian_process::node::{
-    answer_clock_sync, held_asks_fsync, held_waits_for_log, installed_reply, split_held,
+    answer_clock_sync, held_asks_fsync, held_waits_for_log, split_held,
     DurableRecord, NodeEffect, NodeEvent, NodeProcess, Peer,
 };
 use meridian_wire::{
@@ -289,77 +289,15 @@ pub struct SimConfig {
     /// The last this many nodes start outside the configuration (spares
     /// in the address book): they join, and the CM rebalances onto them.
     pub spare_nodes: u32,
-    /// A deliberately broken durability rule, for the test that shows the
-    /// simulator catches one: the ACKs of log records (COMMIT-BACKUP,
-    /// COMMIT-PRIMARY, ABORT, TRUNCATE) go before their fsync.
-    pub broken_ack_before_fsync: bool,
-    /// A deliberately broken rule: LOCK-REPLYs go before their fsync even
-    /// when a region has no complete backup
-    /// ([`NodeProcess::lock_replies_skip_fsync`] ignored).
-    pub broken_lock_before_fsync: bool,
-    /// A deliberately broken durability rule: a COMMIT-PRIMARY's early
-    /// answer ([`TxnResponse::Installed`], sent before its fsync) goes as
-    /// its ACK and the durable ACK is dropped, so coordinators truncate
-    /// before the primary's install is durable.
-    pub broken_installed_is_ack: bool,
-    /// A deliberately broken clock rule: a master's lease thread keeps
-    /// answering clients' and nodes' syncs from the last view its process published,
-    /// after the process withdrew it (a CM change, a disabled clock) and
-    /// without its lease majority or time bound (FaRMv2 §4.3 ignored).
-    pub broken_master_clock_kept: bool,
-    /// A deliberately broken `read_ts` wait: clients hand out `read_ts`
-    /// without waiting (`clock.reads_wait_at_server`) but the nodes serve
-    /// reads at once, so nobody waits out `read_ts`'s uncertainty
-    /// (FaRMv2 §4.1 ignored).
-    pub broken_reads_unwaited: bool,
-    /// A deliberately broken lock wait: a READ waiting at a primary for
-    /// another transaction's lock (`limits.read_lock_wait_us`) is served
-    /// past the lock at its next try, as if the lock had gone
-    /// (`NodeProcess::set_broken_lock_waits_read_past_locks`).
-    pub broken_lock_waits_read_past_locks: bool,
-    /// A deliberately broken single read: a primary answers a
-    /// `TxnRequest::ReadLatest` with the newest committed version even
-    /// while another transaction holds the key's lock
-    /// (`NodeProcess::set_broken_latest_reads_past_locks`).
-    pub broken_latest_reads_past_locks: bool,
-    /// Deliberately broken, the rule before the nineteenth session's
-    /// review: a drain that logged nothing sends its read replies at once
-    /// even while a region has no complete backup ([`split_held`] told
-    /// no log end), so a read can show a write whose COMMIT-PRIMARY record
-    /// a crash then loses.
-    pub broken_reads_before_log_end: bool,
-    /// Deliberately broken, the rule before `rows --faults` seed 948: a
-    /// restored node added back with only filling replicas keeps its old
-    /// log (`NodeProcess::set_broken_readded_keeps_log`).
-    pub broken_readded_keeps_log: bool,
-    /// Deliberately broken: a node restored from disk blocks, in the next
-    /// configuration, only the regions whose replicas changed
-    /// (`NodeProcess::set_broken_restore_forgotten`).
-    pub broken_restore_forgotten: bool,
-    /// Deliberately broken: a node restored from disk takes part in the
-    /// recovery of the configuration it was restored in, without the lock
-    /// recovery its old incarnation lost
-    /// (`NodeProcess::set_broken_restored_recovery_votes`; swarm seed
-    /// 21794).
-    pub broken_restored_recovery_votes: bool,
-    /// Deliberately broken: every LOCK skips LockAtTs's version check, as
-    /// if every write were blind, also for keys the transaction read
-    /// (`NodeProcess::set_broken_locks_unchecked`).
-    pub broken_locks_unchecked: bool,
-    /// Deliberately broken: a new replica merges its chunks without the
-    /// refill fence, so an old write from its own log can come back over
-    /// a delete its source collected
-    /// (`NodeProcess::set_broken_refill_unfenced`; swarm seed 2447).
-    pub broken_refill_unfenced: bool,
-    /// Deliberately broken: clients leave `write_ts`'s uncertainty wait to
-    /// the nodes (`clock.writes_wait_at_server`, the default) but the
-    /// nodes handle the held VALIDATEs and COMMIT-BACKUPs at once, so
-    /// nobody waits it out (FaRMv2 §7.3;
-    /// `NodeProcess::set_broken_writes_unwaited`).
-    pub broken_writes_unwaited: bool,
-    /// Deliberately broken: as `broken_writes_unwaited`, for the held
-    /// VALIDATEs only (`NodeProcess::set_broken_validates_unwaited`).
-    pub broken_validates_unwaited: bool,
+    /// Injected bugs (`meridian_bugs`; feature `sim-bugs` only): rules of
+    /// the simulator's shell (`AckBeforeFsync`, `LockBeforeFsync`,
+    /// `InstalledIsAck`, `MasterClockKept`, `ReadsUnwaited`,
+    /// `ReadsBeforeLogEnd`) and of the node processes, which are given
+    /// this set at construction ([`NodeProcess::with_bugs`]). Every clone
+    /// shares the hit counters, so after a run `bugs.hits(bug)` tells how
+    /// often a broken branch ran.
+    #[cfg(feature = "sim-bugs")]
+    pub bugs: meridian_bugs::Bugs,
     /// The nodes' `limits.read_lock_wait_us` (reads that meet a lock wait
     /// for it, by default as long as `Limits::default()` says; 0 aborts
     /// them at once as FaRMv2 §4.7 does).
@@ -400,21 +338,8 @@ impl SimConfig {
             max_rate_ppm: 0,
             drifting_node: None,
             spare_nodes: 0,
-            broken_ack_before_fsync: false,
-            broken_lock_before_fsync: false,
-            broken_installed_is_ack: false,
-            broken_master_clock_kept: false,
-            broken_reads_unwaited: false,
-            broken_lock_waits_read_past_locks: false,
-            broken_latest_reads_past_locks: false,
-            broken_reads_before_log_end: false,
-            broken_readded_keeps_log: false,
-            broken_restore_forgotten: false,
-            broken_restored_recovery_votes: false,
-            broken_locks_unchecked: false,
-            broken_refill_unfenced: false,
-            broken_writes_unwaited: false,
-            broken_validates_unwaited: false,
+            #[cfg(feature = "sim-bugs")]
+            bugs: meridian_bugs::Bugs::none(),
             read_lock_wait_us: meridian_config::Limits::default().read_lock_wait_us,
             report_after_primary_fsync: true,
         }
@@ -1166,33 +1091,24 @@ enum Event {
 }
 
 /// The configuration the nodes run: the cluster's with
-/// `SimConfig::read_lock_wait_us`, and in the broken variant that has the
-/// nodes serve reads without the `read_ts` wait the clients left to them
-/// (`SimConfig::broken_reads_unwaited`), that wait off.
+/// `SimConfig::read_lock_wait_us`; with the injected bug `ReadsUnwaited`,
+/// the nodes serve reads without the `read_ts` wait the clients left to
+/// them.
 fn node_config(cfg: &SimConfig, config: &Configuration) -> Configuration {
     let mut c = config.clone();
     c.limits.read_lock_wait_us = cfg.read_lock_wait_us;
-    if cfg.broken_reads_unwaited {
+    if meridian_bugs::bug!(cfg.bugs, ReadsUnwaited, if c.clock.reads_wait_at_server) {
         c.clock.reads_wait_at_server = false;
     }
     c
 }
 
-/// A node process with the simulator's deliberately broken rules that live
-/// inside the process switched on (`SimConfig::broken_*`).
-fn broken_rules(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> {
-    p.map(|mut p| {
-        p.set_broken_lock_waits_read_past_locks(cfg.broken_lock_waits_read_past_locks);
-        p.set_broken_latest_reads_past_locks(cfg.broken_latest_reads_past_locks);
-        p.set_broken_readded_keeps_log(cfg.broken_readded_keeps_log);
-        p.set_broken_restore_forgotten(cfg.broken_restore_forgotten);
-        p.set_broken_restored_recovery_votes(cfg.broken_restored_recovery_votes);
-        p.set_broken_locks_unchecked(cfg.broken_locks_unchecked);
-        p.set_broken_refill_unfenced(cfg.broken_refill_unfenced);
-        p.set_broken_writes_unwaited(cfg.broken_writes_unwaited);
-        p.set_broken_validates_unwaited(cfg.broken_validates_unwaited);
-        p
-    })
+/// A node process given the run's injected bugs (`SimConfig::bugs`).
+fn with_bugs(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> {
+    #[cfg(feature = "sim-bugs")]
+    let p = p.map(|p| p.with_bugs(cfg.bugs.clone()));
+    let _ = cfg;
+    p
 }
 
 /// A sender as a key (requests in service are matched to their replies).
@@ -1224,7 +1140,7 @@ struct NodeSlot {
     /// When the last fsync asked for completes (fsyncs complete in order).
     fsync_at: u64,
     /// The last master clock view the process published (only for
-    /// `SimConfig::broken_master_clock_kept`).
+    /// the injected bug `MasterClockKept`).
     kept_clock: Option<meridian_process::lease::MasterClockView>,
     inc: u32,
     clock: SimClock,
@@ -1372,7 +1288,7 @@ impl Sim {
                     }
                 }
                 NodeSlot {
-                    process: broken_rules(
+                    process: with_bugs(
                         &cfg,
                         if config.is_member(NodeId(n)) {
                             NodeProcess::new(node_config(&cfg, &config), NodeId(n), 1).ok()
@@ -1811,9 +1727,11 @@ impl Sim {
                         // without the process.
                         let desk = p.lease_desk();
                         if let Some(mut reply) = answer_clock_sync(&desk, local, &frame) {
-                            if let (true, Some(v), Frame::Response { id, .. }) =
-                                (self.cfg.broken_master_clock_kept, slot.kept_clock, &reply)
-                            {
+                            if let (true, Some(v), Frame::Response { id, .. }) = (
+                                meridian_bugs::bug!(self.cfg.bugs, MasterClockKept, if slot.kept_clock.is_some()),
+                                slot.kept_clock,
+                                &reply,
+                            ) {
                                 let master_ns = (local as i128 + v.offset_ns).max(0) as u64;
                                 reply = Frame::Response {
                                     id: *id,
@@ -1987,7 +1905,7 @@ impl Sim {
                         )
                         .ok()
                     };
-                    slot.process = broken_rules(&self.cfg, slot.process.take());
+                    slot.process = with_bugs(&self.cfg, slot.process.take());
                     if let (Some(p), Some(disk)) = (slot.process.as_mut(), slot.disk.as_ref()) {
                         if let Err(e) = p.restore_coordination(disk) {
                             panic!("node {n} cannot restore its coordination state: {e}");
@@ -2055,8 +1973,9 @@ impl Sim {
         let (effects, lock_free, log_end) = match self.nodes[n as usize].process.as_mut() {
             Some(p) => (
                 p.drain_effects(),
-                self.cfg.broken_lock_before_fsync || p.lock_replies_skip_fsync(),
-                if self.cfg.broken_reads_before_log_end {
+                p.lock_replies_skip_fsync()
+                    || meridian_bugs::bug!(self.cfg.bugs, LockBeforeFsync),
+                if meridian_bugs::bug!(self.cfg.bugs, ReadsBeforeLogEnd, if p.log_end_seq() > 0) {
                     0
                 } else {
                     p.log_end_seq()
@@ -2064,7 +1983,8 @@ impl Sim {
             ),
             None => return,
         };
-        if self.cfg.broken_master_clock_kept {
+        #[cfg(feature = "sim-bugs")]
+        if self.cfg.bugs.on(meridian_bugs::Bug::MasterClockKept) {
             let slot = &mut self.nodes[n as usize];
             if let Some(v) = slot.process.as_ref().and_then(|p| p.master_clock_view()) {
                 slot.kept_clock = Some(v);
@@ -2104,48 +2024,14 @@ impl Sim {
                 other => rest.push(other),
             }
         }
+        #[cfg_attr(not(feature = "sim-bugs"), allow(unused_mut))]
         let (mut free, held) = split_held(rest, self.cfg.faults.disk, lock_free, log_end);
         if let (Some((last, _)), None) = (appended, &held) {
             self.schedule_fsync(n, last);
         }
-        if let Some((seq, mut held)) = held {
-            if self.cfg.broken_ack_before_fsync {
-                let (acks, rest): (Vec<_>, Vec<_>) = held.into_iter().partition(|e| {
-                    matches!(
-                        e,
-                        NodeEffect::Send {
-                            frame: Frame::Response {
-                                resp: Response::Txn(meridian_wire::TxnResponse::Ack),
-                                ..
-                            },
-                            ..
-                        }
-                    )
-                });
-                free.extend(acks);
-                held = rest;
-            }
-            if self.cfg.broken_installed_is_ack {
-                // The durable ACK of a COMMIT-PRIMARY is dropped, and its
-                // early `Installed` answer goes as that ACK.
-                let mut early: BTreeSet<(Peer, u64)> = BTreeSet::new();
-                for e in free.iter_mut() {
-                    if let Some((to, id)) = installed_reply(e) {
-                        early.insert((to, id));
-                        *e = NodeEffect::Send {
-                            to,
-                            frame: Frame::Response {
-                                id,
-                                resp: Response::Txn(TxnResponse::Ack),
-                            },
-                        };
-                    }
-                }
-                held.retain(|e| {
-                    !matches!(e, NodeEffect::Send { to, frame: Frame::Response { id, .. } }
-                        if early.contains(&(*to, *id)))
-                });
-            }
+        if let Some((seq, held)) = held {
+            #[cfg(feature = "sim-bugs")]
+            let held = self.shell_bugs(&mut free, held);
             // As the shell's log does: an fsync is asked for only when
             // something waits for the records (or a record wants one);
             // otherwise they are fsynced by the idle sync, or by an
@@ -2161,6 +2047,55 @@ impl Sim {
             }
         }
         self.node_effects(n, free);
+    }
+
+    /// The injected bugs of the simulator's shell that move effects from
+    /// `held` (waiting for an fsync) to `free` (`AckBeforeFsync`,
+    /// `InstalledIsAck`); returns what stays held.
+    #[cfg(feature = "sim-bugs")]
+    fn shell_bugs(&mut self, free: &mut Vec<NodeEffect>, mut held: Vec<NodeEffect>) -> Vec<NodeEffect> {
+        if self.cfg.bugs.on(meridian_bugs::Bug::AckBeforeFsync) {
+            let (acks, rest): (Vec<_>, Vec<_>) = held.into_iter().partition(|e| {
+                matches!(
+                    e,
+                    NodeEffect::Send {
+                        frame: Frame::Response {
+                            resp: Response::Txn(meridian_wire::TxnResponse::Ack),
+                            ..
+                        },
+                        ..
+                    }
+                )
+            });
+            if !acks.is_empty() {
+                self.cfg.bugs.count(meridian_bugs::Bug::AckBeforeFsync);
+            }
+            free.extend(acks);
+            held = rest;
+        }
+        if self.cfg.bugs.on(meridian_bugs::Bug::InstalledIsAck) {
+            // The durable ACK of a COMMIT-PRIMARY is dropped, and its
+            // early `Installed` answer goes as that ACK.
+            let mut early: BTreeSet<(Peer, u64)> = BTreeSet::new();
+            for e in free.iter_mut() {
+                if let Some((to, id)) = meridian_process::node::installed_reply(e) {
+                    self.cfg.bugs.count(meridian_bugs::Bug::InstalledIsAck);
+                    early.insert((to, id));
+                    *e = NodeEffect::Send {
+                        to,
+                        frame: Frame::Response {
+                            id,
+                            resp: Response::Txn(TxnResponse::Ack),
+                        },
+                    };
+                }
+            }
+            held.retain(|e| {
+                !matches!(e, NodeEffect::Send { to, frame: Frame::Response { id, .. } }
+                    if early.contains(&(*to, *id)))
+            });
+        }
+        held
     }
 
     /// Node `n`'s records through `seq` that no one waits for are fsynced

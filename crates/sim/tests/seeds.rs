@@ -5,6 +5,7 @@
 //! `MERIDIAN_SIM_SEED=s` to replay one. The 10,000-seed swarm run is
 //! `meridian sim --workload swarm --seeds 10000`.
 
+use meridian_bugs::{Bug, Bugs};
 use meridian_process::node::NodeEvent;
 use meridian_sim::{run_and_check, Faults, Sim, SimConfig};
 use meridian_wire::NodeId;
@@ -19,6 +20,26 @@ fn seeds(default: u64) -> Vec<u64> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(default);
     (0..n).collect()
+}
+
+/// `cfg` with the injected bug `bug`, and the set, whose hit counters the
+/// run's processes share (read them after the run).
+fn inject(bug: Bug, cfg: SimConfig) -> (SimConfig, Bugs) {
+    let bugs = Bugs::of(&[bug]);
+    (
+        SimConfig {
+            bugs: bugs.clone(),
+            ..cfg
+        },
+        bugs,
+    )
+}
+
+/// Asserts that the injected bug `bug` ran its broken branch in the run
+/// whose set is `bugs` (a negative test that its bug never reaches proves
+/// nothing).
+fn assert_hit(bugs: &Bugs, bug: Bug) {
+    assert!(bugs.hits(bug) > 0, "the injected bug {bug:?} was never hit");
 }
 
 /// Runs `cfg` through the checker and asserts it finished (or lost a
@@ -614,25 +635,23 @@ fn acks_sent_before_their_fsync_lose_commits_the_checker_sees() {
     // not yet on disk under the broken rule (about 2 in 100 since reads
     // wait at the nodes), and which ones moves with any change to the
     // processes' timing.
-    let caught = cluster_crashes_caught(cluster_crash_bank, |c| c.broken_ack_before_fsync = true);
+    let caught = cluster_crashes_caught(cluster_crash_bank, Bug::AckBeforeFsync);
     assert!(
         !caught.is_empty(),
         "no seed caught ACKs that leave before their fsync"
     );
 }
 
-/// Seeds of 0–299 whose whole-cluster-crash bank run, with `broken`
-/// applied to its configuration, fails the checker; searched until two
-/// are caught. The real rule must pass each of them (panics otherwise).
-fn cluster_crashes_caught(
-    base: impl Fn(u64) -> SimConfig,
-    broken: impl Fn(&mut SimConfig),
-) -> Vec<u64> {
+/// Seeds of 0–299 whose whole-cluster-crash bank run, with `bug`
+/// injected, fails the checker; searched until two are caught. The bug
+/// must have been hit in each, and the real rule must pass each of them
+/// (panics otherwise).
+fn cluster_crashes_caught(base: impl Fn(u64) -> SimConfig, bug: Bug) -> Vec<u64> {
     let mut caught = Vec::new();
     for seed in 0..300u64 {
-        let mut cfg = base(seed);
-        broken(&mut cfg);
+        let (cfg, bugs) = inject(bug, base(seed));
         if run_and_check(cfg).is_err() {
+            assert_hit(&bugs, bug);
             run_and_check(base(seed)).unwrap_or_else(|e| panic!("{e}"));
             caught.push(seed);
             if caught.len() == 2 {
@@ -654,7 +673,7 @@ fn cluster_crashes_caught(
 fn truncating_before_the_primarys_fsync_loses_writes_the_checker_sees() {
     let caught = cluster_crashes_caught(
         |s| early_answer(cluster_crash_bank(s)),
-        |c| c.broken_installed_is_ack = true,
+        Bug::InstalledIsAck,
     );
     assert!(
         !caught.is_empty(),
@@ -671,18 +690,17 @@ fn truncating_before_the_primarys_fsync_loses_writes_the_checker_sees() {
 /// caught by the checker.
 #[test]
 fn lock_replies_wait_for_their_fsync_without_backups() {
-    let run = |seed: u64, broken: bool| {
-        run_and_check(SimConfig {
-            replication: 1,
-            broken_lock_before_fsync: broken,
-            ..cluster_crash_bank(seed)
-        })
+    let cfg = |seed: u64| SimConfig {
+        replication: 1,
+        ..cluster_crash_bank(seed)
     };
     let mut caught = Vec::new();
     for seed in 0..40u64 {
-        if run(seed, true).is_err() {
+        let (broken, bugs) = inject(Bug::LockBeforeFsync, cfg(seed));
+        if run_and_check(broken).is_err() {
+            assert_hit(&bugs, Bug::LockBeforeFsync);
             caught.push(seed);
-            if let Err(e) = run(seed, false) {
+            if let Err(e) = run_and_check(cfg(seed)) {
                 panic!("seed {seed} fails with the real rule too: {e}");
             }
         }
@@ -759,11 +777,9 @@ fn a_master_clock_kept_past_its_withdrawal_is_caught() {
     // it moves with the processes' timing: the last known ones first, then
     // a search. The real rule must pass the seed that does.
     for seed in [1u64, 2, 3].into_iter().chain(0..400) {
-        let broken = SimConfig {
-            broken_master_clock_kept: true,
-            ..SimConfig::swarm(seed)
-        };
+        let (broken, bugs) = inject(Bug::MasterClockKept, SimConfig::swarm(seed));
         if run_and_check(broken).is_err() {
+            assert_hit(&bugs, Bug::MasterClockKept);
             run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
             caught.push(seed);
             break;
@@ -786,11 +802,9 @@ fn reads_served_before_read_ts_passed_are_caught() {
     let mut caught = Vec::new();
     for seed in [2u64, 3, 41] {
         run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
-        let broken = SimConfig {
-            broken_reads_unwaited: true,
-            ..SimConfig::swarm(seed)
-        };
+        let (broken, bugs) = inject(Bug::ReadsUnwaited, SimConfig::swarm(seed));
         if let Err(e) = run_and_check(broken) {
+            assert_hit(&bugs, Bug::ReadsUnwaited);
             caught.push((seed, e.to_string()));
         }
     }
@@ -822,11 +836,9 @@ fn lock_waits_that_read_past_the_lock_are_caught() {
         ..SimConfig::register(seed)
     };
     for seed in [0u64].into_iter().chain(1..200) {
-        let broken = SimConfig {
-            broken_lock_waits_read_past_locks: true,
-            ..waiting(seed)
-        };
+        let (broken, bugs) = inject(Bug::LockWaitsReadPastLocks, waiting(seed));
         if let Err(e) = run_and_check(broken) {
+            assert_hit(&bugs, Bug::LockWaitsReadPastLocks);
             run_and_check(waiting(seed)).unwrap_or_else(|e| panic!("{e}"));
             caught.push((seed, e.to_string()));
             break;
@@ -890,10 +902,12 @@ fn restored_primaries_serving_at_once_are_caught() {
         (a.parse().expect("a number")..b.parse().expect("a number")).collect()
     });
     for seed in scan.clone().unwrap_or(RESTORE_SEEDS.to_vec()) {
-        let report = Sim::new(restore_config(seed, true)).run();
+        let (broken, bugs) = inject(Bug::RestoreForgotten, restore_config(seed));
+        let report = Sim::new(broken).run();
         let check = meridian_checker::check(&report.history);
         if !check.is_ok() {
-            run_and_check(restore_config(seed, false)).unwrap_or_else(|e| panic!("{e}"));
+            assert_hit(&bugs, Bug::RestoreForgotten);
+            run_and_check(restore_config(seed)).unwrap_or_else(|e| panic!("{e}"));
             caught.push(seed);
         }
     }
@@ -925,12 +939,11 @@ fn restored_primaries_serving_at_once_are_caught() {
 /// them again: a scan of 0–1499 found 260, 805, 1041, 1105, 1197 and 1426.
 const RESTORE_SEEDS: [u64; 3] = [260, 805, 1041];
 
-/// The bank workload with only a whole-cluster crash from disk, the read
-/// lock wait on, and the broken restore rule if `broken`.
-fn restore_config(seed: u64, broken: bool) -> SimConfig {
+/// The bank workload with only a whole-cluster crash from disk and the
+/// read lock wait on.
+fn restore_config(seed: u64) -> SimConfig {
     SimConfig {
         read_lock_wait_us: 5_000,
-        broken_restore_forgotten: broken,
         ..early_answer(cluster_crash_bank(seed))
     }
 }
@@ -1103,18 +1116,16 @@ fn blind_writes_lock_unchecked_and_wait_and_the_checker_passes() {
 }
 
 /// The broken variant: every LOCK skips the version check, also for keys
-/// the transaction read (`SimConfig::broken_locks_unchecked`). A transfer
+/// the transaction read (`Bug::LocksUnchecked`). A transfer
 /// then overwrites a balance it never saw; the bank audit or the checker
 /// must catch it, and the real rule must pass the seed that does.
 #[test]
 fn locks_that_skip_the_version_check_for_read_keys_are_caught() {
     let mut caught = None;
     for seed in 0..40 {
-        let broken = SimConfig {
-            broken_locks_unchecked: true,
-            ..SimConfig::bank(seed)
-        };
+        let (broken, bugs) = inject(Bug::LocksUnchecked, SimConfig::bank(seed));
         if let Err(e) = run_and_check(broken) {
+            assert_hit(&bugs, Bug::LocksUnchecked);
             run_and_check(SimConfig::bank(seed)).unwrap_or_else(|e| panic!("{e}"));
             caught = Some((seed, e));
             break;
@@ -1140,31 +1151,21 @@ fn locks_that_skip_the_version_check_for_read_keys_are_caught() {
 /// seed that catches a variant.
 #[test]
 fn commits_reported_before_write_ts_passed_are_caught() {
-    let first_caught = |broken: fn(u64) -> SimConfig, real: fn(u64) -> SimConfig| {
+    let first_caught = |bug: Bug, real: fn(u64) -> SimConfig| {
         (0..20).find_map(|seed| {
-            let e = run_and_check(broken(seed)).err()?;
+            let (broken, bugs) = inject(bug, real(seed));
+            let e = run_and_check(broken).err()?;
+            assert_hit(&bugs, bug);
             run_and_check(real(seed)).unwrap_or_else(|e| panic!("{e}"));
             Some(format!("seed {seed}: {e}"))
         })
     };
-    let all = first_caught(
-        |seed| SimConfig {
-            broken_writes_unwaited: true,
-            ..SimConfig::bank(seed)
-        },
-        SimConfig::bank,
-    )
+    let all = first_caught(Bug::WritesUnwaited, SimConfig::bank)
     .expect("no bank seed caught held requests handled at once");
     for what in ["handled a held COMMIT-BACKUP", "committed at write_ts"] {
         assert!(all.contains(what), "not caught as \"{what}\": {all}");
     }
-    let validates = first_caught(
-        |seed| SimConfig {
-            broken_validates_unwaited: true,
-            ..SimConfig::register(seed)
-        },
-        SimConfig::register,
-    )
+    let validates = first_caught(Bug::ValidatesUnwaited, SimConfig::register)
     .expect("no register seed caught held VALIDATEs handled at once");
     println!("held VALIDATEs handled at once: {validates}");
     assert!(
@@ -1400,12 +1401,10 @@ fn swarm_seed_1909_keeps_opacity_across_a_restored_clock_master() {
 fn swarm_seed_21794_keeps_a_restored_cm_out_of_its_old_recovery() {
     let cfg = || before_single_reads(early_answer(SimConfig::swarm(21794)));
     run_and_check(cfg()).unwrap_or_else(|e| panic!("{e}"));
-    let broken = SimConfig {
-        broken_restored_recovery_votes: true,
-        ..cfg()
-    };
+    let (broken, bugs) = inject(Bug::RestoredRecoveryVotes, cfg());
     let err = run_and_check(broken)
         .expect_err("a restored CM voting in its old configuration's recovery must be caught");
+    assert_hit(&bugs, Bug::RestoredRecoveryVotes);
     assert!(err.contains("G-single"), "{err}");
 }
 
@@ -1414,7 +1413,7 @@ fn swarm_seed_21794_keeps_a_restored_cm_out_of_its_old_recovery() {
 /// the newest committed version with no `read_ts`, and the checker passes
 /// on every seed, with the history naming the version each read saw. A
 /// primary that answers such a read past a lock on its key
-/// (`broken_latest_reads_past_locks`) misses a write that another primary
+/// (`Bug::LatestReadsPastLocks`) misses a write that another primary
 /// already reported committed; with some messages held back (long delays,
 /// so one primary's COMMIT-PRIMARY arrives late) the checker must catch it
 /// as a real-time cycle (seeds 7, 8 and 11 do; each passes when correct).
@@ -1441,11 +1440,9 @@ fn single_reads_pass_and_reads_past_a_lock_are_caught() {
     );
     let mut caught = None;
     for seed in 0..200u64 {
-        let broken = SimConfig {
-            broken_latest_reads_past_locks: true,
-            ..delayed(seed)
-        };
+        let (broken, bugs) = inject(Bug::LatestReadsPastLocks, delayed(seed));
         if let Err(e) = run_and_check(broken) {
+            assert_hit(&bugs, Bug::LatestReadsPastLocks);
             caught = Some((seed, e.to_string()));
             break;
         }
@@ -1462,7 +1459,7 @@ fn single_reads_pass_and_reads_past_a_lock_are_caught() {
 /// complete backup (`split_held`'s `log_end`). Found by the adversarial
 /// review of single reads (seed 4981: a single read saw the lost write;
 /// seeds 456 and 1254: plain READs did); the rule before it
-/// (`broken_reads_before_log_end`) is caught. Since thin clients' lone
+/// (`Bug::ReadsBeforeLogEnd`) is caught. Since thin clients' lone
 /// GETs became single reads the review's seeds no longer reach the old
 /// rule's hole; seeds 130 and 750 do (found by searching 0–1000).
 #[test]
@@ -1480,11 +1477,9 @@ fn without_a_backup_reads_wait_for_the_log_review_seeds_456_1254_4981() {
     let mut caught = 0;
     for seed in [456u64, 1254, 4981, 130, 750] {
         run_and_check(cfg(seed)).unwrap_or_else(|e| panic!("{e}"));
-        let broken = SimConfig {
-            broken_reads_before_log_end: true,
-            ..cfg(seed)
-        };
+        let (broken, bugs) = inject(Bug::ReadsBeforeLogEnd, cfg(seed));
         if let Err(e) = run_and_check(broken) {
+            assert_hit(&bugs, Bug::ReadsBeforeLogEnd);
             assert!(e.contains("violation"), "seed {seed}: {e}");
             caught += 1;
         }
@@ -1495,16 +1490,14 @@ fn without_a_backup_reads_wait_for_the_log_review_seeds_456_1254_4981() {
 /// The simulator's time oracle for single reads: a primary's answer to a
 /// `TxnRequest::ReadLatest` names a version whose `write_ts` global time
 /// has passed (`Sim::check_latest_read`). With the nodes handling held
-/// VALIDATEs and COMMIT-BACKUPs at once (`broken_writes_unwaited`), a
+/// VALIDATEs and COMMIT-BACKUPs at once (`Bug::WritesUnwaited`), a
 /// primary installs a version before its `write_ts` passed, and the
 /// oracle sees a single read answered with it (register seed 25).
 #[test]
 fn a_single_read_of_a_version_from_the_future_is_caught() {
-    let broken = SimConfig {
-        broken_writes_unwaited: true,
-        ..SimConfig::register(25)
-    };
+    let (broken, bugs) = inject(Bug::WritesUnwaited, SimConfig::register(25));
     let err = run_and_check(broken).expect_err("the broken write wait must be caught");
+    assert_hit(&bugs, Bug::WritesUnwaited);
     assert!(err.contains("answered a single read"), "{err}");
 }
 
@@ -1517,7 +1510,7 @@ fn a_single_read_of_a_version_from_the_future_is_caught() {
 /// transaction configuration 3 had settled as never committed, made
 /// configuration 4's recovery commit it over T4's committed delete (a
 /// G-single cycle). Such a node now resets its participant; the old rule
-/// (`broken_readded_keeps_log`) is caught, with single reads on or off.
+/// (`Bug::ReaddedKeepsLog`) is caught, with single reads on or off.
 #[test]
 fn a_removed_node_readded_as_filling_forgets_its_log_seed_948() {
     let cfg = |single_reads| SimConfig {
@@ -1527,11 +1520,9 @@ fn a_removed_node_readded_as_filling_forgets_its_log_seed_948() {
     };
     for single in [true, false] {
         run_and_check(cfg(single)).unwrap_or_else(|e| panic!("{e}"));
-        let broken = SimConfig {
-            broken_readded_keeps_log: true,
-            ..cfg(single)
-        };
+        let (broken, bugs) = inject(Bug::ReaddedKeepsLog, cfg(single));
         let err = run_and_check(broken).expect_err("the vacuous rule must be caught");
+        assert_hit(&bugs, Bug::ReaddedKeepsLog);
         assert!(err.contains("violation"), "{err}");
     }
 }

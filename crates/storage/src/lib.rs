@@ -369,10 +369,9 @@ impl RegionStore {
         Ok(Self::newest(obj))
     }
 
-    /// [`RegionStore::read_latest`] without its lock check: the
-    /// simulator's deliberately broken variant only
-    /// (`SimConfig::broken_latest_reads_past_locks`).
-    #[doc(hidden)]
+    /// [`RegionStore::read_latest`] without its lock check: the injected
+    /// bug `LatestReadsPastLocks` (feature `sim-bugs` only).
+    #[cfg(feature = "sim-bugs")]
     pub fn read_latest_past_locks(&self, key: &[u8]) -> LatestRead {
         match self.objects.get(key) {
             Some(obj) => Self::newest(obj),
@@ -401,11 +400,10 @@ impl RegionStore {
         }
     }
 
-    /// A deliberately broken read for the simulator's variant
-    /// (`SimConfig::broken_lock_waits_read_past_locks`): `read` without
-    /// its lock checks, so a lock holder that later commits at or below
-    /// `read_ts` is missed. Never used by the node otherwise.
-    #[doc(hidden)]
+    /// `read` without its lock checks, so a lock holder that later commits
+    /// at or below `read_ts` is missed: the injected bug
+    /// `LockWaitsReadPastLocks` (feature `sim-bugs` only).
+    #[cfg(feature = "sim-bugs")]
     pub fn read_past_locks(
         &self,
         key: &[u8],
@@ -928,9 +926,9 @@ impl RegionStore {
         self.fill_floor_ts = self.fill_floor_ts.max(source_safe_point);
     }
 
-    /// [`RegionStore::merge_chunk`] without the fill fence: the simulator's
-    /// deliberately broken variant only (`SimConfig::broken_refill_unfenced`).
-    #[doc(hidden)]
+    /// [`RegionStore::merge_chunk`] without the fill fence: the injected
+    /// bug `RefillUnfenced` (feature `sim-bugs` only).
+    #[cfg(feature = "sim-bugs")]
     pub fn merge_chunk_unfenced(&mut self, objects: &[meridian_wire::ObjectCopy]) {
         for o in objects.iter().filter(|o| !o.versions.is_empty()) {
             self.merge_copy(o);

@@ -142,15 +142,9 @@ pub struct Participant {
     /// whole-cluster restart renews the configuration with the same
     /// replicas; a transfer read the old balance and 41 units vanished).
     restored: bool,
-    /// The simulator's deliberately broken variant
-    /// ([`Participant::set_broken_restore_forgotten`]).
-    broken_restore_forgotten: bool,
-    /// The simulator's deliberately broken variant
-    /// ([`Participant::set_broken_locks_unchecked`]).
-    broken_locks_unchecked: bool,
-    /// The simulator's deliberately broken variant
-    /// ([`Participant::set_broken_refill_unfenced`]).
-    broken_refill_unfenced: bool,
+    /// Injected bugs (tests only; `meridian_bugs`).
+    #[cfg(feature = "sim-bugs")]
+    bugs: meridian_bugs::Bugs,
 }
 
 /// One input that changed a participant's state: the unit of the
@@ -443,9 +437,8 @@ impl Participant {
                     journal: None,
                     journaled_gc: c.journaled_gc,
                     restored: false,
-                    broken_restore_forgotten: false,
-                    broken_locks_unchecked: false,
-                    broken_refill_unfenced: false,
+                    #[cfg(feature = "sim-bugs")]
+                    bugs: meridian_bugs::Bugs::none(),
                 }
             }
         };
@@ -595,9 +588,8 @@ impl Participant {
             journal: None,
             journaled_gc: Timestamp::ZERO,
             restored: false,
-            broken_restore_forgotten: false,
-            broken_locks_unchecked: false,
-            broken_refill_unfenced: false,
+            #[cfg(feature = "sim-bugs")]
+            bugs: meridian_bugs::Bugs::none(),
         }
     }
 
@@ -636,7 +628,7 @@ impl Participant {
             let is_primary = r.primary == self.node;
             if is_primary {
                 primary_for.push(r.id);
-                if (self.restored && !self.broken_restore_forgotten)
+                if (self.restored && !meridian_bugs::bug!(self.bugs, RestoreForgotten))
                     || r.last_replica_change == cfg.id()
                     || r.last_replica_change > previous
                     || (!self.restored && unrecovered.contains(&r.id))
@@ -777,35 +769,21 @@ impl Participant {
         }
     }
 
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_restore_forgotten`): the first configuration
-    /// after a restore blocks only the regions whose replicas changed, as
-    /// if nothing had been lost. The suite must catch it (swarm seed 561).
-    #[doc(hidden)]
-    pub fn set_broken_restore_forgotten(&mut self, on: bool) {
-        self.broken_restore_forgotten = on;
+    /// Give this participant the injected bugs `bugs` (tests only; see
+    /// `meridian_bugs`). The participant consults `RestoreForgotten` (the
+    /// first configuration after a restore blocks only the regions whose
+    /// replicas changed), `LocksUnchecked` (every LOCK skips LockAtTs's
+    /// version check, a lost update) and `RefillUnfenced` (a new replica
+    /// merges chunks without the fill fence).
+    #[cfg(feature = "sim-bugs")]
+    pub fn set_bugs(&mut self, bugs: meridian_bugs::Bugs) {
+        self.bugs = bugs;
     }
 
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_locks_unchecked`): every LOCK treats every write
-    /// as blind, skipping LockAtTs's check for a version newer than
-    /// `read_ts` even for keys the transaction read. A read-modify-write
-    /// then overwrites a version it never saw (a lost update); the bank
-    /// audit and the checker must catch it.
-    #[doc(hidden)]
-    pub fn set_broken_locks_unchecked(&mut self, on: bool) {
-        self.broken_locks_unchecked = on;
-    }
-
-    /// A deliberately broken rule for the simulator's variant
-    /// (`SimConfig::broken_refill_unfenced`): a new replica merges its
-    /// chunks without the fill fence (`RegionStore::merge_chunk_unfenced`),
-    /// as before swarm seed 2447, so an old write from its own log can be
-    /// put in place over a delete its source collected. The checker must
-    /// catch it.
-    #[doc(hidden)]
-    pub fn set_broken_refill_unfenced(&mut self, on: bool) {
-        self.broken_refill_unfenced = on;
+    /// The injected bugs this participant consults (tests only).
+    #[cfg(feature = "sim-bugs")]
+    pub fn bugs(&self) -> &meridian_bugs::Bugs {
+        &self.bugs
     }
 
     /// Regions blocked by recovery at this primary.
@@ -1225,7 +1203,8 @@ impl Participant {
             source_safe_point,
         });
         if let Some(s) = self.stores.get_mut(&region) {
-            if self.broken_refill_unfenced {
+            if meridian_bugs::bug!(self.bugs, RefillUnfenced) {
+                #[cfg(feature = "sim-bugs")]
                 s.merge_chunk_unfenced(objects);
             } else {
                 s.merge_chunk(after, objects, done, source_safe_point);
@@ -1391,9 +1370,9 @@ impl Participant {
         TxnResponse::ReadLatest(self.primary_store(region).and_then(|s| s.read_latest(key)))
     }
 
-    /// [`Participant::read_latest`] without its lock check: the
-    /// simulator's deliberately broken variant only.
-    #[doc(hidden)]
+    /// [`Participant::read_latest`] without its lock check: the injected
+    /// bug `LatestReadsPastLocks` (feature `sim-bugs` only).
+    #[cfg(feature = "sim-bugs")]
     pub fn read_latest_past_locks(&self, region: RegionId, key: &[u8]) -> TxnResponse {
         TxnResponse::ReadLatest(
             self.primary_store(region)
@@ -1401,10 +1380,10 @@ impl Participant {
         )
     }
 
-    /// [`Participant::read`] without its lock checks: the simulator's
-    /// deliberately broken variant only
-    /// (`RegionStore::read_past_locks`).
-    #[doc(hidden)]
+    /// [`Participant::read`] without its lock checks
+    /// (`RegionStore::read_past_locks`): the injected bug
+    /// `LockWaitsReadPastLocks` (feature `sim-bugs` only).
+    #[cfg(feature = "sim-bugs")]
     pub fn read_past_locks(&self, region: RegionId, key: &[u8], read_ts: Timestamp) -> TxnResponse {
         TxnResponse::Read(
             self.primary_store(region)
@@ -1745,7 +1724,9 @@ impl Participant {
                 .stores
                 .get_mut(&w.region)
                 .ok_or(Conflict::UnknownRegion)?;
-            let unchecked = self.broken_locks_unchecked || blind.get(i).copied().unwrap_or(false);
+            let blind_write = blind.get(i).copied().unwrap_or(false);
+            let unchecked =
+                blind_write || meridian_bugs::bug!(self.bugs, LocksUnchecked, if !blind_write);
             let check = (!unchecked).then_some(rec.read_ts);
             if let Err(c) = store.lock(rec.tx, &w.key, check) {
                 result = Err(c);
@@ -2103,10 +2084,16 @@ mod tests {
         // Only the first configuration after the restore.
         restored.reconfigure(&renewed.renewed());
         assert!(restored.blocked_regions().is_empty());
-        let mut broken = Participant::restore(node, &two, Some(&cp), &[]).expect("restore");
-        broken.set_broken_restore_forgotten(true);
-        broken.reconfigure(&renewed);
-        assert!(broken.blocked_regions().is_empty());
+        #[cfg(feature = "sim-bugs")]
+        {
+            use meridian_bugs::{Bug, Bugs};
+            let mut broken = Participant::restore(node, &two, Some(&cp), &[]).expect("restore");
+            let bugs = Bugs::of(&[Bug::RestoreForgotten]);
+            broken.set_bugs(bugs.clone());
+            broken.reconfigure(&renewed);
+            assert!(broken.blocked_regions().is_empty());
+            assert!(bugs.hits(Bug::RestoreForgotten) > 0);
+        }
     }
 
     /// A backup promoted to primary by a configuration that never
