@@ -26,6 +26,10 @@
 //! build: a `cargo test --workspace` compiles every crate with `sim-bugs`,
 //! because the simulator's tests enable it.)
 //!
+//! **Coverage marks.** [`mark!`]`("name")` in production code records,
+//! in test builds, that a rare path ran; a scenario test asserts it with
+//! [`marks::watch`]. Marks are compiled out the same way.
+//!
 //! **Invariant.** With the empty set, every process behaves exactly as
 //! without the feature: the simulator's history digests of the same seeds
 //! are equal with and without it.
@@ -51,6 +55,23 @@ macro_rules! bug {
     }};
 }
 
+/// Record that the code path marked `name` ran: `mark!("name")`.
+///
+/// A coverage mark (TigerBeetle's `marks`): a scenario test that drives
+/// the simulator into a rare window asserts, with [`marks::watch`], that
+/// the code guarding that window ran, so a change of schedule cannot move
+/// the test off it unnoticed. With the calling crate's `sim-bugs` feature
+/// it counts one hit on this thread; without it, it is nothing.
+#[macro_export]
+macro_rules! mark {
+    ($name:literal) => {{
+        #[cfg(feature = "sim-bugs")]
+        $crate::marks::hit($name);
+    }};
+}
+
+#[cfg(feature = "enabled")]
+pub mod marks;
 #[cfg(feature = "enabled")]
 mod set;
 #[cfg(feature = "enabled")]
