@@ -52,6 +52,9 @@
 //! to its primary and every log truncated.
 
 mod digest;
+mod scenario;
+
+pub use scenario::{Endpoint, EventView, HoldId, Scenario};
 
 use meridian_checker::{History, Outcome, TxnRecord};
 use meridian_client::{Client, Core, Io, Session, TxnError, TxnFuture, TxnOptions};
@@ -1214,6 +1217,19 @@ pub struct Sim {
     holds_in_service: BTreeMap<(u32, u64, u64), (u64, &'static str)>,
     /// Every executed event, hashed in order ([`SimReport::digest`]).
     digest: digest::Digest,
+    /// Events a scenario holds back ([`Scenario::hold`]); none in a
+    /// seeded run.
+    holds: scenario::Holds,
+}
+
+/// What [`Sim::advance`] did.
+enum Advance {
+    /// Ran or parked one event (or skipped a cancelled one).
+    Ran,
+    /// Every client finished (or nothing is left to run).
+    Finished,
+    /// The next event lies past `SimConfig::time_limit_ns`.
+    TimeLimit,
 }
 
 impl Sim {
@@ -1361,6 +1377,7 @@ impl Sim {
             latest_reads: 0,
             holds_in_service: BTreeMap::new(),
             digest: digest::Digest::new(),
+            holds: scenario::Holds::default(),
             harvested: Vec::new(),
             trace: std::env::var_os("MERIDIAN_SIM_TRACE").is_some(),
         };
@@ -1599,37 +1616,18 @@ impl Sim {
 
     /// Run to the end and report.
     pub fn run(mut self) -> SimReport {
-        let mut timed_out = false;
-        while let Some(Reverse((at, seq))) = self.queue.pop() {
-            let Some(ev) = self.events.remove(&seq) else {
-                continue;
-            };
-            if at > self.cfg.time_limit_ns {
-                timed_out = true;
-                break;
+        let timed_out = loop {
+            match self.advance() {
+                Advance::Ran => {}
+                Advance::Finished => break false,
+                Advance::TimeLimit => break true,
             }
-            lock(&self.world).now_ns = at;
-            self.digest.event(at, &ev);
-            self.step(ev);
-            self.poll_tasks();
-            self.route_client_io();
-            for slot in &self.nodes {
-                if let Some(p) = &slot.process {
-                    p.check_invariants();
-                }
-            }
-            // Done when every client finished and every node's embedded
-            // coordinator has truncated its thin clients' transactions.
-            if self.clients.iter().all(|c| c.finished)
-                && self
-                    .nodes
-                    .iter()
-                    .filter_map(|n| n.process.as_ref())
-                    .all(|p| p.gateway().is_quiet())
-            {
-                break;
-            }
-        }
+        };
+        self.report(timed_out)
+    }
+
+    /// The report of a run that ended (`timed_out`: by the time limit).
+    fn report(self, timed_out: bool) -> SimReport {
         let stuck = if timed_out {
             self.describe_stuck()
         } else {
@@ -1638,6 +1636,52 @@ impl Sim {
         let mut report = self.finish(timed_out);
         report.stuck = stuck;
         report
+    }
+
+    /// Take the next event off the queue and run it (or park it, when a
+    /// scenario holds events like it), then let the clients and the
+    /// processes react and check every process's invariants.
+    fn advance(&mut self) -> Advance {
+        let Some(Reverse((at, seq))) = self.queue.pop() else {
+            return Advance::Finished;
+        };
+        let Some(ev) = self.events.remove(&seq) else {
+            return Advance::Ran;
+        };
+        if at > self.cfg.time_limit_ns {
+            return Advance::TimeLimit;
+        }
+        let Some(ev) = self.holds.park(at, ev) else {
+            return Advance::Ran;
+        };
+        if self.execute(at, ev) {
+            Advance::Finished
+        } else {
+            Advance::Ran
+        }
+    }
+
+    /// Run `ev` at true time `at`, let the clients and the processes
+    /// react, and check every process's invariants. True when the run is
+    /// done: every client finished and every node's embedded coordinator
+    /// has truncated its thin clients' transactions.
+    fn execute(&mut self, at: u64, ev: Event) -> bool {
+        lock(&self.world).now_ns = at;
+        self.digest.event(at, &ev);
+        self.step(ev);
+        self.poll_tasks();
+        self.route_client_io();
+        for slot in &self.nodes {
+            if let Some(p) = &slot.process {
+                p.check_invariants();
+            }
+        }
+        self.clients.iter().all(|c| c.finished)
+            && self
+                .nodes
+                .iter()
+                .filter_map(|n| n.process.as_ref())
+                .all(|p| p.gateway().is_quiet())
     }
 
     /// One line per unfinished client and per node whose embedded
@@ -2749,9 +2793,15 @@ fn heads(s: &meridian_storage::RegionStore) -> Vec<(Vec<u8>, u64, Option<Vec<u8>
 /// invariant assertion (a panic inside the run, caught and reported with
 /// its seed).
 pub fn run_and_check(cfg: SimConfig) -> Result<SimReport, String> {
-    let seed = cfg.seed;
-    let faults = cfg.faults.describe();
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Sim::new(cfg).run()));
+    let (seed, faults) = (cfg.seed, cfg.faults.describe());
+    checked(seed, &faults, || Sim::new(cfg).run())
+}
+
+/// Run `run` (a simulation to its end) and judge its report: a panic (a
+/// broken invariant), a checker violation or a workload failure is an
+/// error naming `seed` and `faults`.
+fn checked(seed: u64, faults: &str, run: impl FnOnce() -> SimReport) -> Result<SimReport, String> {
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
     let report = match run {
         Ok(r) => r,
         Err(p) => {

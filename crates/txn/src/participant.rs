@@ -628,11 +628,15 @@ impl Participant {
             let is_primary = r.primary == self.node;
             if is_primary {
                 primary_for.push(r.id);
-                if (self.restored && !meridian_bugs::bug!(self.bugs, RestoreForgotten))
-                    || r.last_replica_change == cfg.id()
+                let restore_rule =
+                    self.restored && !meridian_bugs::bug!(self.bugs, RestoreForgotten);
+                let replicas_changed = r.last_replica_change == cfg.id()
                     || r.last_replica_change > previous
-                    || (!self.restored && unrecovered.contains(&r.id))
-                {
+                    || (!self.restored && unrecovered.contains(&r.id));
+                if restore_rule && !replicas_changed {
+                    meridian_bugs::mark!("restored primary blocks an unchanged region");
+                }
+                if restore_rule || replicas_changed {
                     self.blocked.insert(r.id);
                 }
             } else if r.backups.contains(&self.node) {
