@@ -184,3 +184,4 @@ fn a_restored_primary_blocks_its_regions_until_lock_recovery() {
         assert!(err.contains("violation") || err.contains("audit"), "seed {seed}: {err}");
     }
 }
+
