@@ -10,7 +10,7 @@
 #   scripts/peers.sh status
 #   PEER_CPUS=1 scripts/peers.sh start all   # servers on CPU 1 only (taskset -c
 #                                            # syntax), the match of
-#                                            # `meridian bench --node-cpus 1`
+#                                            # `meridian-bench --node-cpus 1`
 #
 # Durability is matched to Meridian's modes: Redis runs without persistence
 # (save "", appendonly no), the match of Meridian's memory mode (FaRM's

@@ -17,15 +17,16 @@ case "$W" in
   *) echo "unknown workload $W (tatp, ycsb-b, ycsb-a)" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
-M=target/release/meridian
-cargo build --release -q -p meridian-cli
-"$M" bench "${ARGS[@]}" --clients "$N" --duration 30 --baseline 0 \
+# The bench runs its cluster's nodes from the meridian binary next to it.
+B=target/release/meridian-bench
+cargo build --release -q -p meridian-cli -p meridian-bench
+"$B" "${ARGS[@]}" --clients "$N" --duration 30 --baseline 0 \
   --durability "$DUR" --dir "$OUT/cluster" --json "$OUT/bench.json" >"$OUT/bench.out" 2>&1 &
 BENCH=$!
 # Wait for the load to finish and the run to settle.
 for _ in $(seq 120); do grep -q "loaded" "$OUT/bench.out" 2>/dev/null && break; sleep 1; done
 sleep 4
-CLIENT=$(pgrep -f "^$M bench ${ARGS[0]}" | head -1)
+CLIENT=$(pgrep -f "^$B ${ARGS[0]}" | head -1)
 NODES=$(pgrep -f "meridian node .*$OUT/cluster" | tr '\n' ' ')
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 declare -A before

@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# Install what Meridian needs on a fresh machine: a Rust toolchain. Idempotent.
+# Install what Meridian needs on a fresh machine. Idempotent.
+#
+# The server binary (`cargo build --release -p meridian-cli`) needs only a
+# Rust toolchain. Everything after it here is for the benchmark tool
+# (`meridian-bench`, crates/bench) and the tests: fontconfig/freetype and
+# protoc to build the bench, nftables/iproute2 and the peer servers for
+# the tests that use them.
 set -euo pipefail
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then
@@ -9,8 +15,8 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "installed Rust; run: export PATH=\$HOME/.cargo/bin:\$PATH" >&2
   fi
 fi
-# The bench plots timelines with plotters, whose text rendering links
-# fontconfig and freetype (and needs a font at run time).
+# Bench only: meridian-bench plots timelines with plotters, whose text
+# rendering links fontconfig and freetype (and needs a font at run time).
 if ! pkg-config --exists fontconfig freetype2 2>/dev/null || ! fc-list 2>/dev/null | grep -q .; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""
@@ -31,8 +37,8 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
       echo "could not install nftables/iproute2: the partition tests will skip" >&2
   fi
 fi
-# The etcd peer driver (etcd-client) compiles etcd's gRPC protos at build
-# time, which needs protoc.
+# Bench only: its etcd peer driver (etcd-client) compiles etcd's gRPC
+# protos at build time, which needs protoc. The server does not link it.
 if ! command -v protoc >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""
@@ -40,7 +46,7 @@ if ! command -v protoc >/dev/null 2>&1; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
   else
-    echo "install protoc (protobuf-compiler): the build needs it" >&2
+    echo "install protoc (protobuf-compiler): building meridian-bench needs it" >&2
   fi
 fi
 # The peer drivers' tests run a real redis-server, PostgreSQL 15 and etcd

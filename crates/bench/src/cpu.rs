@@ -132,7 +132,7 @@ pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
 
 fn server_ticks(servers: &Servers) -> BTreeMap<u32, u64> {
     let pids: Vec<u32> = match servers {
-        Servers::ClusterDir(d) => crate::cluster::node_pids(d).unwrap_or_default(),
+        Servers::ClusterDir(d) => meridian_cli::cluster::node_pids(d).unwrap_or_default(),
         Servers::Pids(p) => p.clone(),
         Servers::Named(name) => pids_named(name),
         Servers::Unknown => Vec::new(),

@@ -1,10 +1,11 @@
-//! # Benchmarks and local clusters
+//! # Benchmarks
 //!
-//! - [`cluster`]: start, stop and inspect a local cluster of node processes
-//!   (each its own OS process, so `kill -9` is real), each with its own data
-//!   directory and log file.
-//! - [`netns`]: each node in a network namespace of its own, for real
-//!   partitions (`meridian fault partition|heal`; root, iproute2, nftables).
+//! The library behind the `meridian-bench` binary (`src/main.rs`). It
+//! carries the peer drivers (redis, tokio-postgres, etcd-client) and the
+//! plotting (plotters); the `meridian` server binary links none of it. The
+//! local clusters it drives are `meridian_cli::cluster`'s, their nodes
+//! processes of the `meridian` binary.
+//!
 //! - [`drive`]: the one closed loop every target runs (Meridian and the
 //!   peers), over workload mixes written against `TxnOps`.
 //! - [`peers`], [`pg`], [`etcd`]: the same workloads against Redis,
@@ -17,15 +18,12 @@
 //!   table and are written as JSON.
 //!
 //! Benchmark figures are only comparable within one run on this shared
-//! machine, so `bench tatp` and `bench ycsb` measure the null-RPC baseline in
-//! the same run and report the ratio.
+//! machine, so `meridian-bench tatp` and `meridian-bench ycsb` measure the
+//! null-RPC baseline in the same run and report the ratio.
 
-pub mod cluster;
 pub mod cpu;
-pub mod cpus;
 pub mod drive;
 pub mod etcd;
-pub mod netns;
 pub mod peers;
 pub mod pg;
 pub mod run;

@@ -1,10 +1,12 @@
-//! Local clusters: `meridian cluster start|stop|status`.
+//! Local clusters: `meridian cluster start|stop|status`, and the clusters
+//! `meridian-bench` starts for a run.
 //!
 //! A cluster lives in a directory: `cluster.toml` (the configuration) and
 //! one `node<i>/` per node holding `node.log` and `pid`. Nodes are started as
 //! separate processes of the `meridian` binary in their own process group,
 //! so they outlive the command that started them and a `kill -9` of one is a
-//! real crash.
+//! real crash. The `meridian` command passes its own executable; other
+//! callers (the bench, tests) find it with [`server_exe`].
 
 use meridian_config::Configuration;
 use meridian_wire::{AdminRequest, AdminResponse, NodeId, Request, Response};
@@ -39,11 +41,76 @@ pub enum ClusterError {
     /// A cluster is already running in this directory.
     #[error("a cluster is already running in {0} (stop it first)")]
     AlreadyRunning(String),
+    /// The `meridian` binary that nodes run from is not there.
+    #[error(
+        "the server binary {path} is missing: build it with `{build}` \
+         (or set {SERVER_BIN_ENV} to a `meridian` binary)"
+    )]
+    NoServerBinary {
+        /// Where it was looked for.
+        path: String,
+        /// The command that builds it there.
+        build: String,
+    },
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
     let what = what.into();
     move |source| ClusterError::Io { what, source }
+}
+
+/// The environment variable naming the `meridian` binary that
+/// [`server_exe`] returns, instead of the one next to the running
+/// executable.
+pub const SERVER_BIN_ENV: &str = "MERIDIAN_BIN";
+
+/// The `meridian` server binary that local clusters run their nodes from,
+/// for callers that are not that binary (`meridian-bench`, tests):
+/// `$MERIDIAN_BIN` if set, else [`server_exe_near`] the running
+/// executable.
+///
+/// Errors: the binary is not there ([`ClusterError::NoServerBinary`],
+/// naming the cargo command that builds it).
+pub fn server_exe() -> Result<PathBuf, ClusterError> {
+    if let Some(p) = std::env::var_os(SERVER_BIN_ENV) {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            return Err(ClusterError::NoServerBinary {
+                path: format!("{} (from {SERVER_BIN_ENV})", p.display()),
+                build: "cargo build --release -p meridian-cli".into(),
+            });
+        }
+        return Ok(p);
+    }
+    let exe = std::env::current_exe().map_err(io("finding the running executable"))?;
+    server_exe_near(&exe)
+}
+
+/// The `meridian` binary in the directory of the executable `exe`: cargo
+/// puts `meridian` and `meridian-bench` side by side in `target/<profile>/`,
+/// though each package builds only its own (`cargo build --release -p
+/// meridian-cli -p meridian-bench` builds both).
+///
+/// Errors: it is not there ([`ClusterError::NoServerBinary`], naming the
+/// cargo command that builds it: a debug build for `target/debug`, else a
+/// release build).
+pub fn server_exe_near(exe: &Path) -> Result<PathBuf, ClusterError> {
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let server = dir.join("meridian");
+    if server.is_file() {
+        return Ok(server);
+    }
+    // A debug build's bench looks in target/debug; anything else is told
+    // the release build, which is what the README runs.
+    let build = if dir.file_name().is_some_and(|n| n == "debug") {
+        "cargo build -p meridian-cli"
+    } else {
+        "cargo build --release -p meridian-cli"
+    };
+    Err(ClusterError::NoServerBinary {
+        path: server.display().to_string(),
+        build: build.into(),
+    })
 }
 
 /// In a node's directory: a monotonic clock offset, seconds, that the node
@@ -94,19 +161,16 @@ pub fn kill_nodes(dir: &Path, ids: &[u32]) -> Result<Vec<u32>, ClusterError> {
 
 /// Start nodes `ids` of the cluster in `dir` again after a crash, keeping
 /// their data directories (with `durability = "disk"` they restore from
-/// their write-ahead log and checkpoint), and wait until they answer.
+/// their write-ahead log and checkpoint), and wait until they answer. The
+/// nodes run from [`server_exe`].
 ///
-/// Errors: the configuration cannot be read, a node is unknown or still
-/// running, or it does not answer within 10 s.
+/// Errors: the binary is missing, the configuration cannot be read, a node
+/// is unknown or still running, or it does not answer within 10 s.
 pub fn restart_nodes(dir: &Path, ids: &[u32]) -> Result<(), ClusterError> {
-    let exe = std::env::current_exe().map_err(|source| ClusterError::Io {
-        what: "finding the meridian executable".into(),
-        source,
-    })?;
-    restart_nodes_with_exe(dir, &exe, ids)
+    restart_nodes_with_exe(dir, &server_exe()?, ids)
 }
 
-/// [`restart_nodes`] with an explicit `meridian` executable (tests).
+/// [`restart_nodes`] with an explicit `meridian` executable.
 ///
 /// Errors: as [`restart_nodes`].
 pub fn restart_nodes_with_exe(dir: &Path, exe: &Path, ids: &[u32]) -> Result<(), ClusterError> {
@@ -136,15 +200,12 @@ pub fn restart_nodes_with_exe(dir: &Path, exe: &Path, ids: &[u32]) -> Result<(),
 /// book that are not members of its first configuration and do not run
 /// (`cluster start --spares`). Each starts outside the configuration and
 /// asks the CM to join (FaRM §5.2); the CM adds it and then moves replicas
-/// onto it, one paced make-before-break step at a time (§5.4). Returns the
-/// ids started.
+/// onto it, one paced make-before-break step at a time (§5.4). The nodes
+/// run from the `meridian` binary `exe`. Returns the ids started.
 ///
-/// Errors: as [`restart_nodes`]; none to start is not an error (empty).
-pub fn join_spares(dir: &Path) -> Result<Vec<u32>, ClusterError> {
-    let exe = std::env::current_exe().map_err(|source| ClusterError::Io {
-        what: "finding the meridian executable".into(),
-        source,
-    })?;
+/// Errors: as [`restart_nodes_with_exe`]; none to start is not an error
+/// (empty).
+pub fn join_spares(dir: &Path, exe: &Path) -> Result<Vec<u32>, ClusterError> {
     let cfg = Configuration::load(&config_path(dir))?;
     let spares: Vec<u32> = cfg
         .nodes
@@ -153,7 +214,7 @@ pub fn join_spares(dir: &Path) -> Result<Vec<u32>, ClusterError> {
         .filter(|id| !cfg.is_member(NodeId(*id)))
         .filter(|id| !read_pid(&node_dir(&cfg, dir, *id).join("pid")).is_some_and(alive))
         .collect();
-    restart_nodes_with_exe(dir, &exe, &spares)?;
+    restart_nodes_with_exe(dir, exe, &spares)?;
     Ok(spares)
 }
 
@@ -370,10 +431,12 @@ pub fn os_ports(n: usize) -> Result<Vec<(u16, std::net::TcpListener)>, std::io::
         .collect()
 }
 
-/// Write a configuration for `nodes` local nodes and start them.
+/// Write a configuration for `nodes` local nodes and start them from
+/// [`server_exe`].
 ///
-/// Errors: [`ClusterError`] if a cluster already runs in `dir`, a process
-/// cannot be started, or a node does not answer within 10 s.
+/// Errors: [`ClusterError`] if the binary is missing, a cluster already
+/// runs in `dir`, a process cannot be started, or a node does not answer
+/// within 10 s.
 pub fn start(
     dir: &Path,
     nodes: u32,
@@ -381,8 +444,7 @@ pub fn start(
     regions: u32,
     base_port: Option<u16>,
 ) -> Result<Configuration, ClusterError> {
-    let exe = std::env::current_exe().map_err(io("finding the meridian binary"))?;
-    start_with_exe(dir, &exe, nodes, replication, regions, base_port)
+    start_with_exe(dir, &server_exe()?, nodes, replication, regions, base_port)
 }
 
 /// As [`start`], running node processes from the `meridian` binary `exe`.
@@ -711,7 +773,7 @@ pub struct LocalCluster {
 }
 
 impl LocalCluster {
-    /// Start `nodes` nodes in `dir`.
+    /// Start `nodes` nodes in `dir` from [`server_exe`].
     ///
     /// Errors: as [`start`].
     pub fn start(
@@ -727,10 +789,11 @@ impl LocalCluster {
         })
     }
 
-    /// Start `nodes` nodes in `dir` from this binary, with `tune` applied
-    /// to the configuration (the bench's `--lease-ms`, `--durability`).
+    /// Start `nodes` nodes in `dir` from [`server_exe`], with `tune`
+    /// applied to the configuration (the bench's `--lease-ms`,
+    /// `--durability`).
     ///
-    /// Errors: as [`start_tuned`].
+    /// Errors: as [`start`] and [`start_tuned`].
     pub fn start_tuned(
         dir: &Path,
         nodes: u32,
@@ -738,8 +801,7 @@ impl LocalCluster {
         regions: u32,
         tune: impl FnOnce(&mut Configuration),
     ) -> Result<Self, ClusterError> {
-        let exe = std::env::current_exe().map_err(io("finding the meridian binary"))?;
-        let config = start_tuned(dir, &exe, nodes, replication, regions, None, tune)?;
+        let config = start_tuned(dir, &server_exe()?, nodes, replication, regions, None, tune)?;
         Ok(LocalCluster {
             dir: dir.to_path_buf(),
             config,

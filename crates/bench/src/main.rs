@@ -1,0 +1,1913 @@
+//! The `meridian-bench` command: Meridian's benchmarks (TATP, YCSB, RMW,
+//! TPC-C, null RPC, the checked bank, failover runs and sweeps), against
+//! Meridian or a peer (Redis, PostgreSQL, etcd). See `meridian-bench
+//! --help`.
+//!
+//! Without `--cm` a benchmark starts a local cluster whose nodes run from
+//! the `meridian` server binary ([`cluster::server_exe`]: `meridian` next
+//! to this executable, or `$MERIDIAN_BIN`): build both with `cargo build
+//! --release -p meridian-cli -p meridian-bench`.
+
+use clap::{Parser, Subcommand};
+use meridian_cli::cluster;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The bench client allocates through mimalloc, as the nodes do: with
+/// glibc's allocator, malloc and free were about 11 % of the bench
+/// client's CPU under the 4-key RMW (docs/performance.md, thirteenth
+/// session).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "meridian-bench",
+    version,
+    about = "Meridian's benchmarks: a local cluster (or --cm) or a peer, driven by the shared workload code"
+)]
+struct Cli {
+    #[command(subcommand)]
+    bench: BenchCmd,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match bench_cmd(cli.bench) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(clap::Args, Clone)]
+struct BenchOpts {
+    /// CM address of a running cluster; omitted = start a local 3-node cluster.
+    #[arg(long)]
+    cm: Option<String>,
+    /// Seconds to run (measured).
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// Seconds of unmeasured warm-up after the load and before the
+    /// measured run, the same for every target (0 = none): the run then
+    /// measures the steady state, not what the load left behind.
+    #[arg(long, default_value_t = 5)]
+    warmup: u64,
+    /// Concurrent sessions (each keeps one transaction outstanding).
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Seconds of the null-RPC baseline measured in the same run (0 = skip).
+    #[arg(long, default_value_t = 10)]
+    baseline: u64,
+    /// Where to write the JSON results.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Directory for the local cluster (when --cm is omitted), or of the
+    /// running cluster `--cm` names (for `--kill` and timeline markers).
+    #[arg(long, default_value = ".meridian/bench")]
+    dir: PathBuf,
+    /// Nodes of the local cluster (3-way replication, or fewer nodes).
+    #[arg(long, default_value_t = 3)]
+    nodes: u32,
+    /// `kill -9` these nodes during the run (comma-separated node ids;
+    /// `cm` is the CM): FaRM Figure 9's experiment.
+    #[arg(long, value_delimiter = ',')]
+    kill: Vec<String>,
+    /// When to kill, seconds into the run (default: half the duration).
+    #[arg(long)]
+    kill_at: Option<f64>,
+    /// Spare nodes of the local cluster: in its address book, not
+    /// members, started at `--join-at` (FaRM §5.2 joins, §5.4 paced
+    /// rebalancing onto them).
+    #[arg(long, default_value_t = 0)]
+    spares: u32,
+    /// When to start the spares, seconds into the run (default: at once).
+    #[arg(long)]
+    join_at: Option<f64>,
+    /// The local cluster's lease, ms (default: `[lease] lease_ms`), for
+    /// FaRM Figure 16's false-positive measurement: suspicions without a
+    /// fault are counted from the nodes' `events.jsonl`.
+    #[arg(long)]
+    lease_ms: Option<u64>,
+    /// Set a limit of the local cluster's nodes, as `[limits] NAME = VALUE`
+    /// in its configuration would (repeatable), e.g. `--limit
+    /// blind_lock_wait_us=0` for an A/B of that wait. A name that is not a
+    /// limit is refused before the cluster starts.
+    #[arg(long = "limit", value_name = "NAME=VALUE")]
+    limits: Vec<String>,
+    /// Set a clock setting of the local cluster, as `[clock] NAME = VALUE`
+    /// in its configuration would (repeatable), e.g. `--clock
+    /// sync_interval_us=5000`. Refused before the cluster starts if it does
+    /// not parse, or if the clock settings it leaves are inconsistent.
+    #[arg(long = "clock", value_name = "NAME=VALUE")]
+    clock: Vec<String>,
+    /// Write the 1 ms throughput timeline here (`.json` and `.png` are
+    /// added), with the nodes' reconfiguration milestones as markers.
+    #[arg(long)]
+    timeline: Option<PathBuf>,
+    /// The local cluster's durability (default: `[durability] mode`,
+    /// disk): `memory` is FaRM's non-volatile DRAM assumption, for the
+    /// disk/memory ratio and failover runs that measure the protocol
+    /// rather than fsync.
+    #[arg(long, value_enum)]
+    durability: Option<DurabilityArg>,
+    /// Run the checked bank workload alongside (TATP, YCSB) with this
+    /// many sessions: its checker and audits show that no commit was lost
+    /// across a `--kill`.
+    #[arg(long, default_value_t = 0)]
+    bank_sessions: usize,
+    /// Write the bank history (`meridian-bench bank`, or `--bank-sessions`) as
+    /// Jepsen EDN here, for outside checkers.
+    #[arg(long)]
+    edn: Option<PathBuf>,
+    /// The system to drive with the same workload code: Meridian, or a
+    /// peer started by `scripts/peers.sh` (issue 7). TATP, YCSB and RMW.
+    #[arg(long, value_enum, default_value = "meridian")]
+    target: TargetArg,
+    /// The peer's address (default: its standard loopback port; for
+    /// PostgreSQL a libpq connection string).
+    #[arg(long)]
+    peer_url: Option<String>,
+    /// Worker threads of the bench client's tokio runtime, for every
+    /// target alike (1..=64). One is the default: on this 2-core machine a
+    /// second worker costs Meridian's client cross-thread wake-ups, and
+    /// every peer was measured at both (docs/performance.md, eleventh
+    /// session).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    client_threads: u16,
+    /// Run the bench client (every thread of it) on these CPUs, in
+    /// `taskset -c` syntax (`0`, `0-1`, `0,2`); default: every CPU. With
+    /// `--node-cpus`, the client and the servers stop competing for cores,
+    /// as on separate machines (`meridian_cli::cpus`).
+    #[arg(long, value_name = "LIST")]
+    client_cpus: Option<String>,
+    /// Start the local cluster's nodes on these CPUs (`taskset -c` syntax);
+    /// default: every CPU. Not with `--cm`. For peers, `PEER_CPUS` of
+    /// `scripts/peers.sh` does the same.
+    #[arg(long, value_name = "LIST")]
+    node_cpus: Option<String>,
+}
+
+/// The bench client's runtime: `threads` tokio workers (`--client-threads`),
+/// the same for Meridian and every peer, on the CPUs of `cpus`
+/// (`--client-cpus`; the calling thread is pinned first, and the runtime's
+/// threads inherit it).
+///
+/// Errors: a bad CPU list, a list the kernel refuses, or the runtime
+/// cannot be built (threads or the I/O driver).
+fn bench_runtime(threads: u16, cpus: Option<&str>) -> Result<tokio::runtime::Runtime, String> {
+    if let Some(list) = cpus {
+        let cpus = meridian_cli::cpus::parse(list).map_err(|e| format!("--client-cpus: {e}"))?;
+        meridian_cli::cpus::pin_process(&cpus)
+            .map_err(|e| format!("--client-cpus {list}: cannot run there: {e}"))?;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(threads.max(1)))
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the bench runtime: {e}"))
+}
+
+/// `--target` of a benchmark.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum TargetArg {
+    /// Meridian (a local cluster, or `--cm`).
+    Meridian,
+    /// Redis with WATCH/MULTI/EXEC transactions, no persistence.
+    Redis,
+    /// PostgreSQL 15 at SERIALIZABLE, fsync on.
+    Postgres,
+    /// etcd with Txn compare-and-swap, fsync on.
+    Etcd,
+}
+
+/// `--durability` for a local bench cluster.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum DurabilityArg {
+    /// In memory (FaRM's non-volatile DRAM assumption).
+    Memory,
+    /// Write-ahead log with group-commit fsync, and checkpoints.
+    Disk,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// TATP (seven transactions, spec mix).
+    Tatp {
+        #[command(flatten)]
+        opts: BenchOpts,
+        /// Subscribers.
+        #[arg(long, default_value_t = 100_000)]
+        subscribers: u64,
+    },
+    /// YCSB workloads A, B, C, F.
+    Ycsb {
+        #[command(flatten)]
+        opts: BenchOpts,
+        /// Workload (a, b, c, f).
+        #[arg(long, default_value = "b")]
+        workload: String,
+        /// Records.
+        #[arg(long, default_value_t = 100_000)]
+        records: u64,
+        /// Zipfian constant.
+        #[arg(long, default_value_t = 0.99)]
+        theta: f64,
+        /// Value size, bytes.
+        #[arg(long, default_value_t = 1000)]
+        value_bytes: usize,
+    },
+    /// A multi-key read-modify-write transaction (read `--keys` counters,
+    /// write each back plus one), audited exactly afterwards: the counters
+    /// must sum to keys × commits.
+    Rmw {
+        #[command(flatten)]
+        opts: BenchOpts,
+        /// Counters.
+        #[arg(long, default_value_t = 10_000)]
+        records: u32,
+        /// Counters per transaction.
+        #[arg(long, default_value_t = 4)]
+        keys: usize,
+        /// Value size, bytes (at least 8).
+        #[arg(long, default_value_t = 100)]
+        value_bytes: usize,
+    },
+    /// TPC-C's full mix (NewOrder, Payment, OrderStatus, Delivery,
+    /// StockLevel; FaRM §6.3), with the spec's consistency conditions
+    /// checked over the whole store afterwards.
+    Tpcc {
+        #[command(flatten)]
+        opts: BenchOpts,
+        /// Warehouses (each about 660k rows, 76 MB raw).
+        #[arg(long, default_value_t = 2)]
+        warehouses: u32,
+        /// Skip the consistency check after the run.
+        #[arg(long)]
+        no_check: bool,
+    },
+    /// Throughput, p50 and p99 against sessions (1 to 256) for Meridian
+    /// and the peers on one workload: JSON and PNG in `--out`. Peers must
+    /// be running (`scripts/peers.sh start all`).
+    Sweep {
+        /// Workload: tatp, ycsb-a, ycsb-b, ycsb-c, ycsb-f or rmw.
+        #[arg(long, default_value = "ycsb-b")]
+        workload: String,
+        /// Targets: meridian-memory, meridian-disk, redis, postgres, etcd.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "meridian-memory,meridian-disk,redis,postgres,etcd"
+        )]
+        targets: Vec<String>,
+        /// Session counts.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1,2,4,8,16,32,64,128,256"
+        )]
+        sessions: Vec<usize>,
+        /// Seconds per point.
+        #[arg(long, default_value_t = 5)]
+        duration: u64,
+        /// Size: YCSB records, TATP subscribers or RMW counters.
+        #[arg(long, default_value_t = 100_000)]
+        size: u64,
+        /// Meridian's nodes (3-way replication).
+        #[arg(long, default_value_t = 3)]
+        nodes: u32,
+        /// Output directory (`sweep-<workload>.json` and `.png`).
+        #[arg(long, default_value = "bench-results")]
+        out: PathBuf,
+        /// Worker threads of the bench client's runtime, for every target
+        /// alike (as the other benchmarks' `--client-threads`).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+        client_threads: u16,
+    },
+    /// Closed-loop null RPC round trips (the ceiling).
+    Rpc {
+        #[command(flatten)]
+        opts: BenchOpts,
+    },
+    /// Bank transfers and audits with history checking.
+    Bank {
+        #[command(flatten)]
+        opts: BenchOpts,
+        /// Accounts.
+        #[arg(long, default_value_t = 64)]
+        accounts: u32,
+    },
+    /// FaRM Figure 9, repeated: `--runs` TATP runs on a fresh local
+    /// cluster per scenario, each with a `kill -9` half-way and the checked
+    /// bank alongside; prints the median of each failover figure.
+    Failover {
+        /// Runs per scenario.
+        #[arg(long, default_value_t = 10)]
+        runs: u32,
+        /// Scenarios (comma-separated): `non-cm` (the last node), `cm`,
+        /// `cm+1` (the CM and the last node at once).
+        #[arg(long, value_delimiter = ',', default_value = "non-cm,cm,cm+1")]
+        scenarios: Vec<String>,
+        /// Nodes (3-way replication).
+        #[arg(long, default_value_t = 5)]
+        nodes: u32,
+        /// TATP subscribers.
+        #[arg(long, default_value_t = 10_000)]
+        subscribers: u64,
+        /// Seconds per run (the kill comes half-way).
+        #[arg(long, default_value_t = 8)]
+        duration: u64,
+        /// TATP sessions.
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        /// Bank sessions alongside.
+        #[arg(long, default_value_t = 4)]
+        bank_sessions: usize,
+        /// Durability of the clusters.
+        #[arg(long, value_enum, default_value = "memory")]
+        durability: DurabilityArg,
+        /// Where the runs' JSON, timelines and the summary go.
+        #[arg(long, default_value = "bench-results/failover")]
+        out: PathBuf,
+        /// The clusters' lease, ms (default: `[lease] lease_ms`).
+        #[arg(long)]
+        lease_ms: Option<u64>,
+    },
+}
+
+/// The figures `meridian-bench failover` summarises (ms after the kill).
+const FAILOVER_FIGURES: [&str; 8] = [
+    "recovery_ms",
+    "suspect_ms",
+    "config_cas_ms",
+    "config_commit_ms",
+    "regions_active_ms",
+    "data_recovered_ms",
+    "clock_disabled_ms",
+    "client_indeterminate",
+];
+
+/// `meridian-bench failover`: run every scenario `runs` times, then summarise.
+///
+/// Errors: a run that fails (its checker among them), or I/O on `out`.
+#[allow(clippy::too_many_arguments)]
+fn failover(
+    runs: u32,
+    scenarios: &[String],
+    nodes: u32,
+    subscribers: u64,
+    duration: u64,
+    clients: usize,
+    bank_sessions: usize,
+    durability: DurabilityArg,
+    out: &std::path::Path,
+    lease_ms: Option<u64>,
+) -> Result<(), String> {
+    let mut summary = serde_json::Map::new();
+    let mut table = Vec::new();
+    for sc in scenarios {
+        let kill: Vec<String> = match sc.as_str() {
+            "non-cm" => vec![(nodes - 1).to_string()],
+            "cm" => vec!["cm".into()],
+            "cm+1" => vec!["cm".into(), (nodes - 1).to_string()],
+            other => return Err(format!("unknown scenario {other:?} (non-cm, cm, cm+1)")),
+        };
+        let mut per_run: Vec<serde_json::Value> = Vec::new();
+        for i in 0..runs {
+            eprintln!("== failover {sc}: run {} of {runs}", i + 1);
+            let dir = out.join(sc);
+            let json = dir.join(format!("run-{i}.json"));
+            let cluster = std::env::temp_dir()
+                .join(format!("meridian-failover-{}-{sc}-{i}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&cluster);
+            let opts = BenchOpts {
+                cm: None,
+                duration,
+                warmup: 0,
+                clients,
+                baseline: 0,
+                json: Some(json.clone()),
+                dir: cluster.clone(),
+                nodes,
+                kill: kill.clone(),
+                kill_at: Some(duration as f64 / 2.0),
+                spares: 0,
+                join_at: None,
+                lease_ms,
+                limits: Vec::new(),
+                clock: Vec::new(),
+                timeline: Some(dir.join(format!("timeline-{i}"))),
+                durability: Some(durability),
+                bank_sessions,
+                edn: None,
+                target: TargetArg::Meridian,
+                peer_url: None,
+                client_threads: 1,
+                client_cpus: None,
+                node_cpus: None,
+            };
+            let r = bench_cmd(BenchCmd::Tatp { opts, subscribers });
+            let _ = std::fs::remove_dir_all(&cluster);
+            r?;
+            let text =
+                std::fs::read_to_string(&json).map_err(|e| format!("{}: {e}", json.display()))?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+            per_run.push(v["extra"].clone());
+        }
+        let mut med = serde_json::Map::new();
+        let mut row = vec![sc.clone()];
+        for f in FAILOVER_FIGURES {
+            let mut xs: Vec<f64> = per_run.iter().filter_map(|e| e[f].as_f64()).collect();
+            xs.sort_by(f64::total_cmp);
+            let m = (!xs.is_empty()).then(|| {
+                let n = xs.len();
+                if n % 2 == 1 {
+                    xs[n / 2]
+                } else {
+                    (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+                }
+            });
+            med.insert(
+                f.into(),
+                serde_json::json!({ "median": m, "runs": xs.len(), "min": xs.first(), "max": xs.last() }),
+            );
+            row.push(match m {
+                Some(m) => format!("{m:.1} ({}/{runs})", xs.len()),
+                None => format!("- (0/{runs})"),
+            });
+        }
+        summary.insert(sc.clone(), serde_json::Value::Object(med));
+        table.push(row);
+    }
+    println!("\nfailover medians over {runs} runs, ms after the kill (runs that reached the figure / runs):");
+    println!("scenario | {}", FAILOVER_FIGURES.join(" | "));
+    for row in &table {
+        println!("{}", row.join(" | "));
+    }
+    let path = out.join("summary.json");
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let text = serde_json::to_string_pretty(&serde_json::Value::Object(summary))
+        .map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("summary written to {}", path.display());
+    Ok(())
+}
+
+/// Suspicions and configuration commits (counted once per configuration)
+/// in the `events.jsonl` files of the cluster in `dir`.
+fn count_events(dir: &std::path::Path, window: (u64, u64)) -> LeaseEvents {
+    let mut n = LeaseEvents::default();
+    let mut configs = std::collections::BTreeSet::new();
+    let mut configs_in_window = std::collections::BTreeSet::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return n;
+    };
+    for e in entries.flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path().join("events.jsonl")) else {
+            continue;
+        };
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let at = v["mono_ns"].as_u64().unwrap_or(0);
+            let inside = (window.0..=window.1).contains(&at);
+            match v["event"].as_str() {
+                Some("Suspect") => {
+                    n.suspicions += 1;
+                    n.suspicions_in_window += u64::from(inside);
+                }
+                Some("LeaseStall") => {
+                    let gap_ns = v["gap_ns"].as_u64().unwrap_or(0);
+                    n.stalls += 1;
+                    n.stalls_in_window += u64::from(inside);
+                    n.longest_stall_ns = n.longest_stall_ns.max(gap_ns);
+                }
+                Some("Committed") => {
+                    let id = v["detail"].as_str().unwrap_or("").to_string();
+                    if inside {
+                        configs_in_window.insert(id.clone());
+                    }
+                    configs.insert(id);
+                }
+                _ => {}
+            }
+        }
+    }
+    n.configs = configs.len() as u64;
+    n.configs_in_window = configs_in_window.len() as u64;
+    n
+}
+
+/// Suspicions and configuration commits the nodes recorded in their
+/// `events.jsonl` ([`count_events`]): over the whole run (loading
+/// included), and within the measured window.
+#[derive(Debug, Default, PartialEq)]
+struct LeaseEvents {
+    suspicions: u64,
+    configs: u64,
+    suspicions_in_window: u64,
+    configs_in_window: u64,
+    /// Lease thread stalls the nodes forgave (`LeaseStall` events), how
+    /// many in the window, and the longest, ns.
+    stalls: u64,
+    stalls_in_window: u64,
+    longest_stall_ns: u64,
+}
+
+impl LeaseEvents {
+    /// Into the result's extras, and a line for the reader when any
+    /// suspicion happened without an injected fault (FaRM Figure 16's
+    /// lease false positives). Configuration commits count joins and
+    /// rebalancing steps too, which are not false positives.
+    fn report(&self, r: &mut meridian_bench::run::BenchResult, injected: bool, spares: bool) {
+        r.extra.insert("suspicions".into(), self.suspicions as f64);
+        r.extra.insert("config_commits".into(), self.configs as f64);
+        r.extra.insert(
+            "suspicions_in_window".into(),
+            self.suspicions_in_window as f64,
+        );
+        r.extra.insert(
+            "config_commits_in_window".into(),
+            self.configs_in_window as f64,
+        );
+        r.extra
+            .insert("lease_thread_stalls".into(), self.stalls as f64);
+        r.extra.insert(
+            "lease_thread_longest_stall_ms".into(),
+            self.longest_stall_ns as f64 / 1e6,
+        );
+        if self.stalls > 0 {
+            println!(
+                "lease thread stalls: {} (longest {:.1} ms), {} in the measured window; suspicion did not count them",
+                self.stalls,
+                self.longest_stall_ns as f64 / 1e6,
+                self.stalls_in_window,
+            );
+        }
+        if !injected && self.suspicions > 0 {
+            println!(
+                "lease false positives: {} suspicion(s) and {} configuration commit(s){} without an injected fault, {} and {} of them in the measured window",
+                self.suspicions,
+                self.configs,
+                if spares { " (joins and rebalancing included)" } else { "" },
+                self.suspicions_in_window,
+                self.configs_in_window,
+            );
+        }
+    }
+}
+
+/// The committed transactions' completion times of a bank history, and
+/// the history's first invocation and last completion, monotonic ns.
+fn bank_commits(history: &meridian_checker::History) -> (Vec<u64>, u64, u64) {
+    use meridian_checker::Outcome;
+    let committed: Vec<u64> = history
+        .txns
+        .iter()
+        .filter(|t| t.outcome == Outcome::Committed)
+        .map(|t| t.complete_ns)
+        .collect();
+    let start = history.txns.iter().map(|t| t.invoke_ns).min().unwrap_or(0);
+    let end = history
+        .txns
+        .iter()
+        .map(|t| t.complete_ns)
+        .max()
+        .unwrap_or(start);
+    (committed, start, end)
+}
+
+/// A `--kill` (or `--spares`) run in progress: the task that starts the
+/// spares at `--join-at`, then kills the victims at `--kill-at` (it records
+/// the kill's monotonic time in `fault_ns`) and returns whom it killed.
+type Killer = tokio::task::JoinHandle<Result<Vec<u32>, String>>;
+
+/// Start the `--kill` / `--spares` task, if any: node ids, with `cm`
+/// standing for the CM (`cm` here, the node the client registered with).
+///
+/// Errors: an entry that is neither a node id nor `cm`.
+fn start_killer(
+    opts: &BenchOpts,
+    cm: u32,
+    fault_ns: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> Result<Option<Killer>, String> {
+    if opts.kill.is_empty() && opts.spares == 0 {
+        return Ok(None);
+    }
+    let mut victims = Vec::new();
+    for v in &opts.kill {
+        let id = match v.as_str() {
+            "cm" => cm,
+            other => other
+                .parse()
+                .map_err(|_| format!("--kill: {other:?} is neither a node id nor `cm`"))?,
+        };
+        if !victims.contains(&id) {
+            victims.push(id);
+        }
+    }
+    let at = opts.kill_at.unwrap_or(opts.duration as f64 / 2.0);
+    let join_at = (opts.spares > 0).then(|| opts.join_at.unwrap_or(0.0));
+    let dir = opts.dir.clone();
+    Ok(Some(tokio::spawn(async move {
+        let t0 = tokio::time::Instant::now();
+        if let Some(j) = join_at {
+            tokio::time::sleep_until(t0 + std::time::Duration::from_secs_f64(j)).await;
+            let d = dir.clone();
+            let joined = tokio::task::spawn_blocking(move || {
+                cluster::join_spares(&d, &cluster::server_exe()?)
+            })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            println!(
+                "started spare node(s) {joined:?} at {:.1} s; they join and replicas move onto them",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        if victims.is_empty() {
+            return Ok(victims);
+        }
+        tokio::time::sleep_until(t0 + std::time::Duration::from_secs_f64(at)).await;
+        fault_ns.store(
+            meridian_client::mono_ns(),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        cluster::kill_nodes(&dir, &victims).map_err(|e| e.to_string())
+    })))
+}
+
+/// Wait for the `--kill` task and report whom it killed.
+///
+/// Errors: the kill failed (no live process, or the signal failed).
+async fn finish_killer(killer: Option<Killer>) -> Result<(), String> {
+    if let Some(k) = killer {
+        let killed = k.await.map_err(|e| e.to_string())??;
+        if !killed.is_empty() {
+            println!("killed (kill -9) nodes {killed:?}");
+        }
+    }
+    Ok(())
+}
+
+/// The run's 1 ms commit timeline, with the fault at `fault_ns`
+/// (monotonic; 0 = none) and the cluster's node milestones; written as
+/// JSON and PNG when `--timeline` is given.
+fn fault_timeline(
+    ran: &meridian_bench::run::Ran,
+    opts: &BenchOpts,
+    fault_ns: u64,
+) -> Result<meridian_bench::timeline::Timeline, String> {
+    let mut tl = meridian_bench::timeline::Timeline::from_commits(
+        ran.start_ns,
+        ran.end_ns,
+        ran.commits_ns.iter().copied(),
+    );
+    if fault_ns > ran.start_ns {
+        tl.fault_ms = Some((fault_ns - ran.start_ns) as f64 / 1e6);
+        tl.fault = Some(format!(
+            "kill -9 of {} during {}",
+            opts.kill.join(", "),
+            ran.result.bench
+        ));
+    }
+    tl.add_node_events(&opts.dir)
+        .map_err(|e| format!("reading node events in {}: {e}", opts.dir.display()))?;
+    if let Some(prefix) = &opts.timeline {
+        if let Some(parent) = prefix.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let json = prefix.with_extension("json");
+        tl.write_json(&json)
+            .map_err(|e| format!("{}: {e}", json.display()))?;
+        let png = prefix.with_extension("png");
+        match tl.plot_png(&png, Some(500.0)) {
+            Ok(()) => println!(
+                "timeline written to {} and {}",
+                json.display(),
+                png.display()
+            ),
+            Err(e) => println!(
+                "timeline written to {}; the plot failed: {e}",
+                json.display()
+            ),
+        }
+    }
+    if let Some(r) = tl.recovery_ms(0.8, 1000.0, 10.0) {
+        println!("throughput back to 80% of its pre-fault level {r:.1} ms after the fault");
+    } else if tl.fault_ms.is_some() {
+        println!("throughput did not come back to 80% of its pre-fault level");
+    }
+    if let Some(d) = tl.clock_disabled_ms() {
+        println!("clocks disabled for at most {d:.1} ms (FaRMv2 §4.3)");
+    }
+    for m in tl
+        .markers
+        .iter()
+        .filter(|m| tl.fault_ms.is_some_and(|f| m.t_ms >= f))
+        .take(16)
+    {
+        println!(
+            "  +{:.1} ms node {}: {}",
+            m.t_ms - tl.fault_ms.unwrap_or(0.0),
+            m.node,
+            m.detail
+        );
+    }
+    Ok(tl)
+}
+
+/// The failover figures of `tl` (ms after the fault) into `r.extra`.
+fn timeline_figures(
+    tl: &meridian_bench::timeline::Timeline,
+    r: &mut meridian_bench::run::BenchResult,
+) {
+    if let Some(ms) = tl.recovery_ms(0.8, 1000.0, 10.0) {
+        r.extra.insert("recovery_ms".into(), ms);
+    }
+    // First suspicion, CAS and commit; the last node to report its
+    // regions active, and its new replicas filled (back to f+1 replicas).
+    for (name, kind, last) in [
+        ("suspect_ms", "Suspect", false),
+        ("config_cas_ms", "ConfigCas", false),
+        ("config_commit_ms", "Committed", false),
+        ("regions_active_ms", "RegionsActive", true),
+        ("data_recovered_ms", "DataRecovered", true),
+    ] {
+        let t = if last {
+            tl.last_after_fault(kind)
+        } else {
+            tl.first_after_fault(kind)
+        };
+        if let (Some(t), Some(f)) = (t, tl.fault_ms) {
+            r.extra.insert(name.into(), t - f);
+        }
+    }
+    if let Some(d) = tl.clock_disabled_ms() {
+        r.extra.insert("clock_disabled_ms".into(), d);
+    }
+    // Rebalancing steps (each move is two: add the new replica, drop the
+    // old one once filled) and whether any region was lost.
+    let count = |kind: &str| tl.markers.iter().filter(|m| m.event == kind).count() as f64;
+    r.extra.insert("rebalance_steps".into(), count("Rebalance"));
+    r.extra.insert("regions_lost".into(), count("RegionLost"));
+}
+
+/// Check the bank history (the checker and the audits), write it as EDN
+/// with `--edn`, and record the figures in `r.extra`.
+///
+/// Errors: the check failed, or the EDN file cannot be written.
+fn check_bank(
+    out: &meridian_bench::run::BankOutcome,
+    opts: &BenchOpts,
+    r: &mut meridian_bench::run::BenchResult,
+) -> Result<(), String> {
+    let t0 = std::time::Instant::now();
+    let report = meridian_checker::check(&out.history);
+    let committed = out
+        .history
+        .txns
+        .iter()
+        .filter(|t| t.outcome == meridian_checker::Outcome::Committed)
+        .count();
+    println!(
+        "bank: {committed} committed, {} audits committed, {} with a wrong total",
+        out.audits,
+        out.failures.len()
+    );
+    println!("checker ({:.1} s): {report}", t0.elapsed().as_secs_f64());
+    if let Some(p) = &opts.edn {
+        let f = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let mut w = std::io::BufWriter::new(f);
+        meridian_checker::write_edn(&out.history, &mut w).map_err(|e| e.to_string())?;
+        println!("history written to {}", p.display());
+    }
+    r.extra.insert("bank_committed".into(), committed as f64);
+    r.extra.insert("audits".into(), out.audits as f64);
+    r.extra
+        .insert("audit_failures".into(), out.failures.len() as f64);
+    r.extra
+        .insert("checker_ok".into(), report.is_ok() as u8 as f64);
+    if !report.is_ok() || !out.failures.is_empty() {
+        print_result(r);
+        return Err(format!(
+            "bank check FAILED: {report}; audits: {:?}",
+            out.failures.iter().take(5).collect::<Vec<_>>()
+        ));
+    }
+    Ok(())
+}
+
+/// The nodes' `read_ts` waits over the measured window, into `r`'s
+/// extras (`node_reads_*`; see `cluster::read_holds`).
+fn add_read_holds(
+    r: &mut meridian_bench::run::BenchResult,
+    dir: &std::path::Path,
+    start_ns: u64,
+    end_ns: u64,
+) {
+    match cluster::read_holds(dir, start_ns, end_ns) {
+        Ok(Some(h)) => {
+            let e = &mut r.extra;
+            e.insert("node_reads_at_once".into(), h.served_at_once as f64);
+            e.insert("node_reads_held".into(), h.held as f64);
+            e.insert(
+                "node_read_hold_mean_us".into(),
+                h.held_ns as f64 / 1000.0 / h.held.max(1) as f64,
+            );
+            e.insert("node_reads_held_long".into(), h.held_long as f64);
+            e.insert("node_reads_refused".into(), h.refused as f64);
+            e.insert("node_reads_lock_waited".into(), h.lock_waited as f64);
+            e.insert(
+                "node_read_lock_wait_mean_us".into(),
+                h.lock_wait_ns as f64 / 1000.0 / h.lock_waited.max(1) as f64,
+            );
+            e.insert(
+                "node_reads_lock_wait_expired".into(),
+                h.lock_wait_expired as f64,
+            );
+            e.insert(
+                "node_blind_locks_waited".into(),
+                h.blind_locks_waited as f64,
+            );
+            e.insert(
+                "node_blind_lock_wait_mean_us".into(),
+                h.blind_lock_wait_ns as f64 / 1000.0 / h.blind_locks_waited.max(1) as f64,
+            );
+            e.insert(
+                "node_blind_lock_wait_expired".into(),
+                h.blind_lock_wait_expired as f64,
+            );
+            e.insert(
+                "node_write_ts_at_once".into(),
+                h.write_ts_served_at_once as f64,
+            );
+            e.insert("node_write_ts_held".into(), h.write_ts_held as f64);
+            e.insert(
+                "node_write_ts_hold_mean_us".into(),
+                h.write_ts_held_ns as f64 / 1000.0 / h.write_ts_held.max(1) as f64,
+            );
+            e.insert("node_write_ts_not_held".into(), h.write_ts_not_held as f64);
+        }
+        Ok(None) => {}
+        Err(e) => eprintln!("the nodes' read counters cannot be read: {e}"),
+    }
+}
+
+fn print_result(r: &meridian_bench::run::BenchResult) {
+    println!(
+        "== {} — {} sessions, {:.1} s",
+        r.bench, r.clients, r.seconds
+    );
+    println!(
+        "committed: {} ({:.0} tx/s), aborts: {} (abort rate {:.3}%)",
+        r.committed,
+        r.committed_per_s,
+        r.aborts,
+        r.abort_rate * 100.0
+    );
+    if r.aborts > 0 {
+        let by: Vec<String> = r
+            .aborts_by_cause
+            .iter()
+            .map(|(kind, causes)| {
+                let c: Vec<String> = causes.iter().map(|(c, n)| format!("{c} {n}")).collect();
+                format!("{kind}: {}", c.join(", "))
+            })
+            .collect();
+        println!("aborts by cause: {}", by.join("; "));
+    }
+    if let Some(s) = r.successful_per_s {
+        println!("successful (MQTh): {s:.0} tx/s");
+    }
+    if let Some(c) = r.extra.get("client_cpu_us_per_tx") {
+        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
+        let servers = match r.extra.get("server_cpu_us_per_tx") {
+            Some(s) => {
+                let n = get("server_processes");
+                format!(
+                    "servers {s:.1} µs ({:.2} cores, {n} process{})",
+                    get("server_cores"),
+                    if n == 1.0 { "" } else { "es" }
+                )
+            }
+            None => "servers not measured (none found on this machine)".into(),
+        };
+        println!(
+            "cpu per transaction: client {c:.1} µs ({:.2} cores), {servers}",
+            get("client_cores")
+        );
+    }
+    if let Some(t) = r.extra.get("tpmC") {
+        println!(
+            "NEW_ORDER: {:.0}/s, tpmC {t:.0} (rolled back NEW_ORDERs included: {})",
+            t / 60.0,
+            r.extra.get("rollbacks").copied().unwrap_or(0.0)
+        );
+    }
+    let (errors, inconsistent) = (
+        r.extra.get("errors").copied().unwrap_or(0.0),
+        r.extra.get("inconsistent").copied().unwrap_or(0.0),
+    );
+    if errors > 0.0 || inconsistent > 0.0 {
+        println!("operational errors: {errors}, bodies that found a must-exist row missing: {inconsistent}");
+    }
+    if r.mean_uncertainty_us > 0.0 {
+        println!(
+            "clock: mean uncertainty {:.1} µs, mean GET_TS wait {:.1} µs ({:.2}x)",
+            r.mean_uncertainty_us,
+            r.mean_uncertainty_wait_us,
+            r.mean_uncertainty_wait_us / r.mean_uncertainty_us
+        );
+        if let Some(late) = r.extra.get("ts_late_mean_us") {
+            println!(
+                "clock: GET_TS waits ended {:.1} µs after their deadline on average ({} over 100 µs)",
+                late,
+                r.extra.get("ts_late_over_100us").copied().unwrap_or(0.0)
+            );
+        }
+    }
+    if let Some(n) = r.extra.get("write_ts_unwaited") {
+        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
+        let (held, once) = (get("node_write_ts_held"), get("node_write_ts_at_once"));
+        let unc = get("write_ts_unwaited_uncertainty_us");
+        // What the uncertainty wait cost a commit now (issue 7 goal 6):
+        // every hold summed per commit, an upper bound (a commit's held
+        // requests wait side by side, so it waits for the longest only).
+        let total = get("node_write_ts_hold_mean_us") * held;
+        let per_commit = total / n.max(1.0);
+        println!(
+            "clock: write_ts left to the nodes in {n} commits (mean uncertainty {unc:.1} µs); \
+             {:.1} % of their VALIDATEs/COMMIT-BACKUPs held until it passed (mean {:.1} µs), \
+             {} sent back to wait at the client; wait per commit at most {per_commit:.1} µs \
+             ({:.2}x the uncertainty)",
+            100.0 * held / (held + once).max(1.0),
+            get("node_write_ts_hold_mean_us"),
+            get("node_write_ts_not_held"),
+            per_commit / unc.max(f64::MIN_POSITIVE),
+        );
+    }
+    if let Some(n) = r.extra.get("stages_timed") {
+        let parts: Vec<String> = meridian_bench::run::COMMIT_STAGE_NAMES
+            .iter()
+            .map(|name| {
+                let us = r
+                    .extra
+                    .get(&format!("stage_{name}_mean_us"))
+                    .copied()
+                    .unwrap_or(0.0);
+                format!("{} {us:.0}", name.replace('_', "-"))
+            })
+            .collect();
+        println!(
+            "read-write commits, mean µs per stage ({n} commits): {}",
+            parts.join(", ")
+        );
+    }
+    if let (Some(held), Some(once)) = (
+        r.extra.get("node_reads_held"),
+        r.extra.get("node_reads_at_once"),
+    ) {
+        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
+        println!(
+            "reads at the nodes: {:.1} % held until read_ts passed (mean {:.1} µs, {} over 0.5 ms), {} refused",
+            100.0 * held / (held + once).max(1.0),
+            get("node_read_hold_mean_us"),
+            get("node_reads_held_long"),
+            get("node_reads_refused"),
+        );
+        // Only when reads waited (`[limits] read_lock_wait_us` > 0).
+        if get("node_reads_lock_waited") + get("node_reads_lock_wait_expired") > 0.0 {
+            println!(
+            "reads that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
+            get("node_reads_lock_waited"),
+            get("node_read_lock_wait_mean_us"),
+            get("node_reads_lock_wait_expired"),
+        );
+        }
+        // Only when single blind writes waited (`[limits] blind_lock_wait_us` > 0).
+        if get("node_blind_locks_waited") + get("node_blind_lock_wait_expired") > 0.0 {
+            println!(
+                "blind LOCKs that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
+                get("node_blind_locks_waited"),
+                get("node_blind_lock_wait_mean_us"),
+                get("node_blind_lock_wait_expired"),
+            );
+        }
+    }
+    if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
+        println!("null-RPC baseline (same run): {b:.0} round trips/s; ratio tx/s ÷ rpc/s = {q:.3}");
+        if let (Some(c), Some(n)) = (
+            r.extra.get("rpc_client_cpu_us_per_rt"),
+            r.extra.get("rpc_server_cpu_us_per_rt"),
+        ) {
+            println!("null-RPC baseline: cpu per round trip: client {c:.2} µs, servers {n:.2} µs");
+        }
+    }
+    println!(
+        "{:<26} {:>10} {:>10} {:>10} {:>10}",
+        "latency (µs)", "count", "p50", "p99", "p99.9"
+    );
+    for (k, l) in &r.latency {
+        println!(
+            "{:<26} {:>10} {:>10.0} {:>10.0} {:>10.0}",
+            k, l.committed, l.p50_us, l.p99_us, l.p999_us
+        );
+    }
+}
+
+fn bench_cmd(b: BenchCmd) -> Result<(), String> {
+    if let BenchCmd::Sweep {
+        workload,
+        targets,
+        sessions,
+        duration,
+        size,
+        nodes,
+        out,
+        client_threads,
+    } = &b
+    {
+        return sweep(
+            workload,
+            targets,
+            sessions,
+            (*duration, *size, *nodes),
+            *client_threads,
+            out,
+        );
+    }
+    if let Some(opts) = b.opts() {
+        if opts.target != TargetArg::Meridian {
+            return bench_peer(&b, opts);
+        }
+    }
+    let opts = match &b {
+        BenchCmd::Tatp { opts, .. }
+        | BenchCmd::Ycsb { opts, .. }
+        | BenchCmd::Rmw { opts, .. }
+        | BenchCmd::Tpcc { opts, .. }
+        | BenchCmd::Rpc { opts }
+        | BenchCmd::Bank { opts, .. } => opts.clone(),
+        BenchCmd::Sweep { .. } => return Err("sweep is run by bench_cmd".into()),
+        BenchCmd::Failover {
+            runs,
+            scenarios,
+            nodes,
+            subscribers,
+            duration,
+            clients,
+            bank_sessions,
+            durability,
+            out,
+            lease_ms,
+        } => {
+            return failover(
+                *runs,
+                scenarios,
+                *nodes,
+                *subscribers,
+                *duration,
+                *clients,
+                *bank_sessions,
+                *durability,
+                out,
+                *lease_ms,
+            )
+        }
+    };
+    let _cluster =
+        match &opts.cm {
+            Some(_) if opts.node_cpus.is_some() => return Err(
+                "--node-cpus starts a local cluster's nodes; with --cm the cluster runs already"
+                    .into(),
+            ),
+            Some(_) => None,
+            None => {
+                let replication = opts.nodes.clamp(1, 3) as usize;
+                // The nodes' CPUs (`--node-cpus`), or every CPU: written (or a
+                // stale list removed) before the nodes start, and only if
+                // no cluster runs in the directory already.
+                cluster::refuse_running(&opts.dir).map_err(|e| e.to_string())?;
+                meridian_cli::cpus::set_node_cpus(&opts.dir, opts.node_cpus.as_deref())
+                    .map_err(|e| format!("--node-cpus: {e}"))?;
+                eprintln!(
+                    "starting a local {}-node cluster ({replication}-way replication) in {}{}",
+                    opts.nodes,
+                    opts.dir.display(),
+                    opts.node_cpus
+                        .as_deref()
+                        .map(|c| format!(", nodes on CPUs {c}"))
+                        .unwrap_or_default()
+                );
+                let (lease_ms, durability) = (opts.lease_ms, opts.durability);
+                let (members, spares) = (opts.nodes, opts.spares);
+                // Refuse a bad `--limit` before anything starts.
+                let mut checked = meridian_config::Limits::default();
+                for spec in &opts.limits {
+                    checked.set_from_spec(spec).map_err(|e| e.to_string())?;
+                }
+                let mut checked_clock = meridian_config::ClockConfig::default();
+                for spec in &opts.clock {
+                    checked_clock
+                        .set_from_spec(spec)
+                        .map_err(|e| e.to_string())?;
+                }
+                Some(
+                    cluster::LocalCluster::start_tuned(
+                        &opts.dir,
+                        members + spares,
+                        replication,
+                        12,
+                        |c| {
+                            if spares > 0 {
+                                c.members = (0..members).collect();
+                            }
+                            if let Some(l) = lease_ms {
+                                c.lease.lease_ms = l;
+                            }
+                            for spec in &opts.limits {
+                                // Checked above: the same specs parse here.
+                                if let Err(e) = c.limits.set_from_spec(spec) {
+                                    eprintln!("{e}");
+                                }
+                            }
+                            for spec in &opts.clock {
+                                // Checked above: the same specs parse here.
+                                if let Err(e) = c.clock.set_from_spec(spec) {
+                                    eprintln!("{e}");
+                                }
+                            }
+                            match durability {
+                                Some(DurabilityArg::Memory) => {
+                                    c.durability.mode = meridian_config::DurabilityMode::Memory
+                                }
+                                Some(DurabilityArg::Disk) => {
+                                    c.durability.mode = meridian_config::DurabilityMode::Disk
+                                }
+                                None => {}
+                            }
+                        },
+                    )
+                    .map_err(|e| e.to_string())?,
+                )
+            }
+        };
+    let cm = match (&opts.cm, &_cluster) {
+        (Some(a), _) => a.clone(),
+        (None, Some(c)) => c.cm_addr(),
+        (None, None) => return Err("no cluster".into()),
+    };
+    let rt = bench_runtime(opts.client_threads, opts.client_cpus.as_deref())?;
+    let opts_in = opts.clone();
+    let result = rt.block_on(async move {
+        let opts = opts_in;
+        let client = meridian_client::Client::connect(&cm)
+            .await
+            .map_err(|e| e.to_string())?;
+        let fault_ns = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let bank_cfg = |accounts| meridian_workload::bank::BankConfig {
+            accounts,
+            initial_balance: 1000,
+            audit_percent: 20,
+        };
+        // The checked bank alongside another workload (`--bank-sessions`):
+        // zero lost commits, by the checker and the audits.
+        let alongside = |client: meridian_client::Client| {
+            let (sessions, secs) = (opts.bank_sessions, opts.duration);
+            async move {
+                if sessions == 0 {
+                    return Ok(None);
+                }
+                meridian_bench::run::bank(&client, bank_cfg(64), sessions, secs)
+                    .await
+                    .map(Some)
+                    .map_err(|e| format!("bank alongside: {e}"))
+            }
+        };
+        let warmed = !matches!(b, BenchCmd::Bank { .. } | BenchCmd::Rpc { .. });
+        // The nodes whose CPU per transaction the result reports: the
+        // cluster in `--dir` (the local one, or the one `--cm` names).
+        let servers = meridian_bench::cpu::Servers::ClusterDir(opts.dir.clone());
+        let (ran, bank) = match b {
+            BenchCmd::Tatp { subscribers, .. } => {
+                let cfg = meridian_workload::tatp::TatpConfig { subscribers };
+                eprintln!("loading TATP with {subscribers} subscribers");
+                // Memory per stored row: the nodes' resident memory grown
+                // by the load, against the rows' raw key + value bytes.
+                let rss_before = nodes_rss_bytes(&opts.dir);
+                let raw = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+                let counted = {
+                    let raw = raw.clone();
+                    meridian_workload::tatp::population(&cfg, 1).inspect(move |(k, v)| {
+                        raw.fetch_add(
+                            (k.len() + v.len()) as u64,
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                    })
+                };
+                let n = meridian_bench::run::load(
+                    &client,
+                    counted,
+                    meridian_workload::tatp::population_count_hint(&cfg),
+                    64,
+                    8,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                eprintln!("loaded {n} rows");
+                let memory = match (rss_before, nodes_rss_bytes(&opts.dir)) {
+                    (Some(a), Some(b)) if n > 0 => {
+                        let copies = n * client.config().replication.max(1) as u64;
+                        let raw = raw.load(std::sync::atomic::Ordering::Relaxed) as f64 / n as f64;
+                        let per_copy = b.saturating_sub(a) as f64 / copies as f64;
+                        eprintln!(
+                            "memory: {per_copy:.0} B resident per stored row copy ({copies} copies), raw row {raw:.1} B ({:.1}x)",
+                            per_copy / raw
+                        );
+                        Some((per_copy, raw))
+                    }
+                    _ => None,
+                };
+                meridian_bench::run::warm_up(
+                    &client,
+                    std::sync::Arc::new(meridian_bench::drive::Mix::Tatp(cfg)),
+                    opts.clients,
+                    opts.warmup,
+                )
+                .await;
+                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
+                let (mut ran, bank) = tokio::join!(
+                    meridian_bench::run::tatp(&client, cfg, opts.clients, opts.duration, &servers),
+                    alongside(client.clone())
+                );
+                if let Some((per_copy, raw)) = memory {
+                    ran.result.extra.insert("rss_bytes_per_row_copy".into(), per_copy);
+                    ran.result.extra.insert("raw_bytes_per_row".into(), raw);
+                }
+                finish_killer(killer).await?;
+                (ran, bank?)
+            }
+            BenchCmd::Ycsb {
+                workload,
+                records,
+                theta,
+                value_bytes,
+                ..
+            } => {
+                let cfg = ycsb_config(&workload, records, theta, value_bytes)?;
+                eprintln!("loading YCSB with {records} records of {value_bytes} B");
+                let n = meridian_bench::run::load(
+                    &client,
+                    meridian_workload::ycsb::population(&cfg, 1),
+                    records,
+                    32,
+                    8,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                eprintln!("loaded {n} rows");
+                meridian_bench::run::warm_up(
+                    &client,
+                    std::sync::Arc::new(meridian_bench::run::ycsb_mix(&cfg)?),
+                    opts.clients,
+                    opts.warmup,
+                )
+                .await;
+                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
+                let (ran, bank) = tokio::join!(
+                    meridian_bench::run::ycsb(&client, cfg, opts.clients, opts.duration, &servers),
+                    alongside(client.clone())
+                );
+                finish_killer(killer).await?;
+                (ran?, bank?)
+            }
+            BenchCmd::Rmw { .. } | BenchCmd::Tpcc { .. } => {
+                use meridian_bench::drive::Mix;
+                let (mix, rows, hint) = bench_workload(&b)?;
+                let name = mix.name();
+                eprintln!("loading {name} ({hint} rows)");
+                meridian_bench::run::load(&client, rows, hint, 64, 8)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let warmed_commits =
+                    meridian_bench::run::warm_up(&client, mix.clone(), opts.clients, opts.warmup)
+                        .await;
+                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
+                let (mut ran, bank) = tokio::join!(
+                    meridian_bench::run::meridian(
+                        &client,
+                        &name,
+                        mix.clone(),
+                        opts.clients,
+                        opts.duration,
+                        0x4d57,
+                        &servers,
+                    ),
+                    alongside(client.clone())
+                );
+                finish_killer(killer).await?;
+                // The workload's own check over the whole store.
+                match (&*mix, &b) {
+                    (Mix::Rmw(cfg), _) => {
+                        let sum =
+                            meridian_bench::drive::audit_rmw(&mut client.session(), cfg).await?;
+                        rmw_audit_figures(&mut ran.result, cfg, sum, warmed_commits)?;
+                    }
+                    (Mix::Tpcc(cfg), BenchCmd::Tpcc { no_check: false, .. }) => {
+                        let check = meridian_bench::drive::check_tpcc(
+                            &mut client.session(),
+                            cfg,
+                            |_| {},
+                        )
+                        .await;
+                        tpcc_check_figures(&mut ran.result, check)?;
+                    }
+                    _ => {}
+                }
+                (ran, bank?)
+            }
+            BenchCmd::Failover { .. } | BenchCmd::Sweep { .. } => {
+                return Err("failover and sweep are run by bench_cmd".into())
+            }
+            BenchCmd::Rpc { .. } => {
+                let run = meridian_bench::run::rpc_with_cpu(
+                    &client,
+                    opts.clients,
+                    opts.duration,
+                    true,
+                    &servers,
+                )
+                .await;
+                println!(
+                    "null RPC: {:.0} round trips/s with {} sessions",
+                    run.per_s, opts.clients
+                );
+                if let (Some(c), Some(n)) = (run.client_us_per_rt, run.servers_us_per_rt) {
+                    println!(
+                        "cpu per round trip: client {c:.2} µs ({:.2} cores), servers {n:.2} µs ({:.2} cores)",
+                        run.cpu.client_s / run.cpu.wall_s,
+                        run.cpu.servers_s / run.cpu.wall_s
+                    );
+                }
+                client.close().await;
+                return Ok(None);
+            }
+            BenchCmd::Bank { accounts, .. } => {
+                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
+                let out = meridian_bench::run::bank(
+                    &client,
+                    bank_cfg(accounts),
+                    opts.clients,
+                    opts.duration,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                finish_killer(killer).await?;
+                let (committed, start_ns, end_ns) = bank_commits(&out.history);
+                let ran = meridian_bench::run::Ran {
+                    result: out.result.clone(),
+                    commits_ns: committed,
+                    start_ns,
+                    end_ns,
+                };
+                (ran, Some(out))
+            }
+        };
+        let fault = fault_ns.load(std::sync::atomic::Ordering::SeqCst);
+        let mut r = ran.result.clone();
+        if warmed {
+            r.extra.insert("warmup_s".into(), opts.warmup as f64);
+        }
+        add_read_holds(&mut r, &opts.dir, ran.start_ns, ran.end_ns);
+        // Lease false positives (FaRM Figure 16): suspicions and new
+        // configurations the nodes recorded, whether or not a fault was
+        // injected on purpose; those of the load phase count too, since
+        // a reconfiguration then can leave the measured run on a
+        // different placement.
+        count_events(&opts.dir, (ran.start_ns, ran.end_ns)).report(
+            &mut r,
+            !opts.kill.is_empty(),
+            opts.spares > 0,
+        );
+        if opts.timeline.is_some() || fault > 0 {
+            let tl = fault_timeline(&ran, &opts, fault)?;
+            timeline_figures(&tl, &mut r);
+        }
+        if let Some(out) = bank {
+            check_bank(&out, &opts, &mut r)?;
+        }
+        if opts.baseline > 0 {
+            let run = meridian_bench::run::rpc_with_cpu(
+                &client,
+                opts.clients,
+                opts.baseline,
+                true,
+                &servers,
+            )
+            .await;
+            r.rpc_baseline_per_s = Some(run.per_s);
+            r.ratio_to_rpc = Some(r.committed_per_s / run.per_s);
+            // The same CPU figures per null round trip, to set a
+            // transaction's CPU against (issue 7 goal 5).
+            if let Some(c) = run.client_us_per_rt {
+                r.extra.insert("rpc_client_cpu_us_per_rt".into(), c);
+            }
+            if let Some(n) = run.servers_us_per_rt {
+                r.extra.insert("rpc_server_cpu_us_per_rt".into(), n);
+            }
+        }
+        // Release the client's lease: otherwise the CM suspects this
+        // process a lease after it exits and renews the configuration.
+        client.close().await;
+        Ok::<_, String>(Some(r))
+    })?;
+    if let Some(r) = result {
+        print_result(&r);
+        let path = opts
+            .json
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("bench-results/{}.json", r.bench)));
+        if let Some(parent) = path.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("results written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// The validated YCSB configuration of `meridian-bench ycsb`'s options.
+///
+/// Errors: an unknown workload letter or out-of-range parameters.
+fn ycsb_config(
+    workload: &str,
+    records: u64,
+    theta: f64,
+    value_bytes: usize,
+) -> Result<meridian_workload::ycsb::YcsbConfig, String> {
+    let cfg = meridian_workload::ycsb::YcsbConfig {
+        records,
+        value_bytes,
+        theta,
+        workload: meridian_workload::ycsb::YcsbWorkload::parse(workload)?,
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+impl BenchCmd {
+    /// The common options, for the workloads that have them.
+    fn opts(&self) -> Option<&BenchOpts> {
+        match self {
+            BenchCmd::Tatp { opts, .. }
+            | BenchCmd::Ycsb { opts, .. }
+            | BenchCmd::Rmw { opts, .. }
+            | BenchCmd::Tpcc { opts, .. }
+            | BenchCmd::Rpc { opts }
+            | BenchCmd::Bank { opts, .. } => Some(opts),
+            BenchCmd::Failover { .. } | BenchCmd::Sweep { .. } => None,
+        }
+    }
+}
+
+/// The resident memory of the local cluster's node processes in `dir`,
+/// bytes (`VmRSS` of `/proc/<pid>/status`); `None` if any is unreadable.
+fn nodes_rss_bytes(dir: &std::path::Path) -> Option<u64> {
+    let nodes = cluster::status(dir).ok()?;
+    let mut total = 0u64;
+    for (_, _, pid, _) in nodes {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        total += kb * 1024;
+    }
+    Some(total)
+}
+
+/// The mix and rows of a sweep's workload name at `size`.
+///
+/// Errors: an unknown workload, or a bad size.
+fn sweep_workload(
+    workload: &str,
+    size: u64,
+) -> Result<(std::sync::Arc<meridian_bench::drive::Mix>, Rows, u64), String> {
+    use meridian_bench::drive::Mix;
+    use meridian_workload::{rmw, tatp, ycsb};
+    let (mix, rows, hint): (Mix, Rows, u64) = match workload {
+        "tatp" => {
+            let cfg = tatp::TatpConfig { subscribers: size };
+            cfg.validate()?;
+            let hint = tatp::population_count_hint(&cfg);
+            (Mix::Tatp(cfg), Box::new(tatp::population(&cfg, 1)), hint)
+        }
+        "rmw" => {
+            let cfg = rmw::RmwConfig {
+                records: u32::try_from(size).map_err(|_| "rmw: too many counters")?,
+                ..rmw::RmwConfig::default()
+            };
+            cfg.validate()?;
+            (Mix::Rmw(cfg), Box::new(rmw::population(&cfg)), size)
+        }
+        w => {
+            let letter = w
+                .strip_prefix("ycsb-")
+                .ok_or_else(|| format!("unknown workload {w:?}: tatp, ycsb-a|b|c|f or rmw"))?;
+            let cfg = ycsb_config(letter, size, 0.99, 1000)?;
+            let rows = Box::new(ycsb::population(&cfg, 1));
+            let mix = Mix::Ycsb {
+                generator: ycsb::YcsbGenerator::new(&cfg)?,
+                value_bytes: cfg.value_bytes,
+            };
+            (mix, rows, size)
+        }
+    };
+    Ok((std::sync::Arc::new(mix), rows, hint))
+}
+
+/// `meridian-bench sweep`: each target loaded once, then run at every session
+/// count; the points as JSON and PNG.
+///
+/// Errors: a bad workload or target, a cluster or peer that fails, or the
+/// output files.
+fn sweep(
+    workload: &str,
+    targets: &[String],
+    sessions: &[usize],
+    (duration, size, nodes): (u64, u64, u32),
+    client_threads: u16,
+    out: &std::path::Path,
+) -> Result<(), String> {
+    use meridian_bench::peers::Peer;
+    let rt = bench_runtime(client_threads, None)?;
+    let mut points = Vec::new();
+    for target in targets {
+        let (mix, rows, hint) = sweep_workload(workload, size)?;
+        eprintln!("== {target}: loading {hint} rows of {workload}");
+        let pts = match target.as_str() {
+            "meridian-memory" | "meridian-disk" => {
+                let dir = std::env::temp_dir()
+                    .join(format!("meridian-sweep-{}-{target}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&dir);
+                let disk = target == "meridian-disk";
+                let cluster = cluster::LocalCluster::start_tuned(
+                    &dir,
+                    nodes,
+                    nodes.clamp(1, 3) as usize,
+                    12,
+                    |c| {
+                        c.durability.mode = if disk {
+                            meridian_config::DurabilityMode::Disk
+                        } else {
+                            meridian_config::DurabilityMode::Memory
+                        }
+                    },
+                )
+                .map_err(|e| e.to_string())?;
+                let cm = cluster.cm_addr();
+                let label = format!("meridian ({})", if disk { "disk" } else { "memory" });
+                let r = rt.block_on(async {
+                    let client = meridian_client::Client::connect(&cm)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    meridian_bench::run::load(&client, rows, hint, 64, 8)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let servers = meridian_bench::cpu::Servers::ClusterDir(dir.clone());
+                    let pts = meridian_bench::sweep::meridian(
+                        &client, &label, mix, sessions, duration, &servers,
+                    )
+                    .await;
+                    client.close().await;
+                    Ok::<_, String>(pts)
+                });
+                drop(cluster);
+                let _ = std::fs::remove_dir_all(&dir);
+                r?
+            }
+            "redis" | "postgres" | "etcd" => {
+                let peer = match target.as_str() {
+                    "redis" => Peer::Redis(
+                        meridian_bench::peers::RedisPeer::new("redis://127.0.0.1:6379/")
+                            .map_err(|e| e.to_string())?,
+                    ),
+                    "postgres" => Peer::Postgres(meridian_bench::pg::PgPeer::new(
+                        meridian_bench::pg::DEFAULT_URL,
+                    )),
+                    _ => Peer::Etcd(meridian_bench::etcd::EtcdPeer::new(
+                        meridian_bench::etcd::DEFAULT_URL,
+                    )),
+                };
+                rt.block_on(async {
+                    peer.load(rows, |_| {}).await.map_err(|e| {
+                        format!("{target}: {e} (is it running? scripts/peers.sh start {target})")
+                    })?;
+                    meridian_bench::sweep::peer(&peer, mix, sessions, duration).await
+                })?
+            }
+            t => return Err(format!("unknown target {t:?}")),
+        };
+        for p in &pts {
+            println!(
+                "{:<18} {:>4} sessions: {:>9.0} tx/s  p50 {:>8.0} µs  p99 {:>8.0} µs  aborts {:.2}%",
+                p.target,
+                p.sessions,
+                p.tx_per_s,
+                p.p50_us,
+                p.p99_us,
+                p.abort_rate * 100.0
+            );
+        }
+        points.extend(pts);
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let json = out.join(format!("sweep-{workload}.json"));
+    let text = serde_json::to_string_pretty(&points).map_err(|e| e.to_string())?;
+    std::fs::write(&json, text).map_err(|e| format!("{}: {e}", json.display()))?;
+    let png = out.join(format!("sweep-{workload}.png"));
+    meridian_bench::sweep::plot_png(
+        &points,
+        &format!("{workload}: throughput and latency against sessions (one system at a time)"),
+        &png,
+    )?;
+    println!("written {} and {}", json.display(), png.display());
+    Ok(())
+}
+
+/// Rows to load, with a count for the progress bar.
+type Rows = Box<dyn Iterator<Item = (Vec<u8>, Vec<u8>)> + Send>;
+
+/// The workload mix of a `bench` command and its initial rows.
+///
+/// Errors: invalid workload parameters, or a command with no mix.
+fn bench_workload(
+    b: &BenchCmd,
+) -> Result<(std::sync::Arc<meridian_bench::drive::Mix>, Rows, u64), String> {
+    use meridian_bench::drive::Mix;
+    use meridian_workload::{rmw, tatp, ycsb};
+    let (mix, rows, hint): (Mix, Rows, u64) = match b {
+        BenchCmd::Tatp { subscribers, .. } => {
+            let cfg = tatp::TatpConfig {
+                subscribers: *subscribers,
+            };
+            cfg.validate()?;
+            let hint = tatp::population_count_hint(&cfg);
+            (Mix::Tatp(cfg), Box::new(tatp::population(&cfg, 1)), hint)
+        }
+        BenchCmd::Ycsb {
+            workload,
+            records,
+            theta,
+            value_bytes,
+            ..
+        } => {
+            let cfg = ycsb_config(workload, *records, *theta, *value_bytes)?;
+            let rows = Box::new(ycsb::population(&cfg, 1));
+            let mix = Mix::Ycsb {
+                generator: ycsb::YcsbGenerator::new(&cfg)?,
+                value_bytes: cfg.value_bytes,
+            };
+            (mix, rows, *records)
+        }
+        BenchCmd::Rmw {
+            records,
+            keys,
+            value_bytes,
+            ..
+        } => {
+            let cfg = rmw::RmwConfig {
+                records: *records,
+                keys: *keys,
+                value_bytes: *value_bytes,
+            };
+            cfg.validate()?;
+            (
+                Mix::Rmw(cfg),
+                Box::new(rmw::population(&cfg)),
+                *records as u64,
+            )
+        }
+        BenchCmd::Tpcc { warehouses, .. } => {
+            let cfg = meridian_workload::tpcc::TpccConfig {
+                warehouses: *warehouses,
+            };
+            cfg.validate()?;
+            let hint = meridian_workload::tpcc::population_count_hint(&cfg);
+            (
+                Mix::Tpcc(cfg),
+                Box::new(meridian_workload::tpcc::population(&cfg, 1)),
+                hint,
+            )
+        }
+        _ => return Err("this benchmark runs on Meridian only (no --target)".into()),
+    };
+    Ok((std::sync::Arc::new(mix), rows, hint))
+}
+
+/// The RMW audit's figures; errors if the counters do not sum to keys ×
+/// commits (a lost or doubled update).
+fn rmw_audit_figures(
+    r: &mut meridian_bench::run::BenchResult,
+    cfg: &meridian_workload::rmw::RmwConfig,
+    sum: u64,
+    warmed_commits: u64,
+) -> Result<(), String> {
+    // The store holds the warm-up's increments too.
+    let commits = r.committed + warmed_commits;
+    let expected = commits * cfg.keys as u64;
+    r.extra.insert("audit_sum".into(), sum as f64);
+    r.extra.insert("audit_expected".into(), expected as f64);
+    r.extra
+        .insert("warmup_committed".into(), warmed_commits as f64);
+    println!(
+        "rmw audit: the counters sum to {sum}, {} x {commits} commits ({} measured, {warmed_commits} in the warm-up) = {expected}: {}",
+        cfg.keys,
+        r.committed,
+        if sum == expected { "OK" } else { "VIOLATION" }
+    );
+    if sum != expected {
+        print_result(r);
+        return Err(format!(
+            "rmw audit failed: counters sum to {sum}, expected {expected} (lost or doubled updates)"
+        ));
+    }
+    Ok(())
+}
+
+/// Record the TPC-C consistency check's outcome; errors if it failed.
+fn tpcc_check_figures(
+    r: &mut meridian_bench::run::BenchResult,
+    check: Result<u64, String>,
+) -> Result<(), String> {
+    match check {
+        Ok(rows) => {
+            println!(
+                "tpcc consistency (spec 3.3.2.1-10, 12, and both indexes): OK over {rows} rows"
+            );
+            r.extra.insert("checked_rows".into(), rows as f64);
+            Ok(())
+        }
+        Err(e) => {
+            print_result(r);
+            Err(format!("tpcc consistency check failed: {e}"))
+        }
+    }
+}
+
+/// A benchmark against a peer (`--target redis|postgres|etcd`), with the
+/// same workload code and closed loop as Meridian's (issue 7).
+///
+/// Errors: a bad workload, an unreachable peer, a failed audit, or the
+/// results file.
+fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
+    use meridian_bench::peers::Peer;
+    if opts.node_cpus.is_some() {
+        return Err(
+            "--node-cpus pins Meridian's nodes; start a peer on given CPUs with PEER_CPUS=LIST scripts/peers.sh start".into(),
+        );
+    }
+    let (mix, rows, hint) = bench_workload(b)?;
+    let url = opts.peer_url.clone();
+    let peer = match opts.target {
+        TargetArg::Redis => Peer::Redis(
+            meridian_bench::peers::RedisPeer::new(
+                url.as_deref().unwrap_or("redis://127.0.0.1:6379/"),
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+        TargetArg::Postgres => Peer::Postgres(meridian_bench::pg::PgPeer::new(
+            url.as_deref().unwrap_or(meridian_bench::pg::DEFAULT_URL),
+        )),
+        TargetArg::Etcd => Peer::Etcd(meridian_bench::etcd::EtcdPeer::new(
+            url.as_deref().unwrap_or(meridian_bench::etcd::DEFAULT_URL),
+        )),
+        TargetArg::Meridian => return Err("not a peer".into()),
+    };
+    let rt = bench_runtime(opts.client_threads, opts.client_cpus.as_deref())?;
+    let name = peer.name();
+    let r = rt.block_on(async {
+        eprintln!("loading {} into {name}", mix.name());
+        let bar = indicatif::ProgressBar::new(hint);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "load [{bar:30}] {pos}/{len} rows {per_sec} eta {eta}",
+            )
+            .map_err(|e| e.to_string())?,
+        );
+        let n = peer
+            .load(rows, |n| bar.set_position(n))
+            .await
+            .map_err(|e| format!("{name}: {e} (is it running? scripts/peers.sh start {name})"))?;
+        bar.finish_and_clear();
+        eprintln!("loaded {n} rows");
+        let warmed_commits = peer.warm_up(mix.clone(), opts.clients, opts.warmup).await?;
+        let mut ran = peer
+            .run(mix.clone(), opts.clients, opts.duration, 0x5eed)
+            .await?;
+        ran.result
+            .extra
+            .insert("warmup_s".into(), opts.warmup as f64);
+        if let meridian_bench::drive::Mix::Rmw(cfg) = &*mix {
+            let sum = peer.audit_rmw(cfg).await?;
+            rmw_audit_figures(&mut ran.result, cfg, sum, warmed_commits)?;
+        }
+        if let (
+            meridian_bench::drive::Mix::Tpcc(cfg),
+            BenchCmd::Tpcc {
+                no_check: false, ..
+            },
+        ) = (&*mix, b)
+        {
+            tpcc_check_figures(&mut ran.result, peer.check_tpcc(cfg, |_| {}).await)?;
+        }
+        Ok::<_, String>(ran)
+    })?;
+    let r = r.result;
+    print_result(&r);
+    let path = opts.json.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "bench-results/{}.json",
+            r.bench.replace([' ', '(', ')'], "_")
+        ))
+    });
+    if let Some(parent) = path.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("results written to {}", path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Suspicions and configuration commits are counted over the whole
+    /// run and within the measured window; a configuration committed at
+    /// several nodes counts once.
+    #[test]
+    fn lease_events_are_counted_in_and_out_of_the_window() {
+        let dir = std::env::temp_dir().join(format!("meridian-events-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (node, lines) in [
+            (
+                "node0",
+                vec![
+                    r#"{"detail":"Suspect([NodeId(1)])","event":"Suspect","mono_ns":100,"node":0}"#,
+                    r#"{"detail":"Committed(ConfigId(2))","event":"Committed","mono_ns":150,"node":0}"#,
+                    r#"{"detail":"Suspect([NodeId(2)])","event":"Suspect","mono_ns":1500,"node":0}"#,
+                    r#"{"detail":"Committed(ConfigId(3))","event":"Committed","mono_ns":1600,"node":0}"#,
+                    "not json",
+                ],
+            ),
+            (
+                "node1",
+                vec![
+                    r#"{"detail":"Committed(ConfigId(2))","event":"Committed","mono_ns":160,"node":1}"#,
+                    r#"{"detail":"Applied(ConfigId(3))","event":"Applied","mono_ns":1590,"node":1}"#,
+                    r#"{"detail":"stalled","event":"LeaseStall","gap_ns":75000000,"mono_ns":120,"node":1}"#,
+                    r#"{"detail":"stalled","event":"LeaseStall","gap_ns":31000000,"mono_ns":1700,"node":1}"#,
+                ],
+            ),
+        ] {
+            std::fs::create_dir_all(dir.join(node)).expect("dir");
+            std::fs::write(dir.join(node).join("events.jsonl"), lines.join("\n")).expect("write");
+        }
+        let n = count_events(&dir, (1000, 2000));
+        assert_eq!(
+            n,
+            LeaseEvents {
+                suspicions: 2,
+                configs: 2,
+                suspicions_in_window: 1,
+                configs_in_window: 1,
+                stalls: 2,
+                stalls_in_window: 1,
+                longest_stall_ns: 75_000_000,
+            }
+        );
+        assert_eq!(
+            count_events(&dir.join("absent"), (0, 1)),
+            LeaseEvents::default()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
