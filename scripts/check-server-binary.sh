@@ -63,8 +63,9 @@ check "plotters" "${B}plotters(_backend|_bitmap)?::" '/plotters-[0-9]'
 check "tonic/prost (etcd's gRPC)" "${B}(tonic|prost)::" '/(tonic|prost)-[0-9]'
 check "fontconfig/freetype" "${B}(font_kit|yeslogic_fontconfig_sys|freetype_sys)::|${B}(FcInit|FT_Init_FreeType)([^[:alnum:]_]|$)"
 check "meridian-bench" "${B}meridian_bench::" 'crates/bench/src/'
-check "injected bugs: meridian_process..bugs" 'meridian_process..bugs' 'crates/process/src/bugs'
+check "injected bugs: meridian_bugs (Bug, Bugs, marks)" 'meridian_bugs::' 'crates/bugs/src/'
 check "injected bugs: sim_bugs" 'sim_bugs'
+check "injected bugs: the broken branches" "${B}(read_past_locks|read_latest_past_locks|merge_chunk_unfenced|shell_bugs|with_bugs|set_bugs|run_unstarted)([^[:alnum:]_]|$)"
 if [ "$hits" -gt 0 ]; then
   echo "== $hits check(s) failed: the server binary links code it must not" >&2
   exit 1
