@@ -196,8 +196,26 @@ impl ConsistencyChecker {
     /// violations and their total count.
     pub fn finish(mut self, cfg: &TpccConfig) -> Result<(), String> {
         let nw = cfg.w();
-        // Every warehouse and district exists, with its YTD row (and the
-        // district with its DISTRICT_NEXT_O_ID row), and no others.
+        self.check_present(nw);
+        let mut errs = Vec::new();
+        for w in self.warehouses.keys() {
+            if !(1..=nw).contains(w) {
+                errs.push(format!("rows of warehouse {w} beyond W = {nw}"));
+            }
+        }
+        self.check_ytd(&mut errs);
+        let (per_d, per_c) = self.check_orders(&mut errs);
+        self.check_districts(per_d, &mut errs);
+        self.check_customers(&per_c, &mut errs);
+        for e in errs {
+            self.error(e);
+        }
+        self.report()
+    }
+
+    /// Every warehouse `1..=nw` and its districts exist, with its YTD row
+    /// (and the district with its DISTRICT_NEXT_O_ID row).
+    fn check_present(&mut self, nw: u32) {
         for w in 1..=nw {
             let (row, ytd) = self
                 .warehouses
@@ -231,14 +249,10 @@ impl ConsistencyChecker {
                 }
             }
         }
-        let mut errs = Vec::new();
-        for w in self.warehouses.keys() {
-            if !(1..=nw).contains(w) {
-                errs.push(format!("rows of warehouse {w} beyond W = {nw}"));
-            }
-        }
+    }
 
-        // 3.3.2.1 and 3.3.2.8 (warehouse), 3.3.2.9 (district).
+    /// 3.3.2.1 and 3.3.2.8 (warehouse), 3.3.2.9 (district).
+    fn check_ytd(&self, errs: &mut Vec<String>) {
         let mut d_ytd_sum: BTreeMap<u32, i64> = BTreeMap::new();
         for (&(w, d), a) in &self.districts {
             if let Some(ytd) = a.ytd {
@@ -267,21 +281,19 @@ impl ConsistencyChecker {
                 }
             }
         }
+    }
 
-        // Per-order conditions, folding into districts and customers.
-        #[derive(Default)]
-        struct PerDistrict {
-            max_o: Option<u32>,
-            no_min: Option<u32>,
-            no_max: Option<u32>,
-            no_count: u64,
-            sum_ol_cnt: u64,
-            ol_rows: u64,
-        }
+    /// Per-order conditions, folding into districts and customers: returns
+    /// the per-district and per-customer sums the later checks compare.
+    fn check_orders(
+        &self,
+        errs: &mut Vec<String>,
+    ) -> (
+        BTreeMap<(u32, u8), PerDistrict>,
+        BTreeMap<(u32, u8, u32), PerCustomer>,
+    ) {
         let mut per_d: BTreeMap<(u32, u8), PerDistrict> = BTreeMap::new();
-        // Per customer: (delivered OL_AMOUNT, newest o_id by ORDER rows,
-        // newest o_id by index entries).
-        let mut per_c: BTreeMap<(u32, u8, u32), (i64, Option<u32>, Option<u32>)> = BTreeMap::new();
+        let mut per_c: BTreeMap<(u32, u8, u32), PerCustomer> = BTreeMap::new();
         for (&(w, d, o), a) in &self.orders {
             let pd = per_d.entry((w, d)).or_default();
             pd.ol_rows += u64::from(a.lines);
@@ -336,10 +348,13 @@ impl ConsistencyChecker {
                 ));
             }
         }
+        (per_d, per_c)
+    }
 
-        // 3.3.2.2–3.3.2.4 per district with a DISTRICT row; D_NEXT_O_ID
-        // from its own row (its absence is reported above, and the other
-        // conditions are still checked).
+    /// 3.3.2.2–3.3.2.4 per district with a DISTRICT row; D_NEXT_O_ID from
+    /// its own row (its absence is reported by [`Self::check_present`],
+    /// and the other conditions are still checked).
+    fn check_districts(&self, mut per_d: BTreeMap<(u32, u8), PerDistrict>, errs: &mut Vec<String>) {
         for (&(w, d), a) in &self.districts {
             if !a.row {
                 continue;
@@ -380,8 +395,14 @@ impl ConsistencyChecker {
                 "orders of district ({w}, {d}) without DISTRICT row"
             ));
         }
+    }
 
-        // Customers: 3.3.2.10, 3.3.2.12, both indexes.
+    /// Customers: 3.3.2.10, 3.3.2.12, both indexes.
+    fn check_customers(
+        &self,
+        per_c: &BTreeMap<(u32, u8, u32), PerCustomer>,
+        errs: &mut Vec<String>,
+    ) {
         for (&(w, d, c), a) in &self.customers {
             let Some((balance, ytd_payment, last, first)) = &a.row else {
                 errs.push(format!(
@@ -415,10 +436,11 @@ impl ConsistencyChecker {
                 ));
             }
         }
+    }
 
-        for e in errs {
-            self.error(e);
-        }
+    /// `Ok` if no error was found, else the report of the errors kept and
+    /// the count of the rest.
+    fn report(self) -> Result<(), String> {
         if self.error_count == 0 {
             return Ok(());
         }
@@ -439,6 +461,21 @@ impl ConsistencyChecker {
         Err(msg)
     }
 }
+
+/// Per-district sums over the orders, for 3.3.2.2–3.3.2.4.
+#[derive(Default)]
+struct PerDistrict {
+    max_o: Option<u32>,
+    no_min: Option<u32>,
+    no_max: Option<u32>,
+    no_count: u64,
+    sum_ol_cnt: u64,
+    ol_rows: u64,
+}
+
+/// Per customer: (delivered OL_AMOUNT, newest o_id by ORDER rows, newest
+/// o_id by index entries).
+type PerCustomer = (i64, Option<u32>, Option<u32>);
 
 /// Checks TPC-C's consistency conditions (clause 3.3.2) over all rows of a
 /// database of `cfg.warehouses` warehouses, given in any order (e.g. a full
@@ -478,7 +515,6 @@ where
     }
     c.finish(cfg)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -555,6 +591,8 @@ mod tests {
         assert!(err.starts_with("1 TPC-C consistency violations"), "{err}");
     }
 
+    // Over 150 lines: most of it is the table of corruption cases, one
+    // entry per condition the check must catch.
     #[test]
     fn tpcc_consistency_check_catches_corruption() {
         let w = 2u32;

@@ -211,7 +211,12 @@ pub fn next_txn(cfg: &TpccConfig, home_w: u32, rng: &mut impl Rng) -> TpccTxn {
     next_txn_in(&Dims::SPEC, cfg.w(), home_w, rng)
 }
 
-pub(super) fn next_txn_in(dims: &Dims, warehouses: u32, home_w: u32, rng: &mut impl Rng) -> TpccTxn {
+pub(super) fn next_txn_in(
+    dims: &Dims,
+    warehouses: u32,
+    home_w: u32,
+    rng: &mut impl Rng,
+) -> TpccTxn {
     let warehouses = warehouses.max(1);
     let w_id = home_w.clamp(1, warehouses);
     let kind = next_kind(rng);
@@ -279,7 +284,6 @@ pub(super) fn next_txn_in(dims: &Dims, warehouses: u32, home_w: u32, rng: &mut i
         input,
     }
 }
-
 
 #[cfg(test)]
 mod tests {

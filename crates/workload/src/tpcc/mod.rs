@@ -177,7 +177,7 @@ pub use random::*;
 pub use rows::*;
 
 use crate::ops::{Key, Value};
-use crate::tatp::{prefix_end, shard};
+use crate::tatp::{digits, letters, prefix_end, shard};
 
 /// Districts per warehouse (clause 1.2.1).
 pub const DISTRICTS: u8 = 10;

@@ -145,7 +145,7 @@ impl TpccPopulation {
             middle: *b"OE",
             last: last_name(num),
             address: address(&mut rng),
-            phone: n_fixed(&mut rng),
+            phone: digits(&mut rng),
             since: LOAD_TIME,
             credit: if rng.gen_range(0..10) == 0 {
                 *b"BC"
@@ -309,7 +309,6 @@ pub(super) fn count_hint_per_warehouse(dims: &Dims) -> u64 {
     // DISTRICT_NEXT_O_ID.
     2 + u64::from(DISTRICTS) * (3 + per_district) + 2 * u64::from(dims.items)
 }
-
 
 #[cfg(test)]
 mod tests {

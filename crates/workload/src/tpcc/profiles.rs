@@ -151,262 +151,309 @@ pub(super) async fn order_lines<T: TxnOps>(
 /// differs from O_OL_CNT; the writes buffered so far must then be
 /// discarded (the driver aborts).
 pub async fn execute<T: TxnOps>(t: &mut T, txn: &TpccTxn) -> Result<Outcome, T::Error> {
-    let w = txn.w_id;
-    let d = txn.d_id;
-    let now = txn.now.max(1);
+    let home = Home {
+        w: txn.w_id,
+        d: txn.d_id,
+        now: txn.now.max(1),
+    };
     match &txn.input {
-        TpccInput::NewOrder { c_id, lines } => {
-            // Every row NEW_ORDER reads is named by its input: one round of
-            // reads ([`TxnOps::get_many`]) instead of 4 + 2 per line.
-            // STOCK rows are read once each (an item may repeat) and
-            // updated in memory in line order, which gives what reading
-            // and writing them line by line would. DISTRICT is only read
-            // (D_TAX); D_NEXT_O_ID is in a row of its own, so NEW_ORDER
-            // does not invalidate PAYMENT's read of D_NAME.
-            let next_key = district_next_o_id_key(w, d);
-            let mut stock_keys: Vec<Key> = lines
-                .iter()
-                .map(|l| stock_key(l.supply_w_id, l.i_id))
-                .collect();
-            stock_keys.sort();
-            stock_keys.dedup();
-            let mut keys = vec![
-                warehouse_key(w),
-                district_key(w, d),
-                next_key.clone(),
-                customer_key(w, d, *c_id),
-            ];
-            keys.extend(lines.iter().map(|l| item_key(w, l.i_id)));
-            keys.extend(stock_keys.iter().cloned());
-            let mut vals = t.get_many(&keys).await?.into_iter();
-            let mut next = || vals.next().flatten();
-            let _wh = need!(next().and_then(|v| Warehouse::decode(&v)), "WAREHOUSE");
-            let _di = need!(next().and_then(|v| District::decode(&v)), "DISTRICT");
-            let mut next_o = need!(
-                next().and_then(|v| DistrictNextOId::decode(&v)),
-                "DISTRICT_NEXT_O_ID"
-            );
-            let _cu = need!(next().and_then(|v| Customer::decode(&v)), "CUSTOMER");
-            let mut items = Vec::with_capacity(lines.len());
-            for line in lines {
-                match next().and_then(|v| Item::decode(&v)) {
-                    Some(item) => items.push(item),
-                    // The spec's 1% rollbacks name an unused item.
-                    None if line.i_id > ITEMS => return Ok(Outcome::RolledBack),
-                    None => return Ok(Outcome::Missing("ITEM")),
-                }
-            }
-            let mut stocks: BTreeMap<Key, Stock> = BTreeMap::new();
-            for k in stock_keys {
-                let st = need!(next().and_then(|v| Stock::decode(&v)), "STOCK");
-                stocks.insert(k, st);
-            }
-            let o_id = next_o.next_o_id;
-            next_o.next_o_id = o_id.saturating_add(1);
-            t.put(next_key, next_o.encode()).await?;
-            let ord = Order {
-                c_id: *c_id,
-                entry_d: now,
-                carrier_id: 0,
-                ol_cnt: lines.len().min(usize::from(u8::MAX)) as u8,
-                all_local: lines.iter().all(|l| l.supply_w_id == w),
-            };
-            t.put(order_key(w, d, o_id), ord.encode()).await?;
-            t.put(new_order_key(w, d, o_id), encode_id(o_id)).await?;
-            t.put(order_customer_key(w, d, *c_id, o_id), encode_id(o_id))
-                .await?;
-            for (n, (line, item)) in lines.iter().zip(&items).enumerate() {
-                let s_key = stock_key(line.supply_w_id, line.i_id);
-                let st = need!(stocks.get_mut(&s_key), "STOCK");
-                let q = u16::from(line.quantity);
-                st.quantity = if st.quantity >= q.saturating_add(10) {
-                    st.quantity - q
-                } else {
-                    st.quantity.saturating_add(91).saturating_sub(q)
-                };
-                st.ytd = st.ytd.saturating_add(u32::from(line.quantity));
-                st.order_cnt = st.order_cnt.saturating_add(1);
-                if line.supply_w_id != w {
-                    st.remote_cnt = st.remote_cnt.saturating_add(1);
-                }
-                let dist_info = st
-                    .dist
-                    .get(usize::from(d).wrapping_sub(1))
-                    .copied()
-                    .unwrap_or([b' '; 24]);
-                let ol = OrderLine {
-                    i_id: line.i_id,
-                    supply_w_id: line.supply_w_id,
-                    delivery_d: 0,
-                    quantity: line.quantity,
-                    amount: u32::from(line.quantity).saturating_mul(item.price),
-                    dist_info,
-                };
-                let number = (n + 1).min(usize::from(u8::MAX)) as u8;
-                t.put(order_line_key(w, d, o_id, number), ol.encode())
-                    .await?;
-            }
-            for (k, st) in stocks {
-                t.put(k, st.encode()).await?;
-            }
-            Ok(Outcome::Commit)
-        }
-
+        TpccInput::NewOrder { c_id, lines } => new_order(t, home, c_id, lines).await,
         TpccInput::Payment {
             c_w_id,
             c_d_id,
             customer,
             h_amount,
             h_uid,
-        } => {
-            let amount = i64::from(*h_amount);
-            let w_ytd_key = warehouse_ytd_key(w);
-            let d_ytd_key = district_ytd_key(w, d);
-            // First the rows it only reads: the customer (by id, or by
-            // last name through the index) with WAREHOUSE and DISTRICT
-            // (for H_DATA) in one round. Then the YTD rows it updates, in
-            // a round of their own, last: W_YTD is the hottest row of the
-            // mix (one per warehouse), and reading it last leaves one
-            // round trip between its read and its lock at commit, where a
-            // concurrent PAYMENT's commit makes this one abort. It writes
-            // neither WAREHOUSE nor DISTRICT, whose W_TAX and D_TAX
-            // NEW_ORDER reads.
-            let c_id = need!(
-                customer_id(t, *c_w_id, *c_d_id, customer).await?,
-                "CUSTOMER"
-            );
-            let keys = [
-                warehouse_key(w),
-                district_key(w, d),
-                customer_key(*c_w_id, *c_d_id, c_id),
-            ];
-            let mut rows = t.get_many(&keys).await?.into_iter();
-            let mut next = || rows.next().flatten();
-            let wh = need!(next().and_then(|v| Warehouse::decode(&v)), "WAREHOUSE");
-            let di = need!(next().and_then(|v| District::decode(&v)), "DISTRICT");
-            let mut cu = need!(next().and_then(|v| Customer::decode(&v)), "CUSTOMER");
-            let keys = [w_ytd_key.clone(), d_ytd_key.clone()];
-            let mut rows = t.get_many(&keys).await?.into_iter();
-            let mut next = || rows.next().flatten();
-            let mut w_ytd = need!(
-                next().and_then(|v| WarehouseYtd::decode(&v)),
-                "WAREHOUSE_YTD"
-            );
-            let mut d_ytd = need!(next().and_then(|v| DistrictYtd::decode(&v)), "DISTRICT_YTD");
-            w_ytd.ytd += amount;
-            t.put(w_ytd_key, w_ytd.encode()).await?;
-            d_ytd.ytd += amount;
-            t.put(d_ytd_key, d_ytd.encode()).await?;
-            cu.balance -= amount;
-            cu.ytd_payment += amount;
-            cu.payment_cnt = cu.payment_cnt.saturating_add(1);
-            if &cu.credit == b"BC" {
-                let mut data = format!(
-                    "{c_id} {c_d_id} {c_w_id} {d} {w} {}.{:02} ",
-                    h_amount / 100,
-                    h_amount % 100
-                )
-                .into_bytes();
-                data.extend_from_slice(&cu.data);
-                data.truncate(C_DATA_MAX);
-                cu.data = data;
-            }
-            t.put(customer_key(*c_w_id, *c_d_id, c_id), cu.encode())
-                .await?;
-            let mut h_data = wh.name;
-            h_data.extend_from_slice(b"    ");
-            h_data.extend_from_slice(&di.name);
-            let h = History {
-                date: now,
-                amount: *h_amount,
-                data: h_data,
-            };
-            t.put(
-                history_key(w, d, *c_w_id, *c_d_id, c_id, *h_uid),
-                h.encode(),
-            )
-            .await?;
-            Ok(Outcome::Commit)
-        }
-
-        TpccInput::OrderStatus { customer } => {
-            let (c_id, _cu) = need!(select_customer(t, w, d, customer).await?, "CUSTOMER");
-            let newest = scan_prefix(t, &order_customer_prefix(w, d, c_id), 1).await?;
-            let o_id = need!(
-                newest.first().and_then(|(_, v)| decode_id(v)),
-                "ORDER_CUSTOMER_IDX"
-            );
-            let ord = need!(
-                read(t, &order_key(w, d, o_id), Order::decode).await?,
-                "ORDER"
-            );
-            let lines = need!(order_lines(t, w, d, o_id).await?, "ORDER_LINE");
-            if lines.len() != usize::from(ord.ol_cnt) {
-                return Ok(Outcome::Missing("ORDER_LINE"));
-            }
-            Ok(Outcome::Commit)
-        }
-
-        TpccInput::Delivery { carrier_id } => {
-            for dd in 1..=DISTRICTS {
-                let oldest = scan_prefix(t, &new_order_prefix(w, dd), 1).await?;
-                let Some((no_key, no_val)) = oldest.into_iter().next() else {
-                    continue;
-                };
-                let o_id = need!(decode_id(&no_val), "NEW_ORDER");
-                t.delete(no_key).await?;
-                let o_key = order_key(w, dd, o_id);
-                let mut ord = need!(read(t, &o_key, Order::decode).await?, "ORDER");
-                ord.carrier_id = *carrier_id;
-                t.put(o_key, ord.encode()).await?;
-                let lines = need!(order_lines(t, w, dd, o_id).await?, "ORDER_LINE");
-                if lines.len() != usize::from(ord.ol_cnt) {
-                    return Ok(Outcome::Missing("ORDER_LINE"));
-                }
-                let mut total = 0i64;
-                for (k, mut ol) in lines {
-                    total += i64::from(ol.amount);
-                    ol.delivery_d = now;
-                    t.put(k, ol.encode()).await?;
-                }
-                let c_key = customer_key(w, dd, ord.c_id);
-                let mut cu = need!(read(t, &c_key, Customer::decode).await?, "CUSTOMER");
-                cu.balance += total;
-                cu.delivery_cnt = cu.delivery_cnt.saturating_add(1);
-                t.put(c_key, cu.encode()).await?;
-            }
-            Ok(Outcome::Commit)
-        }
-
-        TpccInput::StockLevel { threshold } => {
-            let next = need!(
-                read(t, &district_next_o_id_key(w, d), DistrictNextOId::decode).await?,
-                "DISTRICT_NEXT_O_ID"
-            );
-            let hi = next.next_o_id;
-            let lo = hi.saturating_sub(STOCK_LEVEL_ORDERS).max(1);
-            let mut items = BTreeSet::new();
-            if lo < hi {
-                let start = order_line_prefix(w, d, lo);
-                let end = order_line_prefix(w, d, hi);
-                let limit = (STOCK_LEVEL_ORDERS * u32::from(MAX_OL_CNT)) as usize;
-                for (_, v) in t.scan(&start, &end, limit).await? {
-                    let ol = need!(OrderLine::decode(&v), "ORDER_LINE");
-                    items.insert(ol.i_id);
-                }
-            }
-            // The distinct items' STOCK rows in one round of reads.
-            let keys: Vec<Key> = items.into_iter().map(|i| stock_key(w, i)).collect();
-            let mut _low = 0usize;
-            for v in t.get_many(&keys).await? {
-                let st = need!(v.and_then(|v| Stock::decode(&v)), "STOCK");
-                _low += usize::from(st.quantity < *threshold);
-            }
-            Ok(Outcome::Commit)
-        }
+        } => payment(t, home, c_w_id, c_d_id, customer, h_amount, h_uid).await,
+        TpccInput::OrderStatus { customer } => order_status(t, home, customer).await,
+        TpccInput::Delivery { carrier_id } => delivery(t, home, carrier_id).await,
+        TpccInput::StockLevel { threshold } => stock_level(t, home, threshold).await,
     }
 }
 
+/// The home warehouse and district of a profile, and the time it stamps
+/// its rows with (never 0, which means NULL).
+#[derive(Clone, Copy)]
+struct Home {
+    w: u32,
+    d: u8,
+    now: u64,
+}
+
+/// NEW_ORDER (2.4.2); see [`execute`].
+async fn new_order<T: TxnOps>(
+    t: &mut T,
+    home: Home,
+    c_id: &u32,
+    lines: &[OrderLineInput],
+) -> Result<Outcome, T::Error> {
+    let Home { w, d, now } = home;
+    // Every row NEW_ORDER reads is named by its input: one round of
+    // reads ([`TxnOps::get_many`]) instead of 4 + 2 per line.
+    // STOCK rows are read once each (an item may repeat) and
+    // updated in memory in line order, which gives what reading
+    // and writing them line by line would. DISTRICT is only read
+    // (D_TAX); D_NEXT_O_ID is in a row of its own, so NEW_ORDER
+    // does not invalidate PAYMENT's read of D_NAME.
+    let next_key = district_next_o_id_key(w, d);
+    let mut stock_keys: Vec<Key> = lines
+        .iter()
+        .map(|l| stock_key(l.supply_w_id, l.i_id))
+        .collect();
+    stock_keys.sort();
+    stock_keys.dedup();
+    let mut keys = vec![
+        warehouse_key(w),
+        district_key(w, d),
+        next_key.clone(),
+        customer_key(w, d, *c_id),
+    ];
+    keys.extend(lines.iter().map(|l| item_key(w, l.i_id)));
+    keys.extend(stock_keys.iter().cloned());
+    let mut vals = t.get_many(&keys).await?.into_iter();
+    let mut next = || vals.next().flatten();
+    let _wh = need!(next().and_then(|v| Warehouse::decode(&v)), "WAREHOUSE");
+    let _di = need!(next().and_then(|v| District::decode(&v)), "DISTRICT");
+    let mut next_o = need!(
+        next().and_then(|v| DistrictNextOId::decode(&v)),
+        "DISTRICT_NEXT_O_ID"
+    );
+    let _cu = need!(next().and_then(|v| Customer::decode(&v)), "CUSTOMER");
+    let mut items = Vec::with_capacity(lines.len());
+    for line in lines {
+        match next().and_then(|v| Item::decode(&v)) {
+            Some(item) => items.push(item),
+            // The spec's 1% rollbacks name an unused item.
+            None if line.i_id > ITEMS => return Ok(Outcome::RolledBack),
+            None => return Ok(Outcome::Missing("ITEM")),
+        }
+    }
+    let mut stocks: BTreeMap<Key, Stock> = BTreeMap::new();
+    for k in stock_keys {
+        let st = need!(next().and_then(|v| Stock::decode(&v)), "STOCK");
+        stocks.insert(k, st);
+    }
+    let o_id = next_o.next_o_id;
+    next_o.next_o_id = o_id.saturating_add(1);
+    t.put(next_key, next_o.encode()).await?;
+    let ord = Order {
+        c_id: *c_id,
+        entry_d: now,
+        carrier_id: 0,
+        ol_cnt: lines.len().min(usize::from(u8::MAX)) as u8,
+        all_local: lines.iter().all(|l| l.supply_w_id == w),
+    };
+    t.put(order_key(w, d, o_id), ord.encode()).await?;
+    t.put(new_order_key(w, d, o_id), encode_id(o_id)).await?;
+    t.put(order_customer_key(w, d, *c_id, o_id), encode_id(o_id))
+        .await?;
+    for (n, (line, item)) in lines.iter().zip(&items).enumerate() {
+        let s_key = stock_key(line.supply_w_id, line.i_id);
+        let st = need!(stocks.get_mut(&s_key), "STOCK");
+        let q = u16::from(line.quantity);
+        st.quantity = if st.quantity >= q.saturating_add(10) {
+            st.quantity - q
+        } else {
+            st.quantity.saturating_add(91).saturating_sub(q)
+        };
+        st.ytd = st.ytd.saturating_add(u32::from(line.quantity));
+        st.order_cnt = st.order_cnt.saturating_add(1);
+        if line.supply_w_id != w {
+            st.remote_cnt = st.remote_cnt.saturating_add(1);
+        }
+        let dist_info = st
+            .dist
+            .get(usize::from(d).wrapping_sub(1))
+            .copied()
+            .unwrap_or([b' '; 24]);
+        let ol = OrderLine {
+            i_id: line.i_id,
+            supply_w_id: line.supply_w_id,
+            delivery_d: 0,
+            quantity: line.quantity,
+            amount: u32::from(line.quantity).saturating_mul(item.price),
+            dist_info,
+        };
+        let number = (n + 1).min(usize::from(u8::MAX)) as u8;
+        t.put(order_line_key(w, d, o_id, number), ol.encode())
+            .await?;
+    }
+    for (k, st) in stocks {
+        t.put(k, st.encode()).await?;
+    }
+    Ok(Outcome::Commit)
+}
+
+/// PAYMENT (2.5.2); see [`execute`].
+async fn payment<T: TxnOps>(
+    t: &mut T,
+    home: Home,
+    c_w_id: &u32,
+    c_d_id: &u8,
+    customer: &CustomerSel,
+    h_amount: &u32,
+    h_uid: &u64,
+) -> Result<Outcome, T::Error> {
+    let Home { w, d, now } = home;
+    let amount = i64::from(*h_amount);
+    let w_ytd_key = warehouse_ytd_key(w);
+    let d_ytd_key = district_ytd_key(w, d);
+    // First the rows it only reads: the customer (by id, or by
+    // last name through the index) with WAREHOUSE and DISTRICT
+    // (for H_DATA) in one round. Then the YTD rows it updates, in
+    // a round of their own, last: W_YTD is the hottest row of the
+    // mix (one per warehouse), and reading it last leaves one
+    // round trip between its read and its lock at commit, where a
+    // concurrent PAYMENT's commit makes this one abort. It writes
+    // neither WAREHOUSE nor DISTRICT, whose W_TAX and D_TAX
+    // NEW_ORDER reads.
+    let c_id = need!(
+        customer_id(t, *c_w_id, *c_d_id, customer).await?,
+        "CUSTOMER"
+    );
+    let keys = [
+        warehouse_key(w),
+        district_key(w, d),
+        customer_key(*c_w_id, *c_d_id, c_id),
+    ];
+    let mut rows = t.get_many(&keys).await?.into_iter();
+    let mut next = || rows.next().flatten();
+    let wh = need!(next().and_then(|v| Warehouse::decode(&v)), "WAREHOUSE");
+    let di = need!(next().and_then(|v| District::decode(&v)), "DISTRICT");
+    let mut cu = need!(next().and_then(|v| Customer::decode(&v)), "CUSTOMER");
+    let keys = [w_ytd_key.clone(), d_ytd_key.clone()];
+    let mut rows = t.get_many(&keys).await?.into_iter();
+    let mut next = || rows.next().flatten();
+    let mut w_ytd = need!(
+        next().and_then(|v| WarehouseYtd::decode(&v)),
+        "WAREHOUSE_YTD"
+    );
+    let mut d_ytd = need!(next().and_then(|v| DistrictYtd::decode(&v)), "DISTRICT_YTD");
+    w_ytd.ytd += amount;
+    t.put(w_ytd_key, w_ytd.encode()).await?;
+    d_ytd.ytd += amount;
+    t.put(d_ytd_key, d_ytd.encode()).await?;
+    cu.balance -= amount;
+    cu.ytd_payment += amount;
+    cu.payment_cnt = cu.payment_cnt.saturating_add(1);
+    if &cu.credit == b"BC" {
+        let mut data = format!(
+            "{c_id} {c_d_id} {c_w_id} {d} {w} {}.{:02} ",
+            h_amount / 100,
+            h_amount % 100
+        )
+        .into_bytes();
+        data.extend_from_slice(&cu.data);
+        data.truncate(C_DATA_MAX);
+        cu.data = data;
+    }
+    t.put(customer_key(*c_w_id, *c_d_id, c_id), cu.encode())
+        .await?;
+    let mut h_data = wh.name;
+    h_data.extend_from_slice(b"    ");
+    h_data.extend_from_slice(&di.name);
+    let h = History {
+        date: now,
+        amount: *h_amount,
+        data: h_data,
+    };
+    t.put(
+        history_key(w, d, *c_w_id, *c_d_id, c_id, *h_uid),
+        h.encode(),
+    )
+    .await?;
+    Ok(Outcome::Commit)
+}
+
+/// ORDER_STATUS (2.6.2); see [`execute`].
+async fn order_status<T: TxnOps>(
+    t: &mut T,
+    home: Home,
+    customer: &CustomerSel,
+) -> Result<Outcome, T::Error> {
+    let Home { w, d, .. } = home;
+    let (c_id, _cu) = need!(select_customer(t, w, d, customer).await?, "CUSTOMER");
+    let newest = scan_prefix(t, &order_customer_prefix(w, d, c_id), 1).await?;
+    let o_id = need!(
+        newest.first().and_then(|(_, v)| decode_id(v)),
+        "ORDER_CUSTOMER_IDX"
+    );
+    let ord = need!(
+        read(t, &order_key(w, d, o_id), Order::decode).await?,
+        "ORDER"
+    );
+    let lines = need!(order_lines(t, w, d, o_id).await?, "ORDER_LINE");
+    if lines.len() != usize::from(ord.ol_cnt) {
+        return Ok(Outcome::Missing("ORDER_LINE"));
+    }
+    Ok(Outcome::Commit)
+}
+
+/// DELIVERY (2.7.4), over all 10 districts; see [`execute`].
+async fn delivery<T: TxnOps>(t: &mut T, home: Home, carrier_id: &u8) -> Result<Outcome, T::Error> {
+    let Home { w, now, .. } = home;
+    for dd in 1..=DISTRICTS {
+        let oldest = scan_prefix(t, &new_order_prefix(w, dd), 1).await?;
+        let Some((no_key, no_val)) = oldest.into_iter().next() else {
+            continue;
+        };
+        let o_id = need!(decode_id(&no_val), "NEW_ORDER");
+        t.delete(no_key).await?;
+        let o_key = order_key(w, dd, o_id);
+        let mut ord = need!(read(t, &o_key, Order::decode).await?, "ORDER");
+        ord.carrier_id = *carrier_id;
+        t.put(o_key, ord.encode()).await?;
+        let lines = need!(order_lines(t, w, dd, o_id).await?, "ORDER_LINE");
+        if lines.len() != usize::from(ord.ol_cnt) {
+            return Ok(Outcome::Missing("ORDER_LINE"));
+        }
+        let mut total = 0i64;
+        for (k, mut ol) in lines {
+            total += i64::from(ol.amount);
+            ol.delivery_d = now;
+            t.put(k, ol.encode()).await?;
+        }
+        let c_key = customer_key(w, dd, ord.c_id);
+        let mut cu = need!(read(t, &c_key, Customer::decode).await?, "CUSTOMER");
+        cu.balance += total;
+        cu.delivery_cnt = cu.delivery_cnt.saturating_add(1);
+        t.put(c_key, cu.encode()).await?;
+    }
+    Ok(Outcome::Commit)
+}
+
+/// STOCK_LEVEL (2.8.2); see [`execute`].
+async fn stock_level<T: TxnOps>(
+    t: &mut T,
+    home: Home,
+    threshold: &u16,
+) -> Result<Outcome, T::Error> {
+    let Home { w, d, .. } = home;
+    let next = need!(
+        read(t, &district_next_o_id_key(w, d), DistrictNextOId::decode).await?,
+        "DISTRICT_NEXT_O_ID"
+    );
+    let hi = next.next_o_id;
+    let lo = hi.saturating_sub(STOCK_LEVEL_ORDERS).max(1);
+    let mut items = BTreeSet::new();
+    if lo < hi {
+        let start = order_line_prefix(w, d, lo);
+        let end = order_line_prefix(w, d, hi);
+        let limit = (STOCK_LEVEL_ORDERS * u32::from(MAX_OL_CNT)) as usize;
+        for (_, v) in t.scan(&start, &end, limit).await? {
+            let ol = need!(OrderLine::decode(&v), "ORDER_LINE");
+            items.insert(ol.i_id);
+        }
+    }
+    // The distinct items' STOCK rows in one round of reads.
+    let keys: Vec<Key> = items.into_iter().map(|i| stock_key(w, i)).collect();
+    let mut _low = 0usize;
+    for v in t.get_many(&keys).await? {
+        let st = need!(v.and_then(|v| Stock::decode(&v)), "STOCK");
+        _low += usize::from(st.quantity < *threshold);
+    }
+    Ok(Outcome::Commit)
+}
 
 #[cfg(test)]
 mod tests {
@@ -480,6 +527,8 @@ mod tests {
         eprintln!("mix run took {:?}", started.elapsed());
     }
 
+    // Over 150 lines: one scenario over one database, each profile run on
+    // the rows the previous ones left, so its steps share one test.
     #[test]
     fn tpcc_profile_effects() {
         let mut m = load(SMALL, 2, 5);

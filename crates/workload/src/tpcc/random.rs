@@ -36,7 +36,8 @@ pub fn last_name(num: u32) -> Vec<u8> {
     out
 }
 
-pub(super) const ALNUM: &[u8; 62] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+pub(super) const ALNUM: &[u8; 62] =
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 /// A random a-string (4.3.2.2) of length `lo..=hi`: alphanumeric ASCII.
 pub(super) fn a_string(rng: &mut impl Rng, lo: usize, hi: usize) -> Vec<u8> {
@@ -50,22 +51,6 @@ pub(super) fn a_fixed<const N: usize>(rng: &mut impl Rng) -> [u8; N] {
     let mut out = [0u8; N];
     for b in out.iter_mut() {
         *b = ALNUM[rng.gen_range(0..ALNUM.len())];
-    }
-    out
-}
-
-pub(super) fn letters<const N: usize>(rng: &mut impl Rng) -> [u8; N] {
-    let mut out = [0u8; N];
-    for b in out.iter_mut() {
-        *b = rng.gen_range(b'A'..=b'Z');
-    }
-    out
-}
-
-pub(super) fn n_fixed<const N: usize>(rng: &mut impl Rng) -> [u8; N] {
-    let mut out = [0u8; N];
-    for b in out.iter_mut() {
-        *b = b'0' + rng.gen_range(0..10u8);
     }
     out
 }
@@ -106,13 +91,12 @@ pub(super) fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-
 #[cfg(test)]
 mod tests {
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
     use std::collections::BTreeMap;
-    
+
     use super::*;
     use crate::tpcc::test_support::*;
 

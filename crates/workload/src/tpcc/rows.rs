@@ -120,6 +120,36 @@ impl Address {
     }
 }
 
+/// The codec of a row holding a name, an [`Address`] and a tax rate (the
+/// WAREHOUSE and DISTRICT rows, which share their layout): `encode` and
+/// `decode`.
+macro_rules! named_address_row {
+    ($name:ident) => {
+        impl $name {
+            /// Encodes to the layout above.
+            pub fn encode(&self) -> Value {
+                let mut v = Vec::with_capacity(88);
+                put_str8(&mut v, &self.name);
+                self.address.put(&mut v);
+                v.extend_from_slice(&self.tax.to_be_bytes());
+                v
+            }
+
+            /// Decodes; `None` unless `v` is exactly one encoded row.
+            pub fn decode(v: &[u8]) -> Option<Self> {
+                let mut r = Reader::new(v);
+                let row = $name {
+                    name: r.str8()?,
+                    address: Address::read(&mut r)?,
+                    tax: r.u16()?,
+                };
+                r.end()?;
+                Some(row)
+            }
+        }
+    };
+}
+
 /// A WAREHOUSE row (its key holds W_ID) without W_YTD, which is in
 /// [`WarehouseYtd`]. Layout: name (1-byte length) · [`Address`] · tax u16
 /// (big-endian). ≈76 bytes.
@@ -133,28 +163,7 @@ pub struct Warehouse {
     pub tax: u16,
 }
 
-impl Warehouse {
-    /// Encodes to the layout above.
-    pub fn encode(&self) -> Value {
-        let mut v = Vec::with_capacity(88);
-        put_str8(&mut v, &self.name);
-        self.address.put(&mut v);
-        v.extend_from_slice(&self.tax.to_be_bytes());
-        v
-    }
-
-    /// Decodes; `None` unless `v` is exactly one encoded row.
-    pub fn decode(v: &[u8]) -> Option<Self> {
-        let mut r = Reader::new(v);
-        let row = Warehouse {
-            name: r.str8()?,
-            address: Address::read(&mut r)?,
-            tax: r.u16()?,
-        };
-        r.end()?;
-        Some(row)
-    }
-}
+named_address_row!(Warehouse);
 
 /// The codec of a row holding one integer (the rows split off WAREHOUSE
 /// and DISTRICT): `LEN`, `encode` and `decode`, big-endian.
@@ -205,28 +214,7 @@ pub struct District {
     pub tax: u16,
 }
 
-impl District {
-    /// Encodes to the layout above.
-    pub fn encode(&self) -> Value {
-        let mut v = Vec::with_capacity(88);
-        put_str8(&mut v, &self.name);
-        self.address.put(&mut v);
-        v.extend_from_slice(&self.tax.to_be_bytes());
-        v
-    }
-
-    /// Decodes; `None` unless `v` is exactly one encoded row.
-    pub fn decode(v: &[u8]) -> Option<Self> {
-        let mut r = Reader::new(v);
-        let row = District {
-            name: r.str8()?,
-            address: Address::read(&mut r)?,
-            tax: r.u16()?,
-        };
-        r.end()?;
-        Some(row)
-    }
-}
+named_address_row!(District);
 
 /// A DISTRICT_YTD row (its key holds D_W_ID, D_ID): the district's D_YTD,
 /// split from [`District`] so that PAYMENT's updates do not conflict with
@@ -567,7 +555,6 @@ impl Stock {
         Some(row)
     }
 }
-
 
 #[cfg(test)]
 mod tests {
