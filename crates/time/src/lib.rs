@@ -358,21 +358,8 @@ impl ClockSync {
     /// The clock master: its local clock *is* global time.
     pub fn master() -> Self {
         ClockSync {
-            drift_ppm: 0,
             is_master: true,
-            master_offset_ns: 0,
-            disabled: false,
-            fast_forward_ns: 0,
-            awaiting_new_master: false,
-            best_lower: Vec::new(),
-            best_upper: Vec::new(),
-            latest: None,
-            max_sample_age_ns: 0,
-            time_bound: None,
-            last_lower: 0,
-            last_local_ns: 0,
-            stats: ClockStats::default(),
-            rate: None,
+            ..Self::new(0)
         }
     }
 

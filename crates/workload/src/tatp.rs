@@ -439,7 +439,8 @@ impl CallForwarding {
 // Population
 // ---------------------------------------------------------------------------
 
-fn letters<const N: usize>(rng: &mut impl Rng) -> [u8; N] {
+/// `N` random capital letters.
+pub(crate) fn letters<const N: usize>(rng: &mut impl Rng) -> [u8; N] {
     let mut out = [0u8; N];
     for b in out.iter_mut() {
         *b = rng.gen_range(b'A'..=b'Z');
@@ -447,7 +448,8 @@ fn letters<const N: usize>(rng: &mut impl Rng) -> [u8; N] {
     out
 }
 
-fn digits<const N: usize>(rng: &mut impl Rng) -> [u8; N] {
+/// `N` random decimal digits.
+pub(crate) fn digits<const N: usize>(rng: &mut impl Rng) -> [u8; N] {
     let mut out = [0u8; N];
     for b in out.iter_mut() {
         *b = b'0' + rng.gen_range(0..10u8);
