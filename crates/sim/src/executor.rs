@@ -65,14 +65,25 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The simulated [`Io`] of one client incarnation.
-pub(crate) struct SimIo {
-    pub(crate) c: u32,
-    pub(crate) inc: u32,
-    pub(crate) clock: SimClock,
-    pub(crate) world: Arc<Mutex<World>>,
-    pub(crate) dead: Arc<AtomicBool>,
-    pub(crate) stall_permille: u32,
-    pub(crate) stall_rng: Mutex<SmallRng>,
+struct SimIo {
+    c: u32,
+    inc: u32,
+    clock: SimClock,
+    world: Arc<Mutex<World>>,
+    dead: Arc<AtomicBool>,
+    stall_permille: u32,
+    stall_rng: Mutex<SmallRng>,
+}
+
+impl SimIo {
+    /// Leave `out` for the simulator, unless this incarnation crashed (a
+    /// dead client sends nothing and sets no timer).
+    fn push(&self, out: Out) {
+        if self.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        lock(&self.world).outbox.push(out);
+    }
 }
 
 impl Io for SimIo {
@@ -80,10 +91,7 @@ impl Io for SimIo {
         self.clock.local(lock(&self.world).now_ns)
     }
     fn send(&self, to: NodeId, frame: Frame) {
-        if self.dead.load(Ordering::Relaxed) {
-            return;
-        }
-        lock(&self.world).outbox.push(Out::Send {
+        self.push(Out::Send {
             c: self.c,
             inc: self.inc,
             to,
@@ -91,10 +99,7 @@ impl Io for SimIo {
         });
     }
     fn wake_at(&self, _core: std::sync::Weak<Core>, at_local_ns: u64) {
-        if self.dead.load(Ordering::Relaxed) {
-            return;
-        }
-        lock(&self.world).outbox.push(Out::Wake {
+        self.push(Out::Wake {
             c: self.c,
             inc: self.inc,
             at_local_ns,
@@ -114,7 +119,7 @@ impl Io for SimIo {
 }
 
 /// A task's waker: sets a flag the executor polls.
-pub(crate) struct Flag(AtomicBool);
+struct Flag(AtomicBool);
 
 impl Wake for Flag {
     fn wake(self: Arc<Self>) {
@@ -122,7 +127,7 @@ impl Wake for Flag {
     }
 }
 
-pub(crate) type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// What one client records, shared between its task and the simulator
 /// (which finalises the attempt in flight when the client crashes).
@@ -159,18 +164,20 @@ impl ClientLog {
     }
 }
 
-pub(crate) struct TaskCtx {
-    pub(crate) c: u32,
-    pub(crate) inc: u32,
-    pub(crate) nodes: u32,
-    pub(crate) thin_percent: u32,
-    pub(crate) single_reads: bool,
-    pub(crate) client: Client,
-    pub(crate) log: Arc<Mutex<ClientLog>>,
-    pub(crate) world: Arc<Mutex<World>>,
-    pub(crate) master: SimClock,
-    pub(crate) txns: u32,
-    pub(crate) gen: Arc<Mutex<Gen>>,
+/// What a client task is given: its identity and parameters, its
+/// client, and the state it shares with the simulator.
+struct TaskCtx {
+    c: u32,
+    inc: u32,
+    nodes: u32,
+    thin_percent: u32,
+    single_reads: bool,
+    client: Client,
+    log: Arc<Mutex<ClientLog>>,
+    world: Arc<Mutex<World>>,
+    master: SimClock,
+    txns: u32,
+    gen: Arc<Mutex<Gen>>,
 }
 
 pub(crate) fn true_now(world: &Arc<Mutex<World>>) -> u64 {
@@ -179,7 +186,7 @@ pub(crate) fn true_now(world: &Arc<Mutex<World>>) -> u64 {
 
 /// The client's program: register, wait for the clock, run the workload
 /// through the production retry helper, close. No simulator logic.
-pub(crate) async fn client_main(cx: TaskCtx) {
+async fn client_main(cx: TaskCtx) {
     let client = cx.client.clone();
     loop {
         match client.register().await {
@@ -333,7 +340,7 @@ fn record_outcome(cx: &TaskCtx, r: Result<((), CommitInfo), TxnError>) -> bool {
 /// node's results with the same `run_program` as the client path. Until
 /// the reply comes, the attempt is recorded with its writes only: if the
 /// client crashes or the reply is lost, the outcome is unknown.
-pub(crate) async fn thin_txn(cx: &TaskCtx, process: u64, mut program: WorkTxn, ops: Vec<ClientOp>) {
+async fn thin_txn(cx: &TaskCtx, process: u64, mut program: WorkTxn, ops: Vec<ClientOp>) {
     let lone_get = matches!(ops[..], [ClientOp::Get(_)]);
     let node = NodeId(lock(&cx.gen).rng.gen_range(0..cx.nodes));
     let invoke = true_now(&cx.world);
@@ -395,7 +402,7 @@ pub(crate) async fn thin_txn(cx: &TaskCtx, process: u64, mut program: WorkTxn, o
 
 /// The record of an attempt whose outcome is not known yet: its writes and
 /// deletes (they may take effect), no reads.
-pub(crate) async fn unknown_record(process: u64, invoke: u64, program: &WorkTxn) -> TxnRecord {
+async fn unknown_record(process: u64, invoke: u64, program: &WorkTxn) -> TxnRecord {
     let mut rec = TxnRecord::invoked(process, invoke);
     let mut p = program.clone();
     let mut blind = meridian_workload::ops::Blind;
@@ -409,7 +416,7 @@ pub(crate) async fn unknown_record(process: u64, invoke: u64, program: &WorkTxn)
 /// TATP or YCSB through the retry helper, with the workload crate's own
 /// transaction code (`tatp::execute`, `ycsb::execute`), as `meridian bench`
 /// runs them.
-pub(crate) async fn unrecorded_main(cx: &TaskCtx, session: &mut Session, workload: SimWorkload) {
+async fn unrecorded_main(cx: &TaskCtx, session: &mut Session, workload: SimWorkload) {
     let ycsb_gen = match workload {
         SimWorkload::Ycsb(cfg) => match ycsb::YcsbGenerator::new(&cfg) {
             Ok(g) => Some((g, cfg.value_bytes)),
@@ -479,14 +486,14 @@ pub(crate) async fn unrecorded_main(cx: &TaskCtx, session: &mut Session, workloa
 /// crashed), and what survives its crashes (log, RNG, write ids).
 pub(crate) struct ClientSlot {
     pub(crate) core: Option<Arc<Core>>,
-    pub(crate) dead: Arc<AtomicBool>,
+    dead: Arc<AtomicBool>,
     pub(crate) inc: u32,
     pub(crate) clock: SimClock,
     pub(crate) log: Arc<Mutex<ClientLog>>,
-    pub(crate) task: Option<(Task, Arc<Flag>)>,
-    pub(crate) ticks: BTreeSet<u64>,
-    pub(crate) rng: StdRng,
-    pub(crate) ids: WriteIds,
+    task: Option<(Task, Arc<Flag>)>,
+    ticks: BTreeSet<u64>,
+    rng: StdRng,
+    ids: WriteIds,
     pub(crate) finished: bool,
 }
 

@@ -129,22 +129,33 @@ pub(crate) enum Event {
 /// The simulator.
 pub struct Sim {
     pub(crate) cfg: SimConfig,
+    /// The configuration the cluster starts in.
     pub(crate) config: Configuration,
+    /// The simulator's RNG: network delays and faults, fsync delays, the
+    /// fault schedule.
     pub(crate) rng: StdRng,
     pub(crate) world: Arc<Mutex<World>>,
-    pub(crate) seq: u64,
+    /// The event queue: (true time, insertion number), the events by
+    /// insertion number.
+    seq: u64,
     pub(crate) queue: BinaryHeap<Reverse<(u64, u64)>>,
     pub(crate) events: BTreeMap<u64, Event>,
     pub(crate) nodes: Vec<NodeSlot>,
     pub(crate) clients: Vec<ClientSlot>,
+    /// Links a partition blocks, with how many partitions block each.
     pub(crate) blocked: BTreeMap<(Addr, Addr), u32>,
+    /// The initial load's history record (bank only).
     pub(crate) initial: Option<TxnRecord>,
+    /// [`SimReport::messages`], [`SimReport::dropped`],
+    /// [`SimReport::crashes`].
     pub(crate) messages: u64,
     pub(crate) dropped: u64,
     pub(crate) crashes: u64,
     /// A crash took the last in-memory copy of a region (memory mode; see
     /// [`Sim::last_copy_crashed`]).
     pub(crate) last_copy_crashed: bool,
+    /// The clients' uncertainty (sum, count) and too-old aborts, harvested
+    /// once per incarnation (`harvested`: the last incarnation harvested).
     pub(crate) uncertainty: (u128, u64),
     pub(crate) too_old: u64,
     pub(crate) discarded_replicas: u64,

@@ -23,7 +23,7 @@ use std::collections::{BTreeSet, VecDeque};
 /// `SimConfig::read_lock_wait_us`; with the injected bug `ReadsUnwaited`,
 /// the nodes serve reads without the `read_ts` wait the clients left to
 /// them.
-pub(crate) fn node_config(cfg: &SimConfig, config: &Configuration) -> Configuration {
+fn node_config(cfg: &SimConfig, config: &Configuration) -> Configuration {
     let mut c = config.clone();
     c.limits.read_lock_wait_us = cfg.read_lock_wait_us;
     if meridian_bugs::bug!(cfg.bugs, ReadsUnwaited, if c.clock.reads_wait_at_server) {
@@ -33,7 +33,7 @@ pub(crate) fn node_config(cfg: &SimConfig, config: &Configuration) -> Configurat
 }
 
 /// A node process given the run's injected bugs (`SimConfig::bugs`).
-pub(crate) fn with_bugs(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> {
+fn with_bugs(cfg: &SimConfig, p: Option<NodeProcess>) -> Option<NodeProcess> {
     #[cfg(feature = "sim-bugs")]
     let p = p.map(|p| p.with_bugs(cfg.bugs.clone()));
     let _ = cfg;
@@ -46,29 +46,29 @@ pub(crate) struct NodeSlot {
     pub(crate) process: Option<NodeProcess>,
     /// What the node persisted (its coordination replica's state): it
     /// survives crashes, as a disk would.
-    pub(crate) disk: Option<Vec<u8>>,
+    disk: Option<Vec<u8>>,
     /// Disk durability: the last checkpoint (with the last record it
     /// covers) and the write-ahead log after it; they survive crashes.
     /// The checkpoint is kept as the process's snapshot and encoded only
     /// at a restart, as the real shell encodes it on another thread while
     /// the node goes on: a snapshot that changed with the live state
     /// restores a different node.
-    pub(crate) checkpoint: Option<(u64, meridian_process::node::NodeSnapshot)>,
-    pub(crate) wal: Vec<(u64, meridian_process::node::DurableRecord)>,
+    checkpoint: Option<(u64, meridian_process::node::NodeSnapshot)>,
+    wal: Vec<(u64, meridian_process::node::DurableRecord)>,
     /// Records appended but not yet fsynced: a crash loses them.
-    pub(crate) volatile: Vec<(u64, meridian_process::node::DurableRecord)>,
+    volatile: Vec<(u64, meridian_process::node::DurableRecord)>,
     /// Effects waiting for the log to be durable through their sequence
     /// number ([`split_held`]), in drain order: a crash loses them.
-    pub(crate) held: VecDeque<(u64, Vec<NodeEffect>)>,
+    held: VecDeque<(u64, Vec<NodeEffect>)>,
     /// When the last fsync asked for completes (fsyncs complete in order).
-    pub(crate) fsync_at: u64,
+    fsync_at: u64,
     /// The last master clock view the process published (only for
     /// the injected bug `MasterClockKept`).
-    pub(crate) kept_clock: Option<meridian_process::lease::MasterClockView>,
+    kept_clock: Option<meridian_process::lease::MasterClockView>,
     pub(crate) inc: u32,
     pub(crate) clock: SimClock,
-    pub(crate) paused_until: u64,
-    pub(crate) ticks: BTreeSet<u64>,
+    paused_until: u64,
+    ticks: BTreeSet<u64>,
 }
 
 impl NodeSlot {
@@ -106,7 +106,7 @@ impl Sim {
     /// simulated fsync makes them durable after a delay), then what
     /// [`split_held`] frees at once; the rest waits for that fsync. A crash
     /// before it loses both the records and the held effects.
-    pub(crate) fn route_node(&mut self, n: u32) {
+    fn route_node(&mut self, n: u32) {
         let (effects, lock_free, log_end) = match self.nodes[n as usize].process.as_mut() {
             Some(p) => (
                 p.drain_effects(),
@@ -238,7 +238,7 @@ impl Sim {
     /// Node `n`'s records through `seq` that no one waits for are fsynced
     /// `limits.log_idle_sync_us` later unless an fsync asked for covers
     /// them first (the shell's idle sync, `meridian_node::wal`).
-    pub(crate) fn schedule_idle_fsync(&mut self, n: u32, seq: u64) {
+    fn schedule_idle_fsync(&mut self, n: u32, seq: u64) {
         let at = self.now() + self.config.limits.log_idle_sync_us * 1000;
         let inc = self.nodes[n as usize].inc;
         self.schedule(at, Event::Fsync(n, inc, seq));
@@ -246,7 +246,7 @@ impl Sim {
 
     /// Ask for node `n`'s log to be fsynced through `seq`: done after a
     /// random delay, in order (one writer, group commit).
-    pub(crate) fn schedule_fsync(&mut self, n: u32, seq: u64) {
+    fn schedule_fsync(&mut self, n: u32, seq: u64) {
         let now = self.now();
         let delay = self
             .rng
@@ -259,7 +259,7 @@ impl Sim {
         self.schedule(at, Event::Fsync(n, inc, seq));
     }
 
-    pub(crate) fn node_effects(&mut self, n: u32, effects: Vec<NodeEffect>) {
+    fn node_effects(&mut self, n: u32, effects: Vec<NodeEffect>) {
         let now = self.now();
         for e in effects {
             match e {
@@ -561,7 +561,26 @@ impl Sim {
         n: u32,
         inc: u32,
         result: Result<(), Box<Configuration>>,
+        bound: (u64, NodeId),
+    ) {
+        self.coordination_reply(n, inc, bound, Some(result));
+    }
+
+    /// The coordination service answers node `n`'s (incarnation `inc`)
+    /// time-bound raise.
+    pub(crate) fn time_bound_reply(&mut self, n: u32, inc: u32, bound: (u64, NodeId)) {
+        self.coordination_reply(n, inc, bound, None);
+    }
+
+    /// Hand node `n` (incarnation `inc`) the coordination service's stored
+    /// time bound and CM, then the result of its compare-and-swap if the
+    /// answer is to one.
+    fn coordination_reply(
+        &mut self,
+        n: u32,
+        inc: u32,
         (bound_ns, cm): (u64, NodeId),
+        cas: Option<Result<(), Box<Configuration>>>,
     ) {
         let now = self.now();
         let slot = &mut self.nodes[n as usize];
@@ -571,22 +590,9 @@ impl Sim {
         let local = slot.clock.local(now);
         if let Some(p) = slot.process.as_mut() {
             p.on_time_bound(local, bound_ns, cm);
-            p.on_cas_result(local, result);
-            self.route_node(n);
-        }
-    }
-
-    /// The coordination service answers node `n`'s (incarnation `inc`)
-    /// time-bound raise.
-    pub(crate) fn time_bound_reply(&mut self, n: u32, inc: u32, (bound_ns, cm): (u64, NodeId)) {
-        let now = self.now();
-        let slot = &mut self.nodes[n as usize];
-        if slot.inc != inc {
-            return;
-        }
-        let local = slot.clock.local(now);
-        if let Some(p) = slot.process.as_mut() {
-            p.on_time_bound(local, bound_ns, cm);
+            if let Some(result) = cas {
+                p.on_cas_result(local, result);
+            }
             self.route_node(n);
         }
     }

@@ -96,7 +96,7 @@ impl Sim {
     /// The time oracle's one check: `ts` must be below global time at
     /// `now` (while the oracle runs); otherwise record `failure(global)`
     /// (at most 8).
-    pub(crate) fn check_passed(&mut self, now: u64, ts: u64, failure: impl FnOnce(u64) -> String) {
+    fn check_passed(&mut self, now: u64, ts: u64, failure: impl FnOnce(u64) -> String) {
         if now >= lock(&self.world).oracle_until_ns {
             return;
         }
@@ -123,7 +123,7 @@ impl Sim {
     /// COMMIT-BACKUP sent to be held until its `write_ts` passed
     /// (`clock.writes_wait_at_server`) only once global time has passed it
     /// (checked at its reply, which the node sends when it handles it).
-    pub(crate) fn check_held_write(&mut self, now: u64, node: u32, write_ts: u64, kind: &str) {
+    fn check_held_write(&mut self, now: u64, node: u32, write_ts: u64, kind: &str) {
         self.check_passed(now, write_ts, |global| {
             format!(
                 "time oracle: node {node} handled a held {kind} of write_ts {write_ts} before \

@@ -240,7 +240,7 @@ impl Sim {
     /// Without lossy faults every client closed (flushing its truncations),
     /// so every backup must hold what its primary holds and no log record
     /// may be left.
-    pub(crate) fn check_clean_end(&mut self) {
+    fn check_clean_end(&mut self) {
         // A reconfiguration the last client crash started may still be
         // recovering: let the nodes finish it (their ticks and messages
         // only, for at most a simulated second).
@@ -341,7 +341,7 @@ impl Sim {
     }
 }
 
-pub(crate) fn heads(s: &meridian_storage::RegionStore) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
+fn heads(s: &meridian_storage::RegionStore) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
     s.iter()
         .filter_map(|(k, o)| {
             o.versions
