@@ -448,7 +448,7 @@ mod tests {
     /// sample like any transaction.
     #[test]
     fn a_single_read_begins_without_read_ts_while_the_clock_is_usable() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         p.begin(500, 9, 0, TxnOptions::single_read());
         let e = p.drain_effects();
         assert!(replies(&e).is_empty(), "began without a clock: {e:?}");
@@ -517,7 +517,7 @@ mod tests {
     /// is quiet again; a transaction the process already ended is ignored.
     #[test]
     fn a_read_only_transaction_committed_without_a_call_is_forgotten() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         open_txn(&mut p);
         p.get(200_100, 5, TxnHandle(1), &[0x00, b'a']);
         let reads = sent(&p.drain_effects());
@@ -541,7 +541,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "committed as read-only, but it wrote")]
     fn finishing_a_writing_transaction_as_read_only_panics() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         open_txn(&mut p);
         p.put(TxnHandle(1), vec![0x00, b'a'], b"x".to_vec())
             .unwrap();
@@ -554,7 +554,7 @@ mod tests {
     /// set (validated at commit).
     #[test]
     fn get_many_sends_all_reads_at_once_and_answers_in_key_order() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         open_txn(&mut p);
         let (a, b, mine) = (vec![0x00, b'a'], vec![0x80, b'b'], vec![0x40, b'm']);
         p.put(TxnHandle(1), mine.clone(), b"own".to_vec()).unwrap();
@@ -600,7 +600,7 @@ mod tests {
     /// the call; the other replies, arriving later, are ignored.
     #[test]
     fn a_conflict_in_get_many_aborts_and_later_replies_are_ignored() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         open_txn(&mut p);
         p.get_many(
             200_100,

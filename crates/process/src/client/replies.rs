@@ -137,13 +137,7 @@ impl ClientProcess {
                 Response::Thin(meridian_wire::ThinResponse::Executed(r)) => {
                     self.reply(call, CallResult::Executed(r))
                 }
-                other => self.reply(
-                    call,
-                    CallResult::Failed(TxnError::Protocol {
-                        node: from,
-                        detail: format!("Execute answered with {other:?}"),
-                    }),
-                ),
+                other => self.reply(call, unexpected(from, "Execute", &other)),
             },
             Purpose::Register(call) => match resp {
                 Response::Cm(CmResponse::Registered { coordinator, .. })
@@ -152,13 +146,7 @@ impl ClientProcess {
                     self.coordinator = coordinator;
                     self.reply(call, CallResult::Registered(coordinator))
                 }
-                other => self.reply(
-                    call,
-                    CallResult::Failed(TxnError::Protocol {
-                        node: from,
-                        detail: format!("registration answered with {other:?}"),
-                    }),
-                ),
+                other => self.reply(call, unexpected(from, "registration", &other)),
             },
             Purpose::Abort(_) | Purpose::Truncate => {}
             Purpose::Read(txn) => {
@@ -326,6 +314,15 @@ impl ClientProcess {
     }
 }
 
+/// The failure a call reports when node `node` answered its `what`
+/// request with `other`.
+fn unexpected(node: NodeId, what: &str, other: &Response) -> CallResult {
+    CallResult::Failed(TxnError::Protocol {
+        node,
+        detail: format!("{what} answered with {other:?}"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,7 +334,7 @@ mod tests {
     /// held until `write_ts` passed; nothing waits at the coordinator.
     #[test]
     fn a_write_ts_left_to_the_nodes_rides_on_the_commit_backups() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         let backups = locks_granted(&mut p);
         assert_eq!(backups.len(), 2, "{backups:?}");
         for (_, _, r, _) in &backups {
@@ -359,7 +356,7 @@ mod tests {
     /// durable.
     #[test]
     fn installed_reports_the_commit_and_the_ack_lets_it_truncate() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         let backups = committing_backups(&mut p);
         let primaries = sent(&answer(
             &mut p,
@@ -425,7 +422,7 @@ mod tests {
     /// would resend every 20 ms forever.
     #[test]
     fn a_lagging_commit_primary_target_is_resent_a_bounded_number_of_times() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         let backups = committing_backups(&mut p);
         let mut pending = sent(&answer(
             &mut p,

@@ -273,16 +273,7 @@ impl ClientProcess {
                         thread: 0,
                         local: 0,
                     });
-                    self.unresolved(tx);
-                    self.answer(
-                        txn,
-                        CallResult::Failed(TxnError::Indeterminate {
-                            tx,
-                            write_ts,
-                            detail: err.to_string(),
-                        }),
-                        true,
-                    );
+                    self.report_indeterminate(txn, tx, write_ts, err.to_string());
                 }
             }
             Purpose::PostCommit(tx) => {
@@ -327,6 +318,28 @@ impl ClientProcess {
     /// Give up on `txn` after an operational failure before the commit
     /// decision: release its locks (ABORT to every LOCK target) and fail the
     /// call in progress. After the decision it is reported unknown instead.
+    /// Transaction `txn` (id `tx`) may have committed and its outcome is
+    /// unknown here: its id holds the truncation low bound back for
+    /// recovery to resolve, and the call fails as indeterminate.
+    fn report_indeterminate(
+        &mut self,
+        txn: TxnHandle,
+        tx: TxId,
+        write_ts: Option<Timestamp>,
+        detail: String,
+    ) {
+        self.unresolved(tx);
+        self.answer(
+            txn,
+            CallResult::Failed(TxnError::Indeterminate {
+                tx,
+                write_ts,
+                detail,
+            }),
+            true,
+        );
+    }
+
     pub(super) fn abandon(&mut self, now: u64, txn: TxnHandle, err: TxnError) {
         let Some(t) = self.txns.get_mut(&txn) else {
             return;
@@ -338,16 +351,7 @@ impl ClientProcess {
         if !engine.abandon() {
             let write_ts = engine.write_ts();
             self.stats.indeterminate += 1;
-            self.unresolved(tx);
-            return self.answer(
-                txn,
-                CallResult::Failed(TxnError::Indeterminate {
-                    tx,
-                    write_ts,
-                    detail: err.to_string(),
-                }),
-                true,
-            );
+            return self.report_indeterminate(txn, tx, write_ts, err.to_string());
         }
         let aborts = engine.abort_messages();
         self.end_txn_keep_call(txn);
@@ -394,7 +398,7 @@ mod tests {
     /// to the same node. The commit goes on when that node acknowledges.
     #[test]
     fn a_commit_backup_sent_back_goes_again_unwrapped_once_write_ts_passed() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         let backups = locks_granted(&mut p);
         let (to, _, held, _) = backups[0].clone();
         let Request::Txn(TxnRequest::AfterWriteTs { write_ts, req }) = held else {
@@ -447,7 +451,7 @@ mod tests {
     /// instead of holding the locks until the clock comes back.
     #[test]
     fn a_validate_sent_back_without_a_usable_clock_aborts() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         open_txn(&mut p);
         // Read b (region 0) and write a (region 1): b is validated.
         p.get(200_100, 5, TxnHandle(1), &[0x00, b'b']);
@@ -493,7 +497,7 @@ mod tests {
     /// LOCK target locked: ABORT goes to every LOCK target.
     #[test]
     fn a_lock_timeout_sends_abort_to_every_lock_target() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         let locks = locking(&mut p);
         answer(
             &mut p,

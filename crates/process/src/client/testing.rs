@@ -13,6 +13,11 @@ pub(super) fn config() -> Configuration {
     c
 }
 
+/// A client process of coordinator 7 over [`config`].
+pub(super) fn new_client() -> ClientProcess {
+    ClientProcess::new(&config(), 7, 1)
+}
+
 /// Requests sent, as (node, rpc id, request, piggybacked truncations).
 pub(super) fn sent(e: &Effects) -> Vec<(NodeId, u64, Request, Vec<TxId>)> {
     e.iter()

@@ -98,7 +98,7 @@ mod tests {
     /// node acknowledged its TRUNCATE, and it rides with truncations.
     #[test]
     fn the_low_bound_passes_a_transaction_only_after_its_truncations_are_acknowledged() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         let backups = committing_backups(&mut p);
         assert_eq!(p.truncate_low(), 0, "transaction 0 is not finished");
         let primaries = sent(&answer(
@@ -141,7 +141,7 @@ mod tests {
     /// its records may remain until recovery resolves it.
     #[test]
     fn the_low_bound_stops_at_a_transaction_with_an_unknown_outcome() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         let _backups_lost = committing_backups(&mut p);
         // COMMIT-BACKUP is never acknowledged: after `rpc_attempts` tries
         // the commit is reported unknown.
@@ -162,7 +162,7 @@ mod tests {
     /// frame carrying them is lost, and close answers once they are acked.
     #[test]
     fn truncations_survive_a_lost_frame_and_are_flushed_on_close() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         let backups = committing_backups(&mut p);
         let primaries = sent(&answer(
             &mut p,

@@ -221,7 +221,7 @@ mod tests {
     /// `write_ts` and the transaction is abandoned).
     #[test]
     fn write_ts_is_raised_above_a_read_ts_handed_out_unwaited() {
-        let mut p = ClientProcess::new(&config(), 7, 1);
+        let mut p = new_client();
         // A wide first sample (a 5 ms round trip): a high upper bound.
         p.tick(1000);
         let sync = sent(&p.drain_effects());
