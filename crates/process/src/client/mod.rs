@@ -397,8 +397,8 @@ pub struct ClientProcess {
     next_wait: u64,
     // The maps below hold their values boxed: an `OpenTxn` is about
     // 550 bytes and an `Rpc` about 230, and a B-tree insert or remove
-    // shifts the values of a node (unboxed, those moves take about 7 % of
-    // the bench client's CPU in TATP at 32 sessions).
+    // shifts the values of a node (unboxed, those moves are a sizeable
+    // share of a busy client's CPU).
     txns: BTreeMap<TxnHandle, Box<OpenTxn>>,
     finishing: BTreeMap<TxId, Box<Transaction>>,
     rpcs: BTreeMap<u64, Box<Rpc>>,

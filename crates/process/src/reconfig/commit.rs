@@ -188,15 +188,7 @@ impl Reconfig {
         }
         if config == mine {
             if self.pending_commit && self.config.cm() == from {
-                self.send(
-                    from,
-                    ReconfigMessage::NewConfigAck {
-                        config,
-                        from: me,
-                        clock_upper_ns,
-                        cm_lease_left_ns,
-                    },
-                );
+                self.ack_new_config(from, config, clock_upper_ns, cm_lease_left_ns);
             }
             return;
         }
@@ -231,11 +223,23 @@ impl Reconfig {
         // attempting.
         self.state = State::Member;
         self.apply(next);
+        self.ack_new_config(from, config, clock_upper_ns, cm_lease_left_ns);
+    }
+
+    /// Step 6: NEW-CONFIG-ACK of `config` to its CM `to`, a lease grant
+    /// carrying this node's clock upper bound.
+    fn ack_new_config(
+        &mut self,
+        to: NodeId,
+        config: ConfigId,
+        clock_upper_ns: u64,
+        cm_lease_left_ns: u64,
+    ) {
         self.send(
-            from,
+            to,
             ReconfigMessage::NewConfigAck {
                 config,
-                from: me,
+                from: self.me,
                 clock_upper_ns,
                 cm_lease_left_ns,
             },
