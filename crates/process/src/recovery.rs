@@ -27,11 +27,11 @@
 //!    strongest evidence the region had and `write_ts`), resent until
 //!    acknowledged; a primary in that case keeps it itself
 //!    ([`meridian_txn::Participant::replicate_tx_state`]). A replica
-//!    reports the strongest evidence it holds (a restored primary's
-//!    surviving LOCK record beside a replicated COMMIT-BACKUP: swarm seed
-//!    1945 aborted in a later configuration what an earlier one committed).
-//!    A new replica thus holds what the region's old replicas held before
-//!    it can be counted complete (swarm seed 3935).
+//!    reports the strongest evidence it holds: a restored primary's
+//!    surviving LOCK record sits beside a replicated COMMIT-BACKUP, and
+//!    reporting the weaker one would let a later configuration abort what
+//!    an earlier one committed. A new replica thus holds what the region's
+//!    old replicas held before it can be counted complete.
 //! 5. *Vote* (step 6): the primary sends each transaction's region vote
 //!    ([`meridian_txn::recovery::region_vote`] over the replicas' evidence
 //!    and its own) to the transaction's recovery coordinator
@@ -165,9 +165,9 @@ impl RecoveryFlow {
     /// An idle engine for node `me`, stopped until
     /// [`RecoveryFlow::start`]: until then it ignores every message, so a
     /// node votes, decides and applies recovery only in a configuration
-    /// whose lock recovery it ran (swarm seed 21794: a CM restored from
-    /// disk, still a member, answered REQUEST-VOTE from an unstarted flow
-    /// without its record, and the commit skipped its region).
+    /// whose lock recovery it ran. A node restored from disk that is still
+    /// a member would otherwise answer REQUEST-VOTE from an unstarted flow
+    /// without its record, and a commit could skip its region.
     pub fn new(me: NodeId, config: &Configuration) -> Self {
         RecoveryFlow {
             me,
@@ -207,10 +207,10 @@ impl RecoveryFlow {
     /// records dropped, or the whole participant replaced when the node was
     /// added back), so this engine must not vote, decide or apply anything
     /// more; recovery restarts from scratch at the next commit
-    /// ([`RecoveryFlow::start`]). Swarm seed 9253: node 2, removed in 9
-    /// with configuration 8's recovery half done and added back in 10 with
-    /// a fresh participant, answered its own REQUEST-VOTE of 8 "unknown",
-    /// decided to abort a committed transaction and applied the
+    /// ([`RecoveryFlow::start`]). A node removed while configuration
+    /// `c`'s recovery is half done and added back later with a fresh
+    /// participant would otherwise answer its own REQUEST-VOTE of `c`
+    /// "unknown", decide to abort a committed transaction and apply the
     /// ABORT-RECOVERY to its own new replica.
     pub fn stop(&mut self) {
         self.stopped = true;
@@ -435,6 +435,11 @@ impl RecoveryFlow {
     }
 
     /// A recovery message. Messages of another configuration are ignored.
+    ///
+    /// One match over the message kinds of FaRM §5.3 and §5.4 recovery,
+    /// each arm a few lines of the step it belongs to; it stays one
+    /// function so that every message's configuration guard reads in one
+    /// place.
     pub fn on_message(&mut self, now: u64, msg: RecoveryMessage, p: &mut Participant) {
         if self.stopped {
             return;
@@ -599,7 +604,7 @@ impl RecoveryFlow {
                 {
                     // Before lock recovery and step 5 reached `from`: the
                     // copy could be complete without a recovering
-                    // transaction's record (seed 3935). It asks again.
+                    // transaction's record. It asks again.
                     return;
                 }
                 if let Some((objects, done, source_safe_point)) =
@@ -607,7 +612,7 @@ impl RecoveryFlow {
                 {
                     // The last chunk carries what this replica knows of
                     // finished transactions: the copy holds their writes
-                    // without their records (seed 9253).
+                    // without their records.
                     let finished = if done {
                         p.finished_ids()
                     } else {
@@ -711,7 +716,7 @@ impl RecoveryFlow {
         // weaker than the vote's, not only to those without any (a
         // restored primary with a surviving LOCK record but no
         // COMMIT-PRIMARY reports Lock while its backups report
-        // COMMIT-BACKUP; swarm seed 1945).
+        // COMMIT-BACKUP).
         let mut reported: BTreeMap<(TxId, NodeId), meridian_wire::Evidence> = BTreeMap::new();
         for (from, txs) in got {
             for t in txs {
@@ -743,8 +748,7 @@ impl RecoveryFlow {
                 // then. One of an earlier configuration does not count
                 // (`decisions`): if this vote were sent once and lost, the
                 // transaction would stay undecided and untruncated for the
-                // whole configuration, its records holding GC back (found
-                // by review, 2026-11-28).
+                // whole configuration, its records holding GC back.
                 decided: self.decisions.contains(&tx),
             };
             // Step 5: the region's record to every replica without one.
@@ -1056,7 +1060,7 @@ mod tests {
         }
     }
 
-    /// FaRM §5.3 step 5 (swarm seed 3935): after lock recovery the primary
+    /// FaRM §5.3 step 5: after lock recovery the primary
     /// replicates a recovering transaction's record to the replicas that
     /// reported none (itself included), and serves the new replica's
     /// data-recovery FETCH only once it acknowledged. Without step 5 the
@@ -1128,9 +1132,8 @@ mod tests {
     /// A primary that applied an earlier configuration's COMMIT-RECOVERY
     /// of a transaction still votes on it in this configuration, resending
     /// until this configuration's decision arrives: otherwise one lost vote
-    /// left the transaction undecided and untruncated for the whole
-    /// configuration, its records holding GC back (review, 2026-11-28; the
-    /// broken variant marked such a vote decided at once).
+    /// leaves the transaction undecided and untruncated for the whole
+    /// configuration, its records holding GC back.
     #[test]
     fn an_earlier_decision_does_not_silence_this_configurations_vote() {
         let (c2, region, primary, old, fill) = refilled();
@@ -1186,8 +1189,8 @@ mod tests {
         p.check_invariants();
     }
 
-    /// Swarm seed 9253: once a newer configuration is applied, the old
-    /// configuration's recovery neither answers nor applies anything.
+    /// Once a newer configuration is applied, the old configuration's
+    /// recovery neither answers nor applies anything.
     #[test]
     fn a_stopped_flow_ignores_its_configuration() {
         let (c2, region, primary, _, fill) = refilled();
@@ -1224,7 +1227,7 @@ mod tests {
         assert!(!flow.drain().is_empty(), "the next start runs again");
     }
 
-    /// Swarm seed 21794: a flow that was never started (a node restored
+    /// A flow that was never started (a node restored
     /// from disk into the configuration its old incarnation was
     /// recovering) ran no lock recovery there, so it answers no
     /// REQUEST-VOTE, here from the region's primary holding a LOCK record,
@@ -1320,7 +1323,7 @@ mod tests {
         ));
         // The record stays, now commit-primary evidence, until truncation:
         // a later configuration whose primary missed this decision must
-        // still hear of the commit from this replica (swarm seed 854).
+        // still hear of the commit from this replica.
         let after = p.recovering_records(ConfigId(3), region);
         assert_eq!(after.len(), 1);
         assert_eq!(after[0].record, rt.record);
