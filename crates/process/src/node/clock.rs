@@ -5,8 +5,7 @@
 //! checks (a member reports a rate off the master's; the CM decides who is
 //! off).
 
-use super::DurableRecord;
-use super::{NodeEffect, NodeEvent, NodeProcess, Standing};
+use super::{DurableRecord, NodeEffect, NodeEvent, NodeProcess, Standing};
 use crate::lease::{LeaseDesk, MasterClockView};
 use meridian_config::Configuration;
 use meridian_wire::{
@@ -50,6 +49,44 @@ pub(super) fn time_bound_reserve_ns(config: &Configuration) -> u64 {
 }
 
 impl NodeProcess {
+    /// The answer to a CLOCK-SYNC handled by the process (the lease
+    /// thread answers most of them: [`answer_clock_sync`]): the clock
+    /// master's time while it holds its lease majority and its clock
+    /// serves, else a typed refusal (FaRMv2 §4.1, §4.3).
+    pub(super) fn answer_sync(&mut self, now: u64) -> Response {
+        // A master that lost its lease majority stops handing out
+        // time (its successor's FF only covers it until then).
+        let master = self.is_clock_master();
+        let serving = master && self.may_serve(now);
+        let clock = self.gateway.clock_mut();
+        if !master {
+            self.wrong_role("the clock master")
+        } else if !serving {
+            Response::Rejected(Rejection::WrongRole(
+                "the clock master holds no lease majority now (FaRM §5.1): it hands \
+                 out no time until it does"
+                    .into(),
+            ))
+        } else if clock.is_disabled() {
+            Response::Rejected(Rejection::WrongRole(
+                "the clock is disabled during a CM change (FaRMv2 §4.3)".into(),
+            ))
+        } else {
+            match clock.time(now) {
+                Ok(iv) if clock.is_master() => ClockResponse::MasterTime {
+                    master_ns: iv.upper,
+                }
+                .into(),
+                Ok(_) => Response::Rejected(Rejection::WrongRole(
+                    "the clock master has not taken over yet (FaRMv2 §4.3)".into(),
+                )),
+                Err(e) => Response::Rejected(Rejection::WrongRole(format!(
+                    "the clock master hands out no time now: {e}"
+                ))),
+            }
+        }
+    }
+
     /// True for the clock master.
     pub fn is_clock_master(&self) -> bool {
         self.config.cm() == self.id
@@ -106,8 +143,8 @@ impl NodeProcess {
     /// at the bound its CAS returned. A master a CAS replaced ignores
     /// bounds stored after it (its successor may raise them at once), so
     /// every time it hands out stays below the bound its successor starts
-    /// at, whatever FF says (swarm seed 956: a member that never synced
-    /// reported no upper bound).
+    /// at, whatever FF says (FF may know nothing of a member that never
+    /// synchronised and so reports no upper bound).
     pub fn on_time_bound(&mut self, now: u64, bound_ns: u64, cm: NodeId) {
         if cm != self.id {
             return;

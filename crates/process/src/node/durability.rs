@@ -24,10 +24,10 @@ use std::collections::BTreeSet;
 /// A region without a complete backup breaks that argument: COMMIT-PRIMARY
 /// went to it with no COMMIT-BACKUP anywhere, so the value it installed is
 /// durable only once the primary's own record is, and a reader that saw it
-/// before a crash would have seen a write recovery then aborts (found by a
-/// review of the read lock wait, with replication 1; the wait serves reads
-/// in the very drain of the COMMIT-PRIMARY that released them). Those
-/// replies then wait like the rest. LOCK-REPLYs go at once on the same
+/// before a crash would have seen a write recovery then aborts (with
+/// replication 1, the read lock wait serves reads in the very drain of the
+/// COMMIT-PRIMARY that released them). Those replies then wait like the
+/// rest. LOCK-REPLYs go at once on the same
 /// condition, and so does a COMMIT-PRIMARY's first answer,
 /// [`TxnResponse::Installed`]: the writes it reports installed are in
 /// every backup's durable COMMIT-BACKUP record, which recovery commits
@@ -83,9 +83,8 @@ pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
 /// such a drain may return a value an earlier drain's COMMIT-PRIMARY
 /// installed whose record is not durable yet, and with no backup holding
 /// a COMMIT-BACKUP, a crash of the primary would let recovery abort the
-/// write the reader saw (found by an adversarial review of single reads
-/// with replication 1, a whole-cluster crash and disk durability; plain
-/// READs had it too).
+/// write the reader saw (single reads and plain READs alike, with
+/// replication 1, a whole-cluster crash and disk durability).
 #[allow(clippy::type_complexity)]
 pub fn split_held(
     effects: Vec<NodeEffect>,
@@ -225,14 +224,12 @@ impl NodeSnapshot {
     /// Write [`Self::encode`]'s bytes, byte for byte, into `w` from its
     /// current position, without building them in memory: the
     /// participant's state is streamed through a 1 MiB buffer and its
-    /// length prefix patched in afterwards. Building them cost two
+    /// length prefix patched in afterwards. Building them costs two
     /// state-sized buffers (the participant's bytes, then the checkpoint
     /// holding them: about 72 MB each with 100k TATP subscribers), and
-    /// faulting in and zeroing their pages was 10 % of a node's CPU
-    /// samples in a profile window that held a checkpoint (eighteenth
-    /// session). Four alternating TATP pairs showed no throughput change
-    /// (182.2k against 182.5k tx/s summed), so what this saves is the
-    /// node's peak memory during a checkpoint. Returns the bytes written.
+    /// faulting in and zeroing their pages takes CPU under the process
+    /// lock's neighbours; streaming bounds the node's peak memory during
+    /// a checkpoint to the buffer. Returns the bytes written.
     ///
     /// Errors: the writer's, and [`std::io::ErrorKind::InvalidData`] if
     /// the state does not encode.
@@ -351,11 +348,11 @@ impl NodeProcess {
         // incarnation: it gathered no NEED-RECOVERY since, so it must not
         // vote, decide or apply anything in it. Its flow stays stopped
         // until the next configuration it applies (a restored CM proposes
-        // one at once). Swarm seed 21794: restored CM n0, primary of a
-        // region, answered the configuration's REQUEST-VOTE for a committed
-        // transaction with its surviving LOCK record's evidence but no
-        // record, so the coordinator truncated it without sending n0 the
-        // COMMIT-RECOVERY, and n0 never installed the writes.
+        // one at once). A restored primary that voted would answer a
+        // REQUEST-VOTE for a committed transaction with its surviving LOCK
+        // record's evidence but no record, so the coordinator could
+        // truncate it without sending this node the COMMIT-RECOVERY, and
+        // the writes would never be installed here.
         assert!(
             p.recovery.running_config().is_none(),
             "a restored node's recovery flow runs before any configuration started it"
@@ -436,9 +433,9 @@ impl NodeProcess {
     /// Replace the participant by an empty one (a node that rejoins with
     /// its memory lost, or whose restored data is stale), journaling as
     /// the old one did: the old one's undrained records are kept in order
-    /// and a checkpoint of the empty one follows them. (Replacing it
-    /// without its journal lost every later write from the disk log, and a
-    /// whole-cluster restart brought back stale replicas: swarm seed 401.)
+    /// and a checkpoint of the empty one follows them, so every later
+    /// write reaches the disk log and a whole-cluster restart restores no
+    /// stale replica.
     pub(super) fn reset_participant(&mut self) {
         let journaling = self.participant.journaling();
         let pending = self.participant.drain_journal();
@@ -528,7 +525,7 @@ impl NodeProcess {
     /// ACK), so a backup never applies a write a primary could still lose.
     /// A region with no complete backup keeps the LOCK record as the only
     /// durable copy of the writes until COMMIT-PRIMARY: then every
-    /// LOCK-REPLY waits for its fsync, as before. The simulator loses
+    /// LOCK-REPLY waits for its fsync. The simulator loses
     /// un-fsynced records at every crash, so this argument is tested, not
     /// only argued.
     pub fn lock_replies_skip_fsync(&mut self) -> bool {
@@ -710,15 +707,15 @@ mod tests {
         NodeProcess::restore(config(), NodeId(0), 2, Some((0, &out[8..])), &[]).unwrap();
     }
 
-    /// Swarm seed 21794: CM n0 crashed during its configuration's
-    /// recovery and came back from disk, still a member (a restored CM
-    /// renews its configuration). It answered the recovery coordinator's
-    /// REQUEST-VOTE at once, without the lock recovery its old incarnation
-    /// never finished, so the vote carried its surviving LOCK record's
-    /// evidence but not the record; the coordinator committed and truncated
-    /// the transaction without sending n0 its COMMIT-RECOVERY, and n0, the
-    /// region's primary, never installed the writes. A restored node takes
-    /// no part in the recovery of the configuration it was restored in.
+    /// CM n0 crashes during its configuration's recovery and comes back
+    /// from disk, still a member (a restored CM renews its configuration).
+    /// Were it to answer the recovery coordinator's REQUEST-VOTE at once,
+    /// without the lock recovery its old incarnation never finished, the
+    /// vote would carry its surviving LOCK record's evidence but not the
+    /// record; the coordinator would commit and truncate the transaction
+    /// without sending n0 its COMMIT-RECOVERY, and n0, the region's
+    /// primary, would never install the writes. A restored node takes no
+    /// part in the recovery of the configuration it was restored in.
     #[test]
     fn a_restored_cm_does_not_vote_in_the_configuration_it_was_restored_in() {
         let c1 = Configuration::local(5, 7000, 3, 6, std::path::Path::new("/nonexistent"));

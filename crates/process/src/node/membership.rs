@@ -19,13 +19,12 @@ use std::collections::{BTreeMap, BTreeSet};
 /// restored ([`NodeProcess::restored_complete`]).
 ///
 /// False when `next` gives `me` no complete replica at all: the empty set
-/// is a subset of anything, and that vacuous "hold" let a node that a
-/// committed configuration had removed rejoin with only filling replicas
-/// while keeping its old log, whose stale COMMIT-BACKUP record then made
-/// the next recovery commit a transaction the configuration that removed
-/// it had already settled as never committed, writing an old value back
-/// over a committed delete (`rows --faults` seed 948, diagnosed by the
-/// twentieth session's helper; FaRM §5.2's precise membership).
+/// is a subset of anything, and that vacuous "hold" would let a node that
+/// a committed configuration removed rejoin with only filling replicas
+/// while keeping its old log, whose stale COMMIT-BACKUP record would then
+/// make the next recovery commit a transaction the configuration that
+/// removed it already settled as never committed, writing an old value
+/// back over a committed delete (FaRM §5.2's precise membership).
 fn restored_replicas_hold(next: &Configuration, had: &BTreeSet<RegionId>, me: NodeId) -> bool {
     let mine = complete_replicas(next, me);
     !had.is_empty() && !mine.is_empty() && mine.is_subset(had)
@@ -53,7 +52,7 @@ impl NodeProcess {
             && self.reconfig.config().id() == self.config.id()
         {
             // The service may hold this CM's own last proposal, which the
-            // crash kept it from applying (swarm seed 750): renew that one.
+            // crash kept it from applying: renew that one.
             match self.reconfig.service_config().cloned() {
                 Some(base) if base.cm() == self.id => {
                     let mut next = base.renewed();
@@ -77,9 +76,8 @@ impl NodeProcess {
     /// have been restored in it), so it never sent its NEW-CONFIG, and
     /// nobody else will replace it: the other members were restored in
     /// older configurations whose CM's renewal CAS now fails, and they do
-    /// not suspect a CM they never heard of (swarm seed 854: n1 stored 6,
-    /// cm n1, then the cluster crashed; n0, the CM of 5, retried its CAS
-    /// over 5 forever). It proposes `base` renewed over it, as a restored
+    /// not suspect a CM they never heard of (the CM of the replaced
+    /// configuration retries its CAS over it forever). It proposes `base` renewed over it, as a restored
     /// CM does with its own last proposal (`renew_after_restart`), and only
     /// if every complete replica that gives it was complete when it was
     /// restored (none at all if it was filling everywhere), the rule every
@@ -90,8 +88,8 @@ impl NodeProcess {
     pub(super) fn renew_unapplied_proposal(&mut self, now: u64) {
         // The service's configuration: the replica hosted here, else what
         // a read of the service returned (a node without a replica never
-        // sees the register otherwise: swarm seed 4033, where n3's CAS of
-        // 2 won, its answer was lost, and n3 crashed and was restored).
+        // sees the register otherwise, as when its CAS won, the answer was
+        // lost, and it crashed and was restored).
         let Some(base) = self
             .service
             .as_ref()
@@ -119,8 +117,8 @@ impl NodeProcess {
     /// those it lists as filling here whose data recovery had finished
     /// ([`Participant::is_filled`], journaled). A restored node that filled
     /// a region and reported it ready before a whole-cluster crash is
-    /// listed complete by the next configuration; without the second part
-    /// it refused that NEW-CONFIG forever (swarm seed 2802).
+    /// listed complete by the next configuration, and the second part lets
+    /// it accept that NEW-CONFIG.
     fn restored_complete(&self) -> BTreeSet<RegionId> {
         let mut had = complete_replicas(&self.config, self.id);
         had.extend(self.filled_here(&self.config));
@@ -152,6 +150,8 @@ impl NodeProcess {
         self.reconfig.set_filled(id, filled);
     }
 
+    /// A reconfiguration message (FaRM §5.2): probes, NEW-CONFIG and its
+    /// ACK and COMMIT, joins and clock-rate reports.
     pub(super) fn on_reconfig(&mut self, now: u64, from: Peer, m: ReconfigMessage) {
         let claimed = match &m {
             ReconfigMessage::SuspectCm { from, .. }
@@ -181,140 +181,7 @@ impl NodeProcess {
             self.lease.withdraw_master_clock();
         }
         if self.standing != Standing::Member {
-            // Outside the configuration: a probe is answered as empty (if
-            // memory was lost), and only a NEW-CONFIG that adds this node
-            // back matters (it starts from scratch: memory is gone or
-            // stale).
-            if let ReconfigMessage::Probe { config, seq, .. } = &m {
-                // A removed node too, for a configuration newer than any it
-                // applied: one that added it back (a join) but whose
-                // NEW-CONFIG never reached it before its CM failed. It holds
-                // nothing that configuration can use (a removed node comes
-                // back only with filling replicas, and drops what it had),
-                // and it never granted that configuration's CM a lease, so
-                // its answer counts toward the prober's majority like a
-                // restarted one's (FaRM §5.2 step 2) and it is left out of
-                // the next configuration, then joins again. Without it a
-                // configuration of four whose CM died right after its CAS,
-                // with the joining member never told, could not be replaced
-                // by the two others (swarm seed 748).
-                let removed_unaware = self.standing == Standing::Removed
-                    && *config > self.config.id()
-                    && !self.restored;
-                // A node restored from disk, probed in the configuration it
-                // was restored in, answers as empty too: its old incarnation
-                // is gone just as a memory-less restart's is, so it is on no
-                // side of a partition and grants the old CM nothing, and the
-                // prober leaves it out of the next configuration, after which
-                // it joins again (as a restored node the CM removed with a
-                // majority of its own already does). Silent, it left a CM of
-                // four whose two other members crashed and came back from
-                // disk without a majority for good (swarm seed 17431). Only
-                // its own configuration: a probe of a newer one comes from a
-                // member that applied a proposal this node never
-                // acknowledged, such as its CM's renewal after a
-                // whole-cluster restart, where staying silent lets the CM
-                // resend that NEW-CONFIG and keep this node's restored data,
-                // while an empty answer would have the CM drop it.
-                let restored_same = self.standing == Standing::Restarted
-                    && self.restored
-                    && *config == self.config.id();
-                if (self.standing == Standing::Restarted && !self.restored)
-                    || removed_unaware
-                    || restored_same
-                {
-                    // Never again accept a NEW-CONFIG of this configuration
-                    // (from its old CM): having counted toward a successor's
-                    // probe, this node must not grant that CM a lease.
-                    self.probed_empty_in = self.probed_empty_in.max(*config);
-                    let reply = ReconfigMessage::ProbeReply {
-                        config: *config,
-                        from: self.id,
-                        seq: *seq,
-                        empty: true,
-                        filled: Vec::new(),
-                    };
-                    self.send_oneway(from, Request::Reconfig(reply));
-                }
-                return;
-            }
-            if let ReconfigMessage::NewConfig {
-                config_toml,
-                config,
-                ..
-            } = &m
-            {
-                // It must add this node as a *new* member: every replica it
-                // holds there still filling. A configuration that lists it
-                // with complete replicas predates its crash (its memory is
-                // gone); the CM removes it once its lease runs out, and then
-                // it joins.
-                let me = self.id;
-                // A restarted CM renewing the configuration this node was
-                // restored in (whole-cluster restart): same members and
-                // placement, next id. The node keeps its restored data.
-                // Also a later one, as long as every complete replica it
-                // gives this node was a complete replica when it was
-                // restored (others come as filling): every configuration
-                // after the restored one that committed needed this node's
-                // ACK (which it would have journaled) unless it removed the
-                // node, and after a removal the node comes back only as a
-                // filling replica. So its data is current (swarm seed 750:
-                // the CM's own proposal was stored but never applied; seed
-                // 133: that proposal removed a member, so its renewal
-                // promoted this node's backups and refilled elsewhere).
-                // That argument does not depend on who the CM is: every
-                // configuration the service stores is derived from the one
-                // it replaces (the CAS's expected id), so a complete replica
-                // of this node in it was complete in every configuration
-                // since the restored one, and a transaction writing it there
-                // needed this node in that configuration (FaRM §5.2 precise
-                // membership), which it would have journaled. So the later
-                // one may come from another CM (swarm seed 854: the CM of
-                // the stored configuration, which it never applied before
-                // the whole cluster crashed, renews it; see
-                // `renew_unapplied_proposal`).
-                let had = self.restored_complete();
-                let renews_mine = self.restored
-                    && *config > self.config.id()
-                    && Configuration::from_toml(config_toml).is_ok_and(|c| {
-                        let exact = config.0 == self.config.id().0 + 1
-                            && c.members() == self.config.members()
-                            && c.regions() == self.config.regions()
-                            && c.cm() == self.config.cm();
-                        exact
-                            || restored_replicas_hold(&c, &had, me)
-                            || meridian_bugs::bug!(
-                                self.bugs,
-                                ReaddedKeepsLog,
-                                if !had.is_empty() && complete_replicas(&c, me).is_empty()
-                            )
-                    });
-                if renews_mine {
-                    self.reconfig.rejoin();
-                    let upper = self.ff_value(now);
-                    self.reconfig.on_message(now, m, upper, 0);
-                    self.after_engines(now);
-                    return;
-                }
-                let adds_me = *config > self.config.id()
-                    && *config > self.probed_empty_in
-                    && Configuration::from_toml(config_toml).is_ok_and(|c| {
-                        c.is_member(me)
-                            && c.regions().iter().all(|r| {
-                                (r.primary != me && !r.backups.contains(&me))
-                                    || (r.primary != me && r.filling.contains(&me))
-                            })
-                    });
-                if adds_me {
-                    self.reset_participant();
-                    self.reconfig.rejoin();
-                    let upper = self.ff_value(now);
-                    self.reconfig.on_message(now, m, upper, 0);
-                    self.after_engines(now);
-                }
-            }
-            return;
+            return self.on_reconfig_outside(now, from, m);
         }
         if let ReconfigMessage::Join { from: joiner, .. } = &m {
             self.on_join(now, *joiner);
@@ -330,8 +197,8 @@ impl NodeProcess {
             // A stale node that a configuration removed: tell it, with the
             // CM's NEW-CONFIG (it then asks to join again). (Not a probe
             // answer from a member of the newer configuration the service
-            // stores, whose majority the probe may count: swarm seed
-            // 17050, a node that configuration added back.)
+            // stores, whose majority the probe may count, such as a node
+            // that configuration added back.)
             return self.tell_removed(from);
         }
         if let ReconfigMessage::NewConfigAck { config, .. } = &m {
@@ -385,6 +252,142 @@ impl NodeProcess {
                     c.note_grant(now);
                 }
             });
+        }
+    }
+
+    /// A reconfiguration message at a node outside the configuration: a
+    /// probe is answered as empty (if memory was lost), and only a
+    /// NEW-CONFIG that adds this node back matters (it starts from
+    /// scratch: memory is gone or stale).
+    fn on_reconfig_outside(&mut self, now: u64, from: NodeId, m: ReconfigMessage) {
+        if let ReconfigMessage::Probe { config, seq, .. } = &m {
+            return self.answer_probe_outside(from, *config, *seq);
+        }
+        if let ReconfigMessage::NewConfig {
+            config_toml,
+            config,
+            ..
+        } = &m
+        {
+            // It must add this node as a *new* member: every replica it
+            // holds there still filling. A configuration that lists it
+            // with complete replicas predates its crash (its memory is
+            // gone); the CM removes it once its lease runs out, and then
+            // it joins.
+            let me = self.id;
+            // A restarted CM renewing the configuration this node was
+            // restored in (whole-cluster restart): same members and
+            // placement, next id. The node keeps its restored data.
+            // Also a later one, as long as every complete replica it
+            // gives this node was a complete replica when it was
+            // restored (others come as filling): every configuration
+            // after the restored one that committed needed this node's
+            // ACK (which it would have journaled) unless it removed the
+            // node, and after a removal the node comes back only as a
+            // filling replica. So its data is current, also when the CM's
+            // own proposal was stored but never applied, and when that
+            // proposal removed a member, so that its renewal promotes this
+            // node's backups and refills elsewhere.
+            // That argument does not depend on who the CM is: every
+            // configuration the service stores is derived from the one
+            // it replaces (the CAS's expected id), so a complete replica
+            // of this node in it was complete in every configuration
+            // since the restored one, and a transaction writing it there
+            // needed this node in that configuration (FaRM §5.2 precise
+            // membership), which it would have journaled. So the later
+            // one may come from another CM: the CM of the stored
+            // configuration, which it never applied before the whole
+            // cluster crashed, renews it (see `renew_unapplied_proposal`).
+            let had = self.restored_complete();
+            let renews_mine = self.restored
+                && *config > self.config.id()
+                && Configuration::from_toml(config_toml).is_ok_and(|c| {
+                    let exact = config.0 == self.config.id().0 + 1
+                        && c.members() == self.config.members()
+                        && c.regions() == self.config.regions()
+                        && c.cm() == self.config.cm();
+                    exact
+                        || restored_replicas_hold(&c, &had, me)
+                        || meridian_bugs::bug!(
+                            self.bugs,
+                            ReaddedKeepsLog,
+                            if !had.is_empty() && complete_replicas(&c, me).is_empty()
+                        )
+                });
+            if renews_mine {
+                self.reconfig.rejoin();
+                let upper = self.ff_value(now);
+                self.reconfig.on_message(now, m, upper, 0);
+                self.after_engines(now);
+                return;
+            }
+            let adds_me = *config > self.config.id()
+                && *config > self.probed_empty_in
+                && Configuration::from_toml(config_toml).is_ok_and(|c| {
+                    c.is_member(me)
+                        && c.regions().iter().all(|r| {
+                            (r.primary != me && !r.backups.contains(&me))
+                                || (r.primary != me && r.filling.contains(&me))
+                        })
+                });
+            if adds_me {
+                self.reset_participant();
+                self.reconfig.rejoin();
+                let upper = self.ff_value(now);
+                self.reconfig.on_message(now, m, upper, 0);
+                self.after_engines(now);
+            }
+        }
+    }
+
+    /// A probe of configuration `config` at a node outside the
+    /// configuration: answered as empty by a node that lost its memory,
+    /// and in the two cases below; otherwise unanswered.
+    fn answer_probe_outside(&mut self, from: NodeId, config: ConfigId, seq: u64) {
+        // A removed node too, for a configuration newer than any it
+        // applied: one that added it back (a join) but whose NEW-CONFIG
+        // never reached it before its CM failed. It holds nothing that
+        // configuration can use (a removed node comes back only with
+        // filling replicas, and drops what it had), and it never granted
+        // that configuration's CM a lease, so its answer counts toward the
+        // prober's majority like a restarted one's (FaRM §5.2 step 2) and
+        // it is left out of the next configuration, then joins again. This
+        // lets the two others of a configuration of four replace it when
+        // its CM dies right after its CAS with the joining member never
+        // told.
+        let removed_unaware =
+            self.standing == Standing::Removed && config > self.config.id() && !self.restored;
+        // A node restored from disk, probed in the configuration it was
+        // restored in, answers as empty too: its old incarnation is gone
+        // just as a memory-less restart's is, so it is on no side of a
+        // partition and grants the old CM nothing, and the prober leaves
+        // it out of the next configuration, after which it joins again (as
+        // a restored node the CM removed with a majority of its own already
+        // does). This gives a CM of four whose two other members crashed
+        // and came back from disk its majority. Only its own configuration:
+        // a probe of a newer one comes from a member that applied a
+        // proposal this node never acknowledged, such as its CM's renewal
+        // after a whole-cluster restart, where staying silent lets the CM
+        // resend that NEW-CONFIG and keep this node's restored data, while
+        // an empty answer would have the CM drop it.
+        let restored_same =
+            self.standing == Standing::Restarted && self.restored && config == self.config.id();
+        if (self.standing == Standing::Restarted && !self.restored)
+            || removed_unaware
+            || restored_same
+        {
+            // Never again accept a NEW-CONFIG of this configuration (from
+            // its old CM): having counted toward a successor's probe, this
+            // node must not grant that CM a lease.
+            self.probed_empty_in = self.probed_empty_in.max(config);
+            let reply = ReconfigMessage::ProbeReply {
+                config,
+                from: self.id,
+                seq,
+                empty: true,
+                filled: Vec::new(),
+            };
+            self.send_oneway(from, Request::Reconfig(reply));
         }
     }
 
@@ -555,17 +558,17 @@ impl NodeProcess {
     /// restarted from disk renews its configuration
     /// ([`Configuration::clock_master_changed_from`]): its clock starts
     /// afresh at the bound its CAS returned, and a member that kept the
-    /// samples of its previous incarnation stayed on the old timeline.
-    /// Swarm seed 1909: a client on the old samples committed a write at a
-    /// `write_ts` below a `read_ts` a client on the new master had already
-    /// read at. (Failing clocks over at every configuration fixed that too,
-    /// but swarm seed 8883 then stuck in an abort storm.)
+    /// samples of its previous incarnation would stay on the old timeline:
+    /// a client on the old samples could commit a write at a `write_ts`
+    /// below a `read_ts` a client on the new master has already read at.
+    /// (Clocks do not fail over at every configuration: that storms
+    /// transactions with aborts.)
     fn apply_config(&mut self, now: u64, config: Configuration) {
         self.effects
             .push(NodeEffect::Event(NodeEvent::Applied(config.id())));
         self.participant.reconfigure(&config);
         // The previous configuration's recovery ends here: it would vote
-        // and apply decisions on a participant that left it (seed 9253).
+        // and apply decisions on a participant that left it.
         self.recovery.stop();
         self.gateway.set_config(now, &config);
         self.rate_reports.clear();
@@ -610,8 +613,8 @@ impl NodeProcess {
         self.restored = false;
         self.regions_active_reported = false;
         // Armed by the commit, which starts data recovery: before it no
-        // replica is being filled, and reporting then (as this did) put
-        // "data recovered" before the configuration even committed.
+        // replica is being filled, and reporting then would put "data
+        // recovered" before the configuration even committed.
         self.data_recovered_reported = true;
         self.config = config;
     }
@@ -666,12 +669,12 @@ mod tests {
     use super::*;
     use meridian_wire::{CoordMessage, Frame};
 
-    /// Swarm seed 4033: n3 won the CAS of 2 (CM n3, members 2-4), its
-    /// answer was lost, and n3 crashed before applying 2. Restored in 1, it
-    /// hosts no coordination replica (the group is n0-n2), so it never saw
-    /// that the service names it the CM of 2; the old CM (removed by 2) and
-    /// the survivors (a minority of 1 without the restored, silent nodes)
-    /// could not replace it either. It must read the service and renew 2.
+    /// n3 wins the CAS of 2 (CM n3, members 2-4), its answer is lost, and
+    /// n3 crashes before applying 2. Restored in 1, it hosts no
+    /// coordination replica (the group is n0-n2), so nothing tells it that
+    /// the service names it the CM of 2; the old CM (removed by 2) and the
+    /// survivors (a minority of 1 without the restored, silent nodes)
+    /// cannot replace it either. It must read the service and renew 2.
     #[test]
     fn a_restored_node_without_a_replica_renews_the_configuration_it_won() {
         let c1 = Configuration::local(5, 7000, 3, 6, std::path::Path::new("/nonexistent"));
@@ -731,10 +734,10 @@ mod tests {
         assert_eq!(next.members(), c2.members());
     }
 
-    /// Swarm seed 17431: n0, CM of a configuration of four, saw n2 and n4
-    /// crash and come back restored from disk. Restored nodes never answered
-    /// a probe, so n0 and n3 (two of four) could never replace the
-    /// configuration. A restored node answers a probe of the configuration
+    /// n0, CM of a configuration of four, sees n2 and n4 crash and come
+    /// back restored from disk. Were restored nodes silent to probes, n0
+    /// and n3 (two of four) could never replace the configuration. A
+    /// restored node answers a probe of the configuration
     /// it was restored in as empty (it counts toward the majority and is
     /// left out, then joins again); a probe of a newer configuration stays
     /// unanswered (its CM's renewal may still come for it).

@@ -1,7 +1,7 @@
 //! # The node process: participant, CM duties, clock, GC, thin-client coordinator (FaRM §3–4, FaRMv2 §4.1)
 //!
 //! **Problem.** A node answers the transaction protocol for the regions it
-//! holds, and also plays roles the runtime used to implement on its own:
+//! holds, and also plays the roles around it:
 //! the clock master (node `cm`) answers clock synchronisations with its
 //! clock, every other node synchronises with it; the CM hands out
 //! coordinator ids; a timer advances the GC safe point; and thin clients
@@ -58,7 +58,7 @@
 //! answered `TxnResponse::NotHeld`, untouched, and its coordinator waits
 //! and sends it again unwrapped.
 //!
-//! **Coordinator ids** (review finding 6). Transaction ids embed the
+//! **Coordinator ids.** Transaction ids embed the
 //! coordinator id, and a reused id is mistaken for a duplicate by a node
 //! that still holds its records. Ids are `incarnation << 32 | sequence`,
 //! where the shell supplies an *incarnation* that is unique across restarts
@@ -79,9 +79,9 @@ use crate::{CallId, Effect};
 use meridian_config::Configuration;
 use meridian_txn::Participant;
 use meridian_wire::{
-    AdminRequest, AdminResponse, ClockRequest, ClockResponse, CmRequest, CmResponse, ConfigId,
-    Frame, LeaseHolder, NodeId, NodeStatus, ReconfigMessage, Rejection, Request, Response,
-    ThinRequest, Timestamp, TxnRequest,
+    AdminRequest, AdminResponse, ClockRequest, CmRequest, CmResponse, ConfigId, Frame, LeaseHolder,
+    NodeId, NodeStatus, ReconfigMessage, Rejection, Request, Response, ThinRequest, Timestamp,
+    TxnRequest,
 };
 use std::collections::{BTreeMap, VecDeque};
 
@@ -190,11 +190,11 @@ pub enum NodeEffect {
 }
 
 /// Region replicas a node let go of ([`NodeEffect::Discard`]). Freeing a
-/// replica of millions of objects takes seconds: a 1M-subscriber TATP
-/// node added back to its configuration once held its process lock 4.4 s
-/// doing it inline, while its lease requests waited for the lock and the
-/// CM suspected it again and again. The tokio node frees them on a thread
-/// of its own; the simulator drops them at once.
+/// replica of millions of objects takes seconds (a 1M-subscriber TATP
+/// node added back to its configuration would hold its process lock for
+/// seconds doing it inline, while its lease requests wait for the lock
+/// and the CM suspects it again and again). The tokio node frees them on
+/// a thread of its own; the simulator drops them at once.
 #[derive(Clone, PartialEq)]
 pub struct Discarded(Vec<meridian_txn::RegionStore>);
 
@@ -699,39 +699,7 @@ impl NodeProcess {
                 }
                 None => return,
             },
-            Request::Clock(ClockRequest::Sync) => {
-                // A master that lost its lease majority stops handing out
-                // time (its successor's FF only covers it until then).
-                let master = self.is_clock_master();
-                let serving = master && self.may_serve(now);
-                let clock = self.gateway.clock_mut();
-                if !master {
-                    self.wrong_role("the clock master")
-                } else if !serving {
-                    Response::Rejected(Rejection::WrongRole(
-                        "the clock master holds no lease majority now (FaRM §5.1): it hands \
-                         out no time until it does"
-                            .into(),
-                    ))
-                } else if clock.is_disabled() {
-                    Response::Rejected(Rejection::WrongRole(
-                        "the clock is disabled during a CM change (FaRMv2 §4.3)".into(),
-                    ))
-                } else {
-                    match clock.time(now) {
-                        Ok(iv) if clock.is_master() => ClockResponse::MasterTime {
-                            master_ns: iv.upper,
-                        }
-                        .into(),
-                        Ok(_) => Response::Rejected(Rejection::WrongRole(
-                            "the clock master has not taken over yet (FaRMv2 §4.3)".into(),
-                        )),
-                        Err(e) => Response::Rejected(Rejection::WrongRole(format!(
-                            "the clock master hands out no time now: {e}"
-                        ))),
-                    }
-                }
-            }
+            Request::Clock(ClockRequest::Sync) => self.answer_sync(now),
             Request::Cm(CmRequest::RegisterClient) => self.register_client(),
             Request::Cm(CmRequest::GetConfig) => match self.config.to_toml() {
                 Ok(config_toml) => CmResponse::Config { config_toml }.into(),
@@ -796,9 +764,9 @@ impl NodeProcess {
         }
         // Unique across CMs, restarts and configurations: (this node, its
         // incarnation, a counter), 15 + 16 + 32 bits; the top bit stays
-        // clear for embedded coordinators. (It used to be the incarnation
-        // and counter only, which a new CM after a failover repeated: two
-        // clients then shared transaction ids.)
+        // clear for embedded coordinators. The node is part of it: a new
+        // CM after a failover may run in the same incarnation number as
+        // the old, and two clients must never share transaction ids.
         let (node, inc) = (self.id.0 as u64, self.incarnation as u64);
         if self.next_coordinator_seq == u32::MAX || node >= 1 << 15 || inc >= 1 << 16 {
             return Response::Error("coordinator ids exhausted at this CM".into());
@@ -1036,7 +1004,7 @@ impl NodeProcess {
         self.recovery.check_invariants();
         if let Some(c) = self.recovery.running_config() {
             // FaRM §5.2 step 6: a node in a newer configuration refuses
-            // the older one's messages, its recovery's too (seed 9253).
+            // the older one's messages, its recovery's too.
             assert_eq!(
                 c,
                 self.config.id(),
@@ -1102,12 +1070,10 @@ mod tests {
         }
     }
 
-    /// Review finding 6: coordinator ids came from an in-memory counter at
-    /// the CM and restarted with it, so a restarted CM handed out ids whose
-    /// transactions nodes still held records for.
-    /// The simulator (seed 149) found the next flaw: a backup CM that took
-    /// over handed out the ids the failed CM had, since both counted from
-    /// the same incarnation.
+    /// Coordinator ids stay unique when the CM restarts (a counter in
+    /// memory alone would hand out ids whose transactions nodes still hold
+    /// records for) and when a backup CM takes over in the same
+    /// incarnation number as the failed CM.
     #[test]
     fn coordinator_ids_are_unique_across_cm_restarts() {
         let mut seen = std::collections::BTreeSet::new();

@@ -431,7 +431,7 @@ impl NodeProcess {
     /// `write_ts` out on its own clock and sends it again unwrapped. It is
     /// not refused: a COMMIT-BACKUP may belong to a transaction that its
     /// other backups' records already commit (FaRM §5.3), and a node whose
-    /// clock is out (swarm seed 90: 700 ms without an accepted sync) must
+    /// clock is out (say, hundreds of ms without an accepted sync) must
     /// not stall commits its clock has no part in.
     fn hold_until_write_ts_passed(
         &mut self,
