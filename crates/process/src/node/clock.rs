@@ -218,7 +218,7 @@ impl NodeProcess {
                 let offset = clock.master_offset_ns();
                 self.master_offset_ns = offset.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
                 if self.participant.journaling() {
-                    self.node_records.push(DurableRecord::MasterClock {
+                    self.wal.node_records.push(DurableRecord::MasterClock {
                         offset_ns: self.master_offset_ns,
                     });
                 }

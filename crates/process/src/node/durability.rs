@@ -191,6 +191,24 @@ impl DurableRecord {
     }
 }
 
+/// The write-ahead log's bookkeeping at a node (disk durability).
+#[derive(Debug, Default)]
+pub(super) struct Wal {
+    /// The last log sequence number handed out, and records since the
+    /// last checkpoint.
+    pub(super) log_seq: u64,
+    pub(super) since_checkpoint: u64,
+    /// Objects the last checkpoint held: the next one waits for at least
+    /// as many logged records ([`meridian_config::DurabilityConfig::checkpoint_records`]).
+    pub(super) checkpoint_objects: u64,
+    /// The participant was replaced by an empty one: the next drain
+    /// writes a checkpoint of it, so a restore does not replay the new
+    /// records onto the old state.
+    pub(super) force_checkpoint: bool,
+    /// Node-level records not yet drained.
+    pub(super) node_records: Vec<DurableRecord>,
+}
+
 /// A node checkpoint: the participant's and the clock master's state.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct NodeCheckpoint {
@@ -341,7 +359,7 @@ impl NodeProcess {
         let mut p = Self::new(config, id, incarnation)?;
         p.participant = participant;
         p.participant.enable_journal();
-        p.log_seq = log.last().map_or(cp_seq, |(s, _)| (*s).max(cp_seq));
+        p.wal.log_seq = log.last().map_or(cp_seq, |(s, _)| (*s).max(cp_seq));
         p.master_offset_ns = offset;
         p.restored = true;
         // Its recovery of the restored configuration died with the old
@@ -393,35 +411,35 @@ impl NodeProcess {
             self.effects.push(NodeEffect::Discard(Discarded(discarded)));
         }
         let mutations = self.participant.drain_journal();
-        if mutations.is_empty() && self.node_records.is_empty() && !self.force_checkpoint {
+        if mutations.is_empty() && self.wal.node_records.is_empty() && !self.wal.force_checkpoint {
             return std::mem::take(&mut self.effects);
         }
-        let mut records = std::mem::take(&mut self.node_records);
+        let mut records = std::mem::take(&mut self.wal.node_records);
         records.extend(mutations.into_iter().map(DurableRecord::Participant));
-        let first_seq = self.log_seq + 1;
-        self.log_seq += records.len() as u64;
-        self.since_checkpoint += records.len() as u64;
+        let first_seq = self.wal.log_seq + 1;
+        self.wal.log_seq += records.len() as u64;
+        self.wal.since_checkpoint += records.len() as u64;
         let mut out = Vec::with_capacity(self.effects.len() + 2);
         if !records.is_empty() {
             out.push(NodeEffect::AppendLog { first_seq, records });
         }
-        if self.force_checkpoint
-            || self.since_checkpoint
+        if self.wal.force_checkpoint
+            || self.wal.since_checkpoint
                 >= self
                     .config
                     .durability
                     .checkpoint_records
-                    .max(self.checkpoint_objects)
+                    .max(self.wal.checkpoint_objects)
                     .max(1)
         {
             // A checkpoint that cannot be written leaves the log growing;
             // it is retried after the next batch.
             if let Ok(state) = self.snapshot() {
-                self.since_checkpoint = 0;
-                self.checkpoint_objects = state.objects() as u64;
-                self.force_checkpoint = false;
+                self.wal.since_checkpoint = 0;
+                self.wal.checkpoint_objects = state.objects() as u64;
+                self.wal.force_checkpoint = false;
                 out.push(NodeEffect::Checkpoint {
-                    through_seq: self.log_seq,
+                    through_seq: self.wal.log_seq,
                     state,
                 });
             }
@@ -439,7 +457,8 @@ impl NodeProcess {
     pub(super) fn reset_participant(&mut self) {
         let journaling = self.participant.journaling();
         let pending = self.participant.drain_journal();
-        self.node_records
+        self.wal
+            .node_records
             .extend(pending.into_iter().map(DurableRecord::Participant));
         let mut old = std::mem::replace(
             &mut self.participant,
@@ -454,7 +473,7 @@ impl NodeProcess {
         }
         if journaling {
             self.participant.enable_journal();
-            self.force_checkpoint = true;
+            self.wal.force_checkpoint = true;
         }
     }
 
@@ -499,7 +518,7 @@ impl NodeProcess {
     /// logged nothing until the log is durable through it, while a region
     /// has no complete backup.
     pub fn log_end_seq(&self) -> u64 {
-        self.log_seq
+        self.wal.log_seq
     }
 
     /// Disk durability: whether this node's LOCK-REPLYs may leave before

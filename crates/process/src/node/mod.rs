@@ -94,7 +94,8 @@ mod service;
 mod thin;
 
 use clock::time_bound_reserve_ns;
-use serve::{lock_may_wait, DeferredRead};
+use durability::Wal;
+use serve::{lock_may_wait, Holds};
 use thin::Exec;
 
 pub use clock::answer_clock_sync;
@@ -357,23 +358,11 @@ pub struct NodeProcess {
     next_coordinator_seq: u32,
     next_gc_ns: u64,
     armed_ns: Option<u64>,
-    /// READs and SCANs held until their `read_ts` has passed on this
-    /// node's clock (`clock.reads_wait_at_server`), by the local time they
-    /// may be served, then arrival order.
-    deferred_reads: BTreeMap<(u64, u64), DeferredRead>,
-    deferred_seq: u64,
-    /// READs and SCANs waiting for another transaction's lock to go
-    /// (`limits.read_lock_wait_us`), by arrival order, each with the local
-    /// time its wait ends.
-    lock_waits: BTreeMap<u64, (u64, DeferredRead)>,
-    /// An input may have released a lock (or changed the configuration):
-    /// the lock waits are tried again before the next effects leave.
-    lock_waits_dirty: bool,
+    /// Held requests and lock waits ([`Holds`]).
+    holds: Holds,
     /// Injected bugs (tests only; [`NodeProcess::with_bugs`]).
     #[cfg(feature = "sim-bugs")]
     bugs: meridian_bugs::Bugs,
-    /// What the `read_ts` wait did ([`NodeProcess::read_hold_stats`]).
-    read_holds: ReadHoldStats,
     /// Thin-client transactions, by the call id of their current call.
     executes: BTreeMap<CallId, Exec>,
     next_call: CallId,
@@ -402,19 +391,10 @@ pub struct NodeProcess {
     /// members and placement, next id) as soon as no reconfiguration runs,
     /// so that recovery ends the client's transactions (FaRM §5.3).
     clients_to_recover: bool,
-    /// Disk durability: the last log sequence number handed out, records
-    /// since the last checkpoint, node-level records not yet drained, and
-    /// the clock master offset last logged.
-    log_seq: u64,
-    since_checkpoint: u64,
-    /// Objects the last checkpoint held: the next one waits for at least
-    /// as many logged records ([`meridian_config::DurabilityConfig::checkpoint_records`]).
-    checkpoint_objects: u64,
-    /// The participant was replaced by an empty one: the next drain
-    /// writes a checkpoint of it, so a restore does not replay the new
-    /// records onto the old state.
-    force_checkpoint: bool,
-    node_records: Vec<DurableRecord>,
+    /// Disk durability: the log's sequence and checkpoint pacing
+    /// ([`Wal`]).
+    wal: Wal,
+    /// The clock master offset last logged.
     master_offset_ns: i64,
     /// Restored from disk: the leases get the formation grace, and the CM
     /// proposes a fresh configuration at once (so every transaction of the
@@ -527,22 +507,14 @@ impl NodeProcess {
             next_coordinator_seq: 1,
             next_gc_ns: 0,
             armed_ns: None,
-            deferred_reads: BTreeMap::new(),
-            lock_waits: BTreeMap::new(),
-            lock_waits_dirty: false,
             #[cfg(feature = "sim-bugs")]
             bugs: meridian_bugs::Bugs::none(),
-            deferred_seq: 0,
-            read_holds: ReadHoldStats::default(),
             executes: BTreeMap::new(),
             next_call: 1,
             loopback: VecDeque::new(),
             requests: 0,
-            log_seq: 0,
-            since_checkpoint: 0,
-            checkpoint_objects: 0,
-            force_checkpoint: false,
-            node_records: Vec::new(),
+            holds: Holds::default(),
+            wal: Wal::default(),
             master_offset_ns: 0,
             restored: false,
             lock_replies_free: None,
@@ -688,7 +660,7 @@ impl NodeProcess {
                 }
                 Some(r) => {
                     // COMMIT-PRIMARY and ABORT release locks.
-                    self.lock_waits_dirty |= !self.lock_waits.is_empty()
+                    self.holds.lock_waits_dirty |= !self.holds.lock_waits.is_empty()
                         && matches!(
                             r,
                             TxnRequest::CommitPrimary { .. } | TxnRequest::Abort { .. }
@@ -710,7 +682,7 @@ impl NodeProcess {
             Request::Coord(m) => return self.on_coord(now, m),
             Request::Reconfig(m) => {
                 // A new configuration refuses the waiting reads of the old.
-                self.lock_waits_dirty |= !self.lock_waits.is_empty();
+                self.holds.lock_waits_dirty |= !self.holds.lock_waits.is_empty();
                 return self.on_reconfig(now, from, m);
             }
             Request::Recovery(meridian_wire::RecoveryMessage::ReplicaReady {
@@ -725,7 +697,7 @@ impl NodeProcess {
             }
             Request::Recovery(m) => {
                 // COMMIT- and ABORT-RECOVERY release locks (FaRM §5.3).
-                self.lock_waits_dirty |= !self.lock_waits.is_empty();
+                self.holds.lock_waits_dirty |= !self.holds.lock_waits.is_empty();
                 if self.standing == Standing::Member {
                     self.recovery.on_message(now, m, &mut self.participant);
                     self.after_engines(now);
@@ -810,7 +782,7 @@ impl NodeProcess {
     /// until both are quiet.
     fn pump(&mut self, now: u64) {
         loop {
-            if self.lock_waits_dirty {
+            if self.holds.lock_waits_dirty {
                 self.retry_lock_waits(now);
             }
             let effects = self.gateway.drain_effects();
@@ -859,7 +831,7 @@ impl NodeProcess {
         self.serve_deferred_reads(now);
         // Lock waits are tried again (in `pump`): those whose time ran
         // out are answered, and recovery below may release locks.
-        self.lock_waits_dirty |= !self.lock_waits.is_empty();
+        self.holds.lock_waits_dirty |= !self.holds.lock_waits.is_empty();
         if now >= self.next_gc_ns {
             self.next_gc_ns = now + self.config.limits.gc_interval_us.max(1) * 1000;
             let window_ns = self.config.limits.gc_window_ms * 1_000_000;
@@ -1027,7 +999,7 @@ impl NodeProcess {
         self.gateway.check_invariants();
         assert!(self.executes.len() <= self.config.limits.max_concurrent_executes);
         assert!(
-            self.deferred_reads.len() + self.lock_waits.len()
+            self.holds.deferred_reads.len() + self.holds.lock_waits.len()
                 <= self.config.limits.max_deferred_reads,
             "more reads held than limits.max_deferred_reads"
         );

@@ -5,6 +5,27 @@
 
 use super::{NodeProcess, Peer, Standing};
 use meridian_wire::{ConfigId, Conflict, Rejection, Response, Timestamp, TxnRequest, TxnResponse};
+use std::collections::BTreeMap;
+
+/// Requests held at this node (FaRMv2 §4.1–4.2 moved to the server, and
+/// the lock waits): both kinds share `limits.max_deferred_reads`.
+#[derive(Debug, Default)]
+pub(super) struct Holds {
+    /// READs and SCANs held until their `read_ts` has passed on this
+    /// node's clock (`clock.reads_wait_at_server`), by the local time they
+    /// may be served, then arrival order.
+    pub(super) deferred_reads: BTreeMap<(u64, u64), DeferredRead>,
+    pub(super) deferred_seq: u64,
+    /// READs and SCANs waiting for another transaction's lock to go
+    /// (`limits.read_lock_wait_us`), by arrival order, each with the local
+    /// time its wait ends.
+    pub(super) lock_waits: BTreeMap<u64, (u64, DeferredRead)>,
+    /// An input may have released a lock (or changed the configuration):
+    /// the lock waits are tried again before the next effects leave.
+    pub(super) lock_waits_dirty: bool,
+    /// What the `read_ts` wait did ([`NodeProcess::read_hold_stats`]).
+    pub(super) read_holds: ReadHoldStats,
+}
 
 /// A READ or SCAN waiting for its `read_ts` to pass
 /// ([`NodeProcess`] with `clock.reads_wait_at_server`), or for another
@@ -243,12 +264,12 @@ impl NodeProcess {
         let until = since.saturating_add(wait_ns);
         if met_lock(&resp)
             && until > now
-            && self.deferred_reads.len() + self.lock_waits.len()
+            && self.holds.deferred_reads.len() + self.holds.lock_waits.len()
                 < self.config.limits.max_deferred_reads
         {
-            self.deferred_seq += 1;
-            self.lock_waits.insert(
-                self.deferred_seq,
+            self.holds.deferred_seq += 1;
+            self.holds.lock_waits.insert(
+                self.holds.deferred_seq,
                 (
                     until,
                     DeferredRead {
@@ -269,9 +290,9 @@ impl NodeProcess {
         // is not counted here.
         if met_lock(&resp) && wait_ns > 0 && until <= now {
             if is_lock {
-                self.read_holds.blind_lock_wait_expired += 1;
+                self.holds.read_holds.blind_lock_wait_expired += 1;
             } else {
-                self.read_holds.lock_wait_expired += 1;
+                self.holds.read_holds.lock_wait_expired += 1;
             }
         }
         self.reply(from, id, resp);
@@ -284,8 +305,8 @@ impl NodeProcess {
     /// transaction still holds is kept without being tried, so a wait
     /// journals one failed LOCK at most, not one per retry.
     pub(super) fn retry_lock_waits(&mut self, now: u64) {
-        self.lock_waits_dirty = false;
-        let waits = std::mem::take(&mut self.lock_waits);
+        self.holds.lock_waits_dirty = false;
+        let waits = std::mem::take(&mut self.holds.lock_waits);
         let mut next: Option<u64> = None;
         for (seq, (until, d)) in waits {
             let lock = d.req.lock_record().map(|(rec, _)| rec);
@@ -294,7 +315,7 @@ impl NodeProcess {
                 && lock.is_some_and(|rec| self.participant.locked_by_another(rec))
             {
                 next = Some(next.map_or(until, |n| n.min(until)));
-                self.lock_waits.insert(seq, (until, d));
+                self.holds.lock_waits.insert(seq, (until, d));
                 continue;
             }
             #[cfg_attr(not(feature = "sim-bugs"), allow(unused_mut))]
@@ -319,13 +340,13 @@ impl NodeProcess {
             if met_lock(&resp) {
                 if until > now {
                     next = Some(next.map_or(until, |n| n.min(until)));
-                    self.lock_waits.insert(seq, (until, d));
+                    self.holds.lock_waits.insert(seq, (until, d));
                     continue;
                 }
                 if lock.is_some() {
-                    self.read_holds.blind_lock_wait_expired += 1;
+                    self.holds.read_holds.blind_lock_wait_expired += 1;
                 } else {
-                    self.read_holds.lock_wait_expired += 1;
+                    self.holds.read_holds.lock_wait_expired += 1;
                 }
             } else if matches!(
                 resp,
@@ -337,11 +358,11 @@ impl NodeProcess {
             ) {
                 // Served (a rejection after a configuration change or a
                 // lost lease is not counted as a wait that paid off).
-                self.read_holds.lock_waited += 1;
-                self.read_holds.lock_wait_ns += now.saturating_sub(d.since);
+                self.holds.read_holds.lock_waited += 1;
+                self.holds.read_holds.lock_wait_ns += now.saturating_sub(d.since);
             } else if matches!(resp, Response::Txn(TxnResponse::Lock(Ok(())))) {
-                self.read_holds.blind_locks_waited += 1;
-                self.read_holds.blind_lock_wait_ns += now.saturating_sub(d.since);
+                self.holds.read_holds.blind_locks_waited += 1;
+                self.holds.read_holds.blind_lock_wait_ns += now.saturating_sub(d.since);
             }
             self.reply(d.from, d.id, resp);
         }
@@ -388,12 +409,12 @@ impl NodeProcess {
         }
         let at = match self.passed_at_within_sample_life(now, read_ts) {
             Some(at) if at <= now => {
-                self.read_holds.served_at_once += 1;
+                self.holds.read_holds.served_at_once += 1;
                 return Some(r);
             }
             Some(at) if self.hold_room() => at,
             _ => {
-                self.read_holds.refused += 1;
+                self.holds.read_holds.refused += 1;
                 if let Some(resp) = unavailable(&r) {
                     self.reply(from, id, resp);
                 }
@@ -414,8 +435,10 @@ impl NodeProcess {
 
     /// Hold `d` until local time `at` ([`NodeProcess::serve_deferred_reads`]).
     fn defer(&mut self, now: u64, at: u64, d: DeferredRead) {
-        self.deferred_seq += 1;
-        self.deferred_reads.insert((at, self.deferred_seq), d);
+        self.holds.deferred_seq += 1;
+        self.holds
+            .deferred_reads
+            .insert((at, self.holds.deferred_seq), d);
         self.arm(now, at);
     }
 
@@ -468,13 +491,13 @@ impl NodeProcess {
         }
         let at = match self.passed_at_within_sample_life(now, write_ts) {
             Some(at) if at <= now => {
-                self.read_holds.write_ts_served_at_once += 1;
+                self.holds.read_holds.write_ts_served_at_once += 1;
                 return Some(req);
             }
             at => at,
         };
         let Some(at) = at.filter(|_| self.hold_room()) else {
-            self.read_holds.write_ts_not_held += 1;
+            self.holds.read_holds.write_ts_not_held += 1;
             self.reply(from, id, TxnResponse::NotHeld.into());
             return None;
         };
@@ -505,7 +528,8 @@ impl NodeProcess {
     /// Room for one more held request (`limits.max_deferred_reads`,
     /// shared by every kind of hold and lock wait).
     fn hold_room(&self) -> bool {
-        self.deferred_reads.len() + self.lock_waits.len() < self.config.limits.max_deferred_reads
+        self.holds.deferred_reads.len() + self.holds.lock_waits.len()
+            < self.config.limits.max_deferred_reads
     }
 
     /// A held VALIDATE or COMMIT-BACKUP whose time came: handled if this
@@ -522,15 +546,15 @@ impl NodeProcess {
             .passed_at_within_sample_life(now, write_ts)
             .filter(|at| *at <= d.since.saturating_add(horizon_ns));
         if at.is_some_and(|at| at <= now) || d.config != self.config.id() {
-            self.read_holds.write_ts_held += 1;
-            self.read_holds.write_ts_held_ns += now.saturating_sub(d.since);
+            self.holds.read_holds.write_ts_held += 1;
+            self.holds.read_holds.write_ts_held_ns += now.saturating_sub(d.since);
             let resp = self.txn_request(now, d.config, &d.req);
             self.installed_first(d.from, d.id, &d.req, &resp);
             self.reply(d.from, d.id, resp);
             return;
         }
         let Some(at) = at else {
-            self.read_holds.write_ts_not_held += 1;
+            self.holds.read_holds.write_ts_not_held += 1;
             self.reply(d.from, d.id, TxnResponse::NotHeld.into());
             return;
         };
@@ -541,7 +565,7 @@ impl NodeProcess {
     /// became servable), and the held VALIDATEs and COMMIT-BACKUPs whose
     /// `write_ts` has.
     pub(super) fn serve_deferred_reads(&mut self, now: u64) {
-        while let Some(entry) = self.deferred_reads.first_entry() {
+        while let Some(entry) = self.holds.deferred_reads.first_entry() {
             let (at, _) = *entry.key();
             if at > now {
                 self.arm(now, at);
@@ -553,9 +577,9 @@ impl NodeProcess {
                 continue;
             }
             let held_ns = now.saturating_sub(d.since);
-            self.read_holds.held += 1;
-            self.read_holds.held_ns += held_ns;
-            self.read_holds.held_long += u64::from(held_ns > READ_HOLD_LONG_NS);
+            self.holds.read_holds.held += 1;
+            self.holds.read_holds.held_ns += held_ns;
+            self.holds.read_holds.held_long += u64::from(held_ns > READ_HOLD_LONG_NS);
             self.serve_or_wait(now, d.from, d.id, d.config, d.req, d.since);
         }
     }
@@ -564,7 +588,7 @@ impl NodeProcess {
     /// (`clock.reads_wait_at_server`, FaRMv2 §4.1). The node shell writes
     /// it to `stats.jsonl` once a second; `meridian bench` reports it.
     pub fn read_hold_stats(&self) -> ReadHoldStats {
-        self.read_holds
+        self.holds.read_holds
     }
 }
 
