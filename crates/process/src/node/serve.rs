@@ -394,7 +394,14 @@ impl NodeProcess {
         r: TxnRequest,
     ) -> Option<TxnRequest> {
         if let TxnRequest::AfterWriteTs { .. } = r {
-            return self.hold_until_write_ts_passed(now, from, id, config, r);
+            let (write_ts, req) = match (r.held_write_ts(), r) {
+                (Some(w), TxnRequest::AfterWriteTs { req, .. }) => (w, *req),
+                _ => {
+                    self.reply(from, id, Response::Rejected(Rejection::MalformedHold));
+                    return None;
+                }
+            };
+            return self.hold_until_write_ts_passed(now, from, id, config, write_ts, req);
         }
         let read_ts = match &r {
             TxnRequest::Read { read_ts, .. } | TxnRequest::Scan { read_ts, .. } => *read_ts,
@@ -446,7 +453,9 @@ impl NodeProcess {
     /// (`clock.writes_wait_at_server`): a VALIDATE or COMMIT-BACKUP sent
     /// in a [`TxnRequest::AfterWriteTs`] is handled only once this node's
     /// clock shows its `write_ts` past (its lower bound above it), held
-    /// until then; `Some(req)` to handle now. A malformed one is rejected.
+    /// until then; `Some(req)` to handle now. A malformed one is rejected
+    /// by the caller ([`NodeProcess::hold_until_read_ts_passed`]), which
+    /// unwraps `write_ts` and the request.
     ///
     /// One that cannot be held (no usable clock, a `write_ts` further
     /// ahead than a clock sample lives, the hold bound full) is answered
@@ -462,15 +471,9 @@ impl NodeProcess {
         from: Peer,
         id: Option<u64>,
         config: ConfigId,
-        r: TxnRequest,
+        write_ts: Timestamp,
+        req: TxnRequest,
     ) -> Option<TxnRequest> {
-        let (write_ts, req) = match (r.held_write_ts(), r) {
-            (Some(w), TxnRequest::AfterWriteTs { req, .. }) => (w, *req),
-            _ => {
-                self.reply(from, id, Response::Rejected(Rejection::MalformedHold));
-                return None;
-            }
-        };
         let tx_config = req.tx().map_or(config, |tx| tx.config);
         if config != self.config.id()
             || tx_config != self.config.id()
