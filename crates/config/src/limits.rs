@@ -184,7 +184,7 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// Set one limit from `name=value` (for `meridian bench --limit`), as
+    /// Set one limit from `name=value` (for `meridian-bench --limit`), as
     /// if `[limits] name = value` had been written in the configuration.
     ///
     /// Errors: [`ConfigError::Parse`] for a spec without `=`, a value that

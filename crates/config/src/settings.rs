@@ -239,7 +239,7 @@ impl Default for ClockConfig {
 }
 
 impl ClockConfig {
-    /// Set one clock setting from `name=value` (for `meridian bench
+    /// Set one clock setting from `name=value` (for `meridian-bench
     /// --clock`), as if `[clock] name = value` had been written in the
     /// configuration: a whole number, or `true`/`false` for a switch.
     ///
@@ -300,7 +300,7 @@ mod tests {
     use crate::Limits;
 
     /// Clock settings take whole numbers and switches by name
-    /// (`meridian bench --clock`); a value of the wrong kind or an unknown
+    /// (`meridian-bench --clock`); a value of the wrong kind or an unknown
     /// name is refused with the spec in the message and changes nothing.
     #[test]
     fn clock_settings_are_set_from_specs_and_bad_specs_are_refused() {

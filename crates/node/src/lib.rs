@@ -285,7 +285,7 @@ impl LeaseEndpoint for NodeLeases {
 /// Append a lease listener stall of `gap_ns` to the node's
 /// `events.jsonl` (event `LeaseStall`, with `gap_ns`), and log it: the
 /// lease thread did not run for that long, so suspicion did not count it
-/// (`LeaseDesk::listen`). `meridian bench` reports them beside the lease
+/// (`LeaseDesk::listen`). `meridian-bench` reports them beside the lease
 /// false positives.
 fn record_stall(shell: &Shell, gap_ns: u64) {
     tracing::info!(
@@ -341,8 +341,8 @@ pub const STATS_INTERVAL_MS: u64 = 1000;
 /// Append the process's counters to `path` every [`STATS_INTERVAL_MS`]
 /// when they changed, one JSON line each, stamped with the system-wide
 /// monotonic clock: `{"mono_ns", "node", "read_holds": ReadHoldStats}`.
-/// `meridian bench` takes the difference over its measured window
-/// (`meridian_bench::cluster::read_holds`). Stops with the node.
+/// `meridian-bench` takes the difference over its measured window
+/// (`meridian_cli::cluster::read_holds`). Stops with the node.
 async fn write_stats(shell: std::sync::Weak<Shell>, path: std::path::PathBuf) {
     use std::io::Write;
     let mut file = match std::fs::OpenOptions::new()

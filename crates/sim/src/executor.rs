@@ -414,7 +414,7 @@ async fn unknown_record(process: u64, invoke: u64, program: &WorkTxn) -> TxnReco
 }
 
 /// TATP or YCSB through the retry helper, with the workload crate's own
-/// transaction code (`tatp::execute`, `ycsb::execute`), as `meridian bench`
+/// transaction code (`tatp::execute`, `ycsb::execute`), as `meridian-bench`
 /// runs them.
 async fn unrecorded_main(cx: &TaskCtx, session: &mut Session, workload: SimWorkload) {
     let ycsb_gen = match workload {

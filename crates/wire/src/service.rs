@@ -239,7 +239,7 @@ impl std::error::Error for ExecuteError {}
 /// Operational requests.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AdminRequest {
-    /// Null RPC (for `meridian bench rpc`).
+    /// Null RPC (for `meridian-bench rpc`).
     Ping,
     /// Report this node's status.
     Status,

@@ -1,7 +1,7 @@
 //! # Meridian workloads
 //!
 //! Workload code written once and driven two ways: through the async
-//! [`ops::TxnOps`] trait, by the real client (`meridian bench …`) and by the
+//! [`ops::TxnOps`] trait, by the real client (`meridian-bench …`) and by the
 //! deterministic simulator's TATP and YCSB runs; and through the step-wise
 //! [`ops::Program`] interface, by the simulator's bank, register and rows
 //! workloads. Nothing here does I/O or reads the

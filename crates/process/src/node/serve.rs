@@ -589,7 +589,7 @@ impl NodeProcess {
 
     /// What the `read_ts` wait at this node did since it started
     /// (`clock.reads_wait_at_server`, FaRMv2 §4.1). The node shell writes
-    /// it to `stats.jsonl` once a second; `meridian bench` reports it.
+    /// it to `stats.jsonl` once a second; `meridian-bench` reports it.
     pub fn read_hold_stats(&self) -> ReadHoldStats {
         self.holds.read_holds
     }
