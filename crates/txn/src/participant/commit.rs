@@ -249,12 +249,11 @@ impl Participant {
     /// ([`crate::Transaction::abandon`]). So no replica holds COMMIT-BACKUP
     /// or COMMIT-PRIMARY evidence of it and recovery can only decide abort
     /// (FaRM §5.3 steps 6–7): its holds guard no write a read could miss
-    /// (unlike swarm seed 4779's, whose transaction committed). They must
-    /// go with the records, not wait for ABORT-RECOVERY: once the records
-    /// are gone everywhere, no later configuration finds the transaction
-    /// to recover, and a hold left behind would stay for good (swarm seed
-    /// 291 dropped such a record while holding its key; ABORT-RECOVERY
-    /// happened to follow in the same configuration).
+    /// (unlike the holds of a committed transaction, which guard its
+    /// writes until they are in place). They must go with the records, not
+    /// wait for ABORT-RECOVERY: once the records are gone everywhere, no
+    /// later configuration finds the transaction to recover, and a hold
+    /// left behind would stay for good.
     fn release_aborted_holds(&mut self, tx: TxId) {
         self.release_recovery_holds(tx);
     }
@@ -278,7 +277,7 @@ impl Participant {
     /// touches any state: non-empty, every key once, every key inside the
     /// region it names, sizes within [`Limits`]. A record that fails would
     /// otherwise reach a release-build assertion halfway through installing
-    /// it (review finding 5).
+    /// it.
     fn check_record(
         &self,
         rec: &meridian_wire::LockRecord,
@@ -491,8 +490,8 @@ impl Participant {
             // COMMIT-RECOVERY's marks end with any truncation, not only
             // TRUNCATE-RECOVERY: the finished set now says the same
             // (evidence `Truncated`, which recovery counts as committed),
-            // and a plain TRUNCATE whose TRUNCATE-RECOVERY never came
-            // used to leave them here for good.
+            // and a plain TRUNCATE whose TRUNCATE-RECOVERY never comes
+            // would otherwise leave them here for good.
             self.durable.recovered.remove(tx);
             if !self.durable.recovered_regions.is_empty() {
                 let done: Vec<(TxId, RegionId)> = self
@@ -542,10 +541,10 @@ impl Participant {
             // recovery's holds of it in regions whose writes are now in
             // place here go: the recovery that took them may never decide
             // it (its coordinator left before deciding, and the next
-            // configuration finds no record of it here to vote on: swarm
-            // seed 1569 kept a key held for good). A hold in a region
-            // whose writes this node does not know stays until that
-            // region's COMMIT-RECOVERY (swarm seed 4779).
+            // configuration finds no record of it here to vote on, so the
+            // key would stay held for good). A hold in a region whose
+            // writes this node does not know stays until that region's
+            // COMMIT-RECOVERY: a read there would miss the write.
             for r in applied {
                 if let Some(keys) = self.durable.recovery_held.remove(&(*tx, r)) {
                     if let Some(store) = self.durable.stores.get_mut(&r) {
@@ -564,8 +563,7 @@ impl Participant {
     /// The safe point is held below the oldest COMMIT-BACKUP record not yet
     /// applied: backups apply at truncation, in any order across
     /// coordinators, and a tombstone collected before an older write
-    /// arrives would let that write resurrect the deleted key (found by the
-    /// simulator, seed 233).
+    /// arrives would let that write resurrect the deleted key.
     pub fn gc(&mut self, safe_point: Timestamp) {
         if self.journal.is_some() && safe_point != self.durable.journaled_gc {
             self.durable.journaled_gc = safe_point;
@@ -600,9 +598,10 @@ mod tests {
     use meridian_config::Configuration;
     use meridian_wire::NodeId;
 
-    /// Review finding 5, first case: a LOCK record naming one key twice used
-    /// to lock it (idempotently), then panic in `install` at COMMIT-PRIMARY
-    /// halfway through the record, leaving the node dead and keys locked.
+    /// A LOCK record naming one key twice is refused before it touches any
+    /// state: locked (idempotently), it would panic in `install` at
+    /// COMMIT-PRIMARY halfway through the record, leaving the node dead and
+    /// keys locked.
     #[test]
     fn lock_record_with_a_duplicate_key_is_rejected_untouched() {
         let mut p = Participant::new(NodeId(0), &cfg());
@@ -626,9 +625,9 @@ mod tests {
         p.check_invariants();
     }
 
-    /// Review finding 5, second case: COMMIT-PRIMARY with `write_ts <=
-    /// read_ts` reached the `install` assertion. It is now refused before any
-    /// state changes; the lock stays until the coordinator aborts.
+    /// COMMIT-PRIMARY with `write_ts <= read_ts` is refused before any
+    /// state changes (it would reach the `install` assertion); the lock
+    /// stays until the coordinator aborts.
     #[test]
     fn commit_primary_with_write_ts_not_after_read_ts_is_rejected_untouched() {
         let mut p = Participant::new(NodeId(0), &cfg());
@@ -764,7 +763,7 @@ mod tests {
     }
 
     /// A scan reply stays far below the frame limit: rows beyond
-    /// `max_scan_bytes` are left for the next request (review finding 8).
+    /// `max_scan_bytes` are left for the next request.
     #[test]
     fn scan_replies_are_bounded_in_bytes() {
         let mut c = cfg();
@@ -796,10 +795,10 @@ mod tests {
         }
     }
 
-    /// Simulator seed 233: a backup applied a delete (truncated first), GC
-    /// collected the tombstone, then an older write of the same key was
-    /// truncated and applied — resurrecting the deleted key. GC now stays
-    /// below the oldest COMMIT-BACKUP record not yet applied.
+    /// A backup applies a delete (truncated first) and then an older write
+    /// of the same key (truncated later): GC stays below the oldest
+    /// COMMIT-BACKUP record not yet applied, so the delete's tombstone is
+    /// still there and the older write does not resurrect the key.
     #[test]
     fn gc_never_lets_an_older_backup_write_resurrect_a_deleted_key() {
         let two = Configuration::local(2, 7000, 2, 4, std::path::Path::new("/nonexistent"));

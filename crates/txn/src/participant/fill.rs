@@ -92,10 +92,10 @@ impl Participant {
     /// FaRM §5.3 step 6 and §5.4, new replica: adopt what the source of a
     /// completed copy knows of finished transactions. The copy holds the
     /// writes of transactions the source truncated, without their records;
-    /// without this, the new replica, once primary, voted `unknown` on such
-    /// a transaction where the source would have voted `truncated`, and
-    /// recovery aborted a transaction that had committed (swarm seed 9253:
-    /// its write stayed in one region and vanished from the other). An id
+    /// without this, the new replica, once primary, would vote `unknown`
+    /// on such a transaction where the source would vote `truncated`, and
+    /// recovery would abort a committed transaction (its write staying in
+    /// one region and vanishing from the other). An id
     /// this node holds records of keeps them (their evidence is stronger);
     /// a low bound is taken as a piggybacked one would be.
     pub fn learn_finished(&mut self, f: &meridian_wire::FinishedIds) {
@@ -150,8 +150,8 @@ mod tests {
     /// Recovery holds live in a region's store: a configuration that
     /// refills a region (its copy here starts empty) drops them with the
     /// old copy, or the participant's invariants see a hold without its
-    /// lock (swarm seed 577, under an experimental commit protocol: a
-    /// restored node that had led the region in an earlier recovery).
+    /// lock (a restored node that led the region during an earlier
+    /// recovery, refilling it in a renewed configuration).
     #[test]
     fn a_refilled_region_drops_its_recovery_holds() {
         let two = two_nodes();
@@ -181,7 +181,7 @@ mod tests {
         p.check_invariants();
     }
 
-    /// Swarm seed 9253: a replica filled by copy holds the writes of
+    /// A replica filled by copy holds the writes of
     /// transactions its source truncated, without their records. It learns
     /// the source's finished ids with the last chunk, so once primary it
     /// votes `truncated` on them as the source would, not `unknown` (which
@@ -250,14 +250,15 @@ mod tests {
         ));
         let mut replayed =
             Participant::restore(NodeId(0), &cfg(), Some(&cp), &log).expect("restore");
-        // A restored primary blocks its regions until recovery (seed 561).
+        // A restored primary blocks its regions until lock recovery.
         replayed.durable.blocked = new.durable.blocked.clone();
         assert!(replayed.same_state(&new));
     }
 
-    /// Seed 27: a node removed from the configuration and added back kept
-    /// its old copy of a region, with a lock taken two configurations
-    /// earlier. A replica listed as filling starts from an empty store.
+    /// A node removed from the configuration and added back holds its old
+    /// copy of a region, with a lock taken two configurations earlier. A
+    /// replica listed as filling starts from an empty store, so the stale
+    /// lock and versions go.
     #[test]
     fn a_replica_listed_as_filling_starts_empty() {
         let two = two_nodes();
@@ -340,7 +341,7 @@ mod tests {
     /// at 12 and `tx(3)` deletes `b` at 14. Then a configuration lists it
     /// as a filling backup of the region (a member that missed a stored
     /// configuration removing it and was re-added by the next, keeping its
-    /// log: swarm seed 6649), so its copy starts empty. Returns the
+    /// log), so its copy starts empty. Returns the
     /// participant, the records, the region and the keys `a`, `b`.
     fn refilled_under_committed_lock_records(
     ) -> (Participant, [LockRecord; 3], RegionId, [Vec<u8>; 2]) {
@@ -388,11 +389,11 @@ mod tests {
             .map(|v| v.value)
     }
 
-    /// Review hazard (c): COMMIT-RECOVERY skipped the writes this node's
-    /// own LOCK record said it had installed, although the refill had
-    /// dropped the copy they were installed in, so the new copy, filled
-    /// from a source that did not have them yet, kept missing a committed
-    /// write (`a` stayed at its old value). The refill moves them to the
+    /// COMMIT-RECOVERY must not skip the writes this node's own LOCK
+    /// record says it installed once the refill dropped the copy they were
+    /// installed in: the new copy, filled from a source that does not have
+    /// them yet, would keep missing a committed write (`a` would stay at
+    /// its old value). The refill moves them to the
     /// replicated log as commit-primary evidence: the node still reports
     /// the commit, and COMMIT-RECOVERY puts them in place.
     #[test]
@@ -418,14 +419,14 @@ mod tests {
         p.check_invariants();
     }
 
-    /// Hazard (c)'s sibling: a plain TRUNCATE dropped the refilled node's
-    /// committed LOCK record unapplied (its writes were "in place"), with
-    /// the same result. Truncation now applies the moved writes, behind
-    /// the new copy's fill fence: where the source had applied them all
-    /// and collected the delete's tombstone (safe point 40), the old write
-    /// of the deleted key stays out, as for any record kept across a
-    /// refill (swarm seed 2447), so a refilled copy does not need seed 2's
-    /// rule that a primary never reinstalls what it installed.
+    /// A plain TRUNCATE of the refilled node's committed LOCK record must
+    /// not drop its writes unapplied as if they were in place: truncation
+    /// applies the moved writes, behind the new copy's fill fence. Where
+    /// the source had applied them all and collected the delete's
+    /// tombstone (safe point 40), the old write of the deleted key stays
+    /// out, as for any record kept across a refill, so a refilled copy
+    /// does not need the rule that a primary never reinstalls what it
+    /// installed.
     #[test]
     fn truncation_puts_a_refilled_copy_s_own_committed_writes_in_place() {
         let (mut p, _, r, [a, b]) = refilled_under_committed_lock_records();

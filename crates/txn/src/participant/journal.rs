@@ -10,7 +10,7 @@ use meridian_wire::{NodeId, RegionId, Timestamp, TxId, TxnRequest};
 use std::sync::Arc;
 
 /// One input that changed a participant's state: the unit of the
-/// write-ahead log of disk durability (issue 6). The participant is
+/// write-ahead log of disk durability. The participant is
 /// deterministic, so replaying the mutations logged after a checkpoint, in
 /// order, on that checkpoint ([`Participant::restore`]) rebuilds the state
 /// exactly. Configurations travel as TOML (their serde form is TOML's).
@@ -435,7 +435,7 @@ mod tests {
             );
             // A restored participant serves nothing until the next
             // configuration's lock recovery: every region it leads is
-            // blocked (swarm seed 561); the rest is the live state exactly.
+            // blocked; the rest is the live state exactly.
             let unblocked = |mut r: Participant| {
                 let leads: std::collections::BTreeSet<RegionId> =
                     r.durable.primary_for.iter().copied().collect();

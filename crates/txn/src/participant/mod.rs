@@ -71,8 +71,8 @@ pub struct ParticipantStats {
     /// Keys whose lock-recovery hold a COMMIT-RECOVERY of an already
     /// truncated transaction released although this replica's copy of
     /// the key is older than the transaction's `write_ts`: its committed
-    /// write is not in place here, so a read could miss it (the shape of
-    /// swarm seed 4779). The truncated branch of
+    /// write is not in place here, so a read could miss it. The truncated
+    /// branch of
     /// [`Participant::commit_recovery`] is safe only while no hold outlives
     /// the truncation of a write it guards; the simulator fails a run in
     /// which this is not 0. Keys absent here (a collected tombstone) are
@@ -256,18 +256,18 @@ impl Participant {
         // Regions changed since the configuration this node held before:
         // not only in `cfg` itself. A configuration that committed nowhere
         // (its CM died after the CAS) may have made the change, and the
-        // next one, built on it, carries its LastReplicaChange (swarm seed
-        // 424: region 5 was promoted in 11, installed as 12, and served
-        // reads before lock recovery).
+        // next one, built on it, carries its LastReplicaChange: a region
+        // promoted in the lost configuration is blocked here too, so it
+        // serves no read before lock recovery.
         let previous = self.config.id();
         self.config = cfg.clone();
         let map = Arc::new(RegionMap::new(cfg));
         let (mut primary_for, mut backup_for, mut added) = (Vec::new(), Vec::new(), Vec::new());
         // A region still blocked here never had its lock recovery: the
-        // configuration that blocked it never committed at this node
-        // (swarm seed 4639: promoted in 2, which never committed, and kept
-        // with LastReplicaChange 2 by 3, it served reads before recovery).
-        // (A restored participant's blocks are the restore rule's.)
+        // configuration that blocked it never committed at this node, and
+        // a next configuration that keeps the placement and its
+        // LastReplicaChange must block it again. (A restored participant's
+        // blocks are the restore rule's.)
         let unrecovered = std::mem::take(&mut self.durable.blocked);
         for r in map.regions() {
             let is_primary = r.primary == self.node;
@@ -289,14 +289,14 @@ impl Participant {
             // recovery, even if this node still holds an old copy: a node
             // removed and added back (or one that missed configurations)
             // would otherwise serve stale versions and keep stale locks
-            // (seed 27: a lock of config 6 survived into config 8). A fill
+            // of configurations long gone. A fill
             // interrupted by a configuration change restarts from scratch
             // anyway, and everything it applied is at the primary too
             // (backups apply at truncation, after the primary installed).
             // The node's log is kept, and a record of it may be put in
             // place after the primary deleted the key and collected the
             // tombstone: the new copy's fill fence drops such a write
-            // (`RegionStore::merge_chunk`, swarm seed 2447).
+            // (`RegionStore::merge_chunk`).
             let refill = r.filling.contains(&self.node);
             if refill || !self.durable.stores.contains_key(&r.id) {
                 let empty = RegionStore::new(self.limits.max_versions_per_object);
@@ -305,15 +305,14 @@ impl Participant {
                 }
                 // Recovery holds lived in the dropped copy (a restored
                 // node whose renewed configuration refills a region it led
-                // during an earlier recovery: swarm seed 577, with an
-                // experimental commit protocol that shifted its timing).
+                // during an earlier recovery).
                 let id = r.id;
                 self.durable
                     .recovery_held
                     .retain(|(_, region), _| *region != id);
                 self.durable.filled.remove(&id);
                 // So did the writes this node's committed LOCK records
-                // installed in it (review hazard (c)).
+                // installed in it.
                 self.unplace_committed_lock_writes(id);
                 added.push(r.id);
             } else if is_primary && self.durable.backup_for.contains(&r.id) {
@@ -361,18 +360,17 @@ impl Participant {
     /// LOCK records (COMMIT-PRIMARY or COMMIT-RECOVERY installed them in
     /// the dropped copy) are no longer in place. They move to the
     /// replicated log as commit-primary evidence with their `write_ts`,
-    /// as COMMIT-RECOVERY keeps a replica's writes (swarm seed 854): the
+    /// as COMMIT-RECOVERY keeps a replica's writes: the
     /// node reports the same evidence, and COMMIT-RECOVERY or truncation
     /// puts them in place in the new copy, behind its fill fence
     /// ([`RegionStore::apply_backup`]), like a COMMIT-BACKUP record kept
-    /// across a refill (swarm seed 2447). Left in the LOCK record, they
-    /// were skipped by COMMIT-RECOVERY as installed here and dropped
-    /// unapplied by truncation, so a copy taken from a source that had not
-    /// applied the transaction yet missed its writes for good (review
-    /// hazard (c)). A member that missed a stored configuration removing
-    /// it and applies the next, which adds it back with filling replicas,
-    /// keeps its log (swarm seed 6649 and `rows --faults` seed 848 refill
-    /// under such a record). A `Locked` record is left as it is:
+    /// across a refill. Left in the LOCK record, they would be skipped by
+    /// COMMIT-RECOVERY as installed here and dropped unapplied by
+    /// truncation, so a copy taken from a source that had not applied the
+    /// transaction yet would miss its writes for good. A member that missed
+    /// a stored configuration removing it and applies the next, which adds
+    /// it back with filling replicas, keeps its log, and so refills under
+    /// such a record. A `Locked` record is left as it is:
     /// COMMIT-RECOVERY applies all of its writes.
     fn unplace_committed_lock_writes(&mut self, region: RegionId) {
         let txs: Vec<TxId> = self
@@ -596,8 +594,8 @@ mod tests {
     /// A configuration renewed with the same replicas blocks nothing at a
     /// live primary, but every region a primary restored from disk leads:
     /// the restart may have lost LOCK records and COMMIT-PRIMARY installs
-    /// that a backup's COMMIT-BACKUP record will commit in recovery (swarm
-    /// seed 561). The broken variant blocks nothing.
+    /// that a backup's COMMIT-BACKUP record will commit in recovery. The
+    /// injected bug `RestoreForgotten` blocks nothing.
     #[test]
     fn a_restored_primary_blocks_every_region_it_leads_until_lock_recovery() {
         let two = two_nodes();
@@ -645,10 +643,9 @@ mod tests {
     /// A backup promoted to primary by a configuration that never
     /// committed (so no lock recovery ran) stays blocked in the next
     /// configuration even when that one keeps the placement and its
-    /// LastReplicaChange (swarm seed 4639: region 2 promoted at node 3 in
-    /// config 2, which never committed; config 3 kept it with
-    /// LastReplicaChange 2 and node 3 served a read from its old copy,
-    /// missing a committed transaction's COMMIT-BACKUP write).
+    /// LastReplicaChange: otherwise the promoted node serves a read from
+    /// its old copy, missing a committed transaction's COMMIT-BACKUP
+    /// write.
     #[test]
     fn a_promotion_that_never_committed_stays_blocked_until_lock_recovery() {
         let one = two_nodes();

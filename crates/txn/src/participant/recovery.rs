@@ -76,7 +76,7 @@ impl Participant {
         // Decided in this region here already: COMMIT-RECOVERY put the
         // region's writes in place, or the transaction finished. A commit
         // applied in another region only does not count: this region's
-        // writes are not in place yet (swarm seed 4779).
+        // writes are not in place yet.
         let (recovered, finished) = (&self.durable.recovered_regions, &self.durable.finished);
         let known = |tx: &TxId| recovered.contains(&(*tx, region)) || finished.contains_key(tx);
         if let Some(store) = self.durable.stores.get_mut(&region) {
@@ -137,8 +137,8 @@ impl Participant {
         let tx = record.tx;
         if self.durable.finished.get(&tx) == Some(&Finish::Truncated) {
             // Applied and truncated here already; the holds lock recovery
-            // took from other replicas' reports still go (seed 369 kept a
-            // key locked forever).
+            // took from other replicas' reports still go, or the keys stay
+            // locked forever.
             let unapplied = self
                 .durable
                 .recovery_held
@@ -170,7 +170,7 @@ impl Participant {
         // Writes this node already installed as primary (COMMIT-PRIMARY
         // reached it before the configuration changed) are not installed
         // again: GC may have collected a later tombstone of the key since,
-        // and the old write would bring the deleted key back (seed 2).
+        // and the old write would bring the deleted key back.
         let installed_here = |w: &meridian_wire::WriteOp| match self.durable.log.primary.get(&tx) {
             Some((rec, LockState::Committed(_))) => rec
                 .writes
@@ -207,10 +207,9 @@ impl Participant {
         // Release only the holds of regions whose writes are in place now:
         // a hold lock recovery took from another replica's report for a
         // region whose writes this node does not know (its own LOCK record
-        // was lost in a restart) stays until that region's COMMIT-RECOVERY
-        // (swarm seed 4779: the hold on the debited key went with the
-        // credited region's decision, a transfer read the old balance and
-        // committed over the debit).
+        // was lost in a restart) stays until that region's COMMIT-RECOVERY:
+        // released with another region's decision, it would let a read see
+        // the old version and a writer commit over the missing write.
         for r in &applied {
             if let Some(keys) = self.durable.recovery_held.remove(&(tx, *r)) {
                 if let Some(store) = self.durable.stores.get_mut(r) {
@@ -227,11 +226,11 @@ impl Participant {
         // Keep a record of the commit until truncation, so that this
         // replica reports it (commit-primary evidence) if a later
         // configuration recovers the transaction again: a replica whose
-        // only record was step 5's (or none) otherwise reported nothing
-        // and the region voted from the others' weaker evidence (swarm
-        // seed 854: COMMIT-RECOVERY of 6 reached n2 but not the primary
-        // n0, which had applied 7; n0's LOCK record alone voted lock in 7
-        // and recovery aborted a transaction n2 had committed).
+        // only record is step 5's (or none) would otherwise report nothing
+        // and the region vote from the others' weaker evidence: when the
+        // decision reaches a backup but not the primary, the primary's
+        // LOCK record alone would vote lock and recovery would abort a
+        // transaction this replica committed.
         let mine = |rec: &meridian_wire::LockRecord| rec.writes.iter().any(|w| w.region == region);
         if !self.durable.stores.contains_key(&region) {
             // Not a replica of the region here (a decision sent by a
@@ -331,9 +330,9 @@ impl Participant {
     /// with the evidence the region had (`t.evidence`: `CommitPrimary`,
     /// `CommitBackup` or `Lock`; others are ignored) and `t.write_ts`, until
     /// the decision. A new replica thus votes in later configurations as
-    /// the region's old replicas would have (swarm seed 3935: without it,
-    /// a promoted new replica voted unknown and recovery aborted a
-    /// committed transaction). Idempotent; a no-op if this node already
+    /// the region's old replicas would have (a promoted new replica would
+    /// otherwise vote unknown and recovery abort a committed transaction).
+    /// Idempotent; a no-op if this node already
     /// holds a record of the transaction or knows its outcome.
     pub fn replicate_tx_state(&mut self, region: RegionId, t: &meridian_wire::RecoveringTx) {
         use meridian_wire::Evidence;
@@ -352,7 +351,7 @@ impl Participant {
         // COMMIT-PRIMARY did not holds evidence Lock, and must keep the
         // COMMIT-BACKUP evidence its backups reported, or a later
         // configuration without those backups votes lock and aborts a
-        // transaction an earlier recovery committed (swarm seed 1945).
+        // transaction an earlier recovery committed.
         if self.evidence(tx, region) <= t.evidence {
             return;
         }
@@ -498,7 +497,7 @@ mod tests {
         lock(&mut p, 2);
         p.handle(&[], &TxnRequest::Abort { tx: tx(2) });
         assert_eq!(p.evidence(tx(2), ra), E::Aborted);
-        // Swarm seed 1945: a restored primary kept its LOCK record but lost
+        // A restored primary kept its LOCK record but lost
         // its COMMIT-PRIMARY; lock recovery replicated the backups'
         // COMMIT-BACKUP evidence to it. It must report the stronger one,
         // or a later configuration without those backups aborts what an
@@ -541,11 +540,11 @@ mod tests {
         p.check_invariants();
     }
 
-    /// Seed 2: a transaction committed at its primary (COMMIT-PRIMARY) but
-    /// not truncated was recovered after a configuration change; a later
-    /// delete of the same key had been collected by GC meanwhile, and
-    /// COMMIT-RECOVERY installed the old write again — the deleted key came
-    /// back. A primary does not reinstall writes it already installed.
+    /// A transaction committed at its primary (COMMIT-PRIMARY) but not
+    /// truncated is recovered after a configuration change, and a later
+    /// delete of the same key has been collected by GC meanwhile: a
+    /// primary does not reinstall writes it already installed, or the
+    /// deleted key would come back.
     #[test]
     fn commit_recovery_never_reinstalls_a_write_the_primary_installed() {
         let mut p = Participant::new(NodeId(0), &two_nodes());
@@ -565,7 +564,7 @@ mod tests {
         p.check_invariants();
     }
 
-    /// Swarm seed 854: a replica with no record of a transaction (or only
+    /// A replica with no record of a transaction (or only
     /// a step-5 replicated one) applies its COMMIT-RECOVERY. Until the
     /// transaction is truncated it keeps the writes as commit-primary
     /// evidence and reports them to the next configuration: if the
@@ -610,8 +609,8 @@ mod tests {
 
     /// A transaction COMMIT-RECOVERY committed here and that then ends with
     /// a plain TRUNCATE (its coordinator finished it; no TRUNCATE-RECOVERY
-    /// follows) leaves no recovery mark behind: the marks used to stay for
-    /// good, one map entry and one set entry per such transaction and
+    /// follows) leaves no recovery mark behind, which would otherwise stay
+    /// for good, one map entry and one set entry per such transaction and
     /// region. Its evidence is then the finished set's `Truncated`.
     #[test]
     fn a_plain_truncate_ends_commit_recoverys_marks() {
@@ -639,10 +638,10 @@ mod tests {
         b.check_invariants();
     }
 
-    /// Seed 369: lock recovery held the keys of a transaction a backup
-    /// still reported; the primary then truncated it (a late TRUNCATE), and
-    /// COMMIT-RECOVERY returned early for the truncated transaction, so the
-    /// hold was never released (readers saw `Locked` forever).
+    /// Lock recovery holds the keys of a transaction a backup still
+    /// reported; the primary then truncates it (a late TRUNCATE). The
+    /// COMMIT-RECOVERY of the truncated transaction still releases the
+    /// hold, or readers would see `Locked` forever.
     #[test]
     fn commit_recovery_of_a_truncated_transaction_releases_its_recovery_holds() {
         let (mut p, rec) = committed_and_held(meridian_wire::Evidence::CommitBackup);
@@ -683,13 +682,13 @@ mod tests {
         p.check_invariants();
     }
 
-    /// Swarm seed 1569: lock recovery held the key of a transaction this
-    /// primary had committed (COMMIT-PRIMARY) but not yet truncated; its
-    /// recovery coordinator left before deciding, the client's TRUNCATE
-    /// arrived in the next configuration, and that configuration's
-    /// recovery found no record to vote on, so no COMMIT-RECOVERY ever
-    /// came and readers waited on the hold forever. The truncation
-    /// releases the holds of regions whose writes are in place.
+    /// Lock recovery holds the key of a transaction this primary committed
+    /// (COMMIT-PRIMARY) but has not truncated; its recovery coordinator
+    /// leaves before deciding, the client's TRUNCATE arrives in the next
+    /// configuration, and that configuration's recovery finds no record to
+    /// vote on, so no COMMIT-RECOVERY ever comes. The truncation releases
+    /// the holds of regions whose writes are in place, or readers would
+    /// wait on the hold forever.
     #[test]
     fn truncation_releases_the_recovery_holds_of_a_transaction_in_place() {
         let (mut p, rec) = committed_and_held(meridian_wire::Evidence::CommitPrimary);
@@ -758,7 +757,7 @@ mod tests {
         assert_eq!(p.stats().holds_released_unapplied, 1, "kb is still at 5");
     }
 
-    /// Swarm seed 291: lock recovery held the keys of a transaction whose
+    /// Lock recovery holds the keys of a transaction whose
     /// LOCK record this primary still had (evidence Lock) and, in another
     /// region, of one known here only from a replicated record without
     /// `write_ts` (FaRM §5.3 step 5); the coordinator had aborted it (its
@@ -843,7 +842,7 @@ mod tests {
     /// A primary of two regions (keys `ka` in `ra`, `kb` in `rb`; `kb` has
     /// version 5) and tx 2's record writing both at read_ts 6: the
     /// participant, the keys, the regions, and the record restricted to a
-    /// region (for seed 4779's tests).
+    /// region (for the tests of holds across regions).
     #[allow(clippy::type_complexity)]
     fn two_region_recovery() -> (
         Participant,
@@ -870,7 +869,7 @@ mod tests {
         (p, (ka, kb), (ra, rb), only)
     }
 
-    /// Swarm seed 4779: a restored primary of two regions lost its LOCK
+    /// A restored primary of two regions lost its LOCK
     /// record of a transaction; lock recovery held the transaction's keys
     /// in both regions from a backup's report. COMMIT-RECOVERY for the first
     /// region must not release the hold on the second region's key before
@@ -909,7 +908,7 @@ mod tests {
         ));
     }
 
-    /// Seed 4779, the other order: COMMIT-RECOVERY for region A reaches a
+    /// The other order: COMMIT-RECOVERY for region A reaches a
     /// primary that lost its record before region B's lock recovery ends;
     /// B's lock recovery must still hold B's key until B's COMMIT-RECOVERY.
     #[test]
