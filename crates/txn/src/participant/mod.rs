@@ -84,6 +84,17 @@ pub struct ParticipantStats {
     pub copied_recovery_holds: u64,
 }
 
+/// Add `w` to `rec`'s writes unless `rec` already writes its key.
+fn add_write_once(rec: &mut meridian_wire::LockRecord, w: meridian_wire::WriteOp) {
+    if !rec
+        .writes
+        .iter()
+        .any(|x| x.region == w.region && x.key == w.key)
+    {
+        rec.writes.push(w);
+    }
+}
+
 /// One node's participant engine.
 #[derive(Debug)]
 pub struct Participant {
@@ -409,14 +420,7 @@ impl Participant {
                 .entry(tx)
                 .or_insert_with(|| (header, meridian_wire::Evidence::CommitPrimary, None));
             for w in moved {
-                if !e
-                    .0
-                    .writes
-                    .iter()
-                    .any(|x| x.region == w.region && x.key == w.key)
-                {
-                    e.0.writes.push(w);
-                }
+                add_write_once(&mut e.0, w);
             }
             e.1 = meridian_wire::Evidence::CommitPrimary;
             e.2 = Some(write_ts);

@@ -3,7 +3,7 @@
 //! to new replicas (step 5), evidence and votes (step 6), and the
 //! COMMIT-, ABORT- and TRUNCATE-RECOVERY decisions (step 7).
 
-use super::{Finish, Mutation, Participant};
+use super::{add_write_once, Finish, Mutation, Participant};
 use meridian_storage::log::LockState;
 use meridian_wire::{RegionId, Timestamp, TxId};
 use std::collections::BTreeMap;
@@ -259,14 +259,7 @@ impl Participant {
                 )
             });
             for w in record.writes.iter().filter(|w| w.region == region) {
-                if !e
-                    .0
-                    .writes
-                    .iter()
-                    .any(|x| x.region == w.region && x.key == w.key)
-                {
-                    e.0.writes.push(w.clone());
-                }
+                add_write_once(&mut e.0, w.clone());
             }
             e.1 = meridian_wire::Evidence::CommitPrimary;
             e.2 = Some(write_ts);
@@ -377,14 +370,7 @@ impl Participant {
             )
         });
         for w in writes {
-            if !e
-                .0
-                .writes
-                .iter()
-                .any(|x| x.region == w.region && x.key == w.key)
-            {
-                e.0.writes.push(w);
-            }
+            add_write_once(&mut e.0, w);
         }
         // Evidence orders strongest first.
         e.1 = e.1.min(t.evidence);
