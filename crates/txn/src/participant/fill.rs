@@ -459,4 +459,42 @@ mod tests {
         assert!(q.store(r).is_some_and(|s| s.object(&b).is_none()));
         q.check_invariants();
     }
+
+    /// The fill fence on a refilled copy: the source collected `b`'s
+    /// delete (safe point 40), so its copy says nothing of `b`, and the old
+    /// write of `b` that this node's log still holds (`tx(2)` at 12, whose
+    /// delete's record is not here) must stay out when truncation puts the
+    /// log's writes in place. With the injected bug `RefillUnfenced` the
+    /// copy is merged without the fence, and the deleted key comes back.
+    #[test]
+    fn the_fill_fence_keeps_a_collected_delete_deleted() {
+        let refill_and_truncate = |p: &mut Participant, r: RegionId, a: &[u8]| {
+            let copied = meridian_wire::ObjectCopy {
+                key: a.to_vec(),
+                versions: vec![(Timestamp(10), Some(b"v".to_vec()))],
+                floor_ts: Timestamp(10),
+            };
+            p.merge_copies(r, None, &[copied], true, Timestamp(40));
+            p.handle(&[tx(1), tx(2)], &TxnRequest::Truncate { txs: vec![] });
+        };
+        let (mut p, _, r, [a, b]) = refilled_under_committed_lock_records();
+        refill_and_truncate(&mut p, r, &a);
+        assert_eq!(value_at(&p, r, &a), Some(b"v".to_vec()));
+        assert_eq!(value_at(&p, r, &b), None, "a collected delete came back");
+        p.check_invariants();
+        #[cfg(feature = "sim-bugs")]
+        {
+            use meridian_bugs::{Bug, Bugs};
+            let (mut q, _, r, [a, b]) = refilled_under_committed_lock_records();
+            let bugs = Bugs::of(&[Bug::RefillUnfenced]);
+            q.set_bugs(bugs.clone());
+            refill_and_truncate(&mut q, r, &a);
+            assert!(bugs.hits(Bug::RefillUnfenced) > 0, "the bug was never hit");
+            assert_eq!(
+                value_at(&q, r, &b),
+                Some(b"v".to_vec()),
+                "without the fence the deleted key must come back (the test must see it)"
+            );
+        }
+    }
 }
