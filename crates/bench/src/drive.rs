@@ -1,4 +1,4 @@
-//! # One closed loop for every target (issue 7)
+//! # One closed loop for every target
 //!
 //! **Problem.** Figures for Meridian and a peer are comparable only when
 //! the same code drives both: the same transaction generator, the same

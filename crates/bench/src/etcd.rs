@@ -1,4 +1,4 @@
-//! # etcd as a peer (issue 7)
+//! # etcd as a peer
 //!
 //! **Transactions.** etcd's multi-key transactions are optimistic: a `Txn`
 //! request applies its writes only if its compares hold. The driver uses

@@ -9,7 +9,7 @@
 //! - [`drive`]: the one closed loop every target runs (Meridian and the
 //!   peers), over workload mixes written against `TxnOps`.
 //! - [`peers`], [`pg`], [`etcd`]: the same workloads against Redis,
-//!   PostgreSQL and etcd, for side-by-side figures (issue 7).
+//!   PostgreSQL and etcd, for side-by-side figures.
 //! - [`cpu`]: CPU per transaction of the bench client and of the servers,
 //!   over the measured window, for every target.
 //! - [`run`]: closed-loop drivers for TATP, YCSB, the null-RPC baseline and

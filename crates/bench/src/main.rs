@@ -131,7 +131,7 @@ struct BenchOpts {
     #[arg(long)]
     edn: Option<PathBuf>,
     /// The system to drive with the same workload code: Meridian, or a
-    /// peer started by `scripts/peers.sh` (issue 7). TATP, YCSB and RMW.
+    /// peer started by `scripts/peers.sh`. TATP, YCSB and RMW.
     #[arg(long, value_enum, default_value = "meridian")]
     target: TargetArg,
     /// The peer's address (default: its standard loopback port; for
@@ -942,7 +942,7 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
         let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
         let (held, once) = (get("node_write_ts_held"), get("node_write_ts_at_once"));
         let unc = get("write_ts_unwaited_uncertainty_us");
-        // What the uncertainty wait cost a commit now (issue 7 goal 6):
+        // What the uncertainty wait cost a commit:
         // every hold summed per commit, an upper bound (a commit's held
         // requests wait side by side, so it waits for the longest only).
         let total = get("node_write_ts_hold_mean_us") * held;
@@ -1420,7 +1420,7 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             r.rpc_baseline_per_s = Some(run.per_s);
             r.ratio_to_rpc = Some(r.committed_per_s / run.per_s);
             // The same CPU figures per null round trip, to set a
-            // transaction's CPU against (issue 7 goal 5).
+            // transaction's CPU against.
             if let Some(c) = run.client_us_per_rt {
                 r.extra.insert("rpc_client_cpu_us_per_rt".into(), c);
             }
@@ -1772,7 +1772,7 @@ fn tpcc_check_figures(
 }
 
 /// A benchmark against a peer (`--target redis|postgres|etcd`), with the
-/// same workload code and closed loop as Meridian's (issue 7).
+/// same workload code and closed loop as Meridian's.
 ///
 /// Errors: a bad workload, an unreachable peer, a failed audit, or the
 /// results file.

@@ -1,4 +1,4 @@
-//! # Peers driven by Meridian's own workload code (issue 7)
+//! # Peers driven by Meridian's own workload code
 //!
 //! **Problem.** A comparison with another store is only fair if both are
 //! driven by the same client code: the same key generator, the same

@@ -1,4 +1,4 @@
-//! # PostgreSQL as a peer (issue 7)
+//! # PostgreSQL as a peer
 //!
 //! **Schema.** One table, `kv (k bytea PRIMARY KEY, v bytea NOT NULL)`:
 //! the workloads are written against an ordered key-value interface, and

@@ -191,7 +191,7 @@ pub async fn rpc(client: &Client, clients: usize, secs: u64, show: bool) -> f64 
     count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
-/// A null-RPC run with the CPU it cost (issue 7 goal 5).
+/// A null-RPC run with the CPU it cost .
 #[derive(Clone, Debug, PartialEq)]
 pub struct RpcRun {
     /// Round trips per second.
@@ -358,11 +358,9 @@ pub const COMMIT_STAGE_NAMES: [&str; meridian_txn::CommitStage::TIMED] = [
 
 /// The client's uncertainty figures and operational counters of the
 /// measured window (its counters now, less `base`, read when the window
-/// began), into `r`. Before 2026-11-27 these were the client's counts since
-/// it connected, so a bench's load phase weighed in: at 1M TATP
-/// subscribers the loader's GET_TS waits, which end late under the
-/// loader's heavy batches, made the run's mean wait look 2.8× the
-/// uncertainty.
+/// began), into `r`. Counts since the client connected would let the load
+/// phase weigh in: the loader's GET_TS waits end late under its heavy
+/// batches and inflate the run's mean wait.
 fn add_client_figures(r: &mut BenchResult, client: &Client, base: &ClientStats) {
     let stats = client.stats().since(base);
     let n = stats.ts_count.max(1);

@@ -1,4 +1,4 @@
-//! # Throughput and latency against sessions (issue 7)
+//! # Throughput and latency against sessions
 //!
 //! One workload, several targets, session counts from 1 to 256: each
 //! target is loaded once and then run for a few seconds at each count by

@@ -5,8 +5,7 @@
 //! scheduler to move threads between cores that are busy with the other
 //! side. In a real deployment clients and servers run on different
 //! machines. These options let a run separate them, for Meridian and the
-//! peers alike. On this 2-core machine (issue 7, eleventh session,
-//! docs/performance.md) the split made YCSB-B steadier, not faster: the
+//! peers alike. On a 2-core machine (docs/performance-history.md) the split made YCSB-B steadier, not faster: the
 //! client on core 0 and the three nodes on core 1 gave 59–70k tx/s over
 //! nine runs (mean 62.8k), sharing both cores 55–75k over nine (mean
 //! 62.3k): one core then carries all three nodes. Redis (its server on

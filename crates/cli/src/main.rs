@@ -16,7 +16,7 @@ use std::process::ExitCode;
 /// allocates through mimalloc, as `meridian-bench` does. With glibc's
 /// allocator, malloc and free were about 18 % of a node's CPU under the
 /// 4-key RMW (`malloc_consolidate` and `unlink_chunk` among them) and 11 %
-/// of the bench client's (docs/performance.md, thirteenth session).
+/// of the bench client's (docs/performance-history.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
