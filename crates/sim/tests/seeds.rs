@@ -107,25 +107,27 @@ fn rows_seeds_pass_the_checker() {
     assert!(too_old > 0, "long transactions must hit the GC safe point");
 }
 
-/// Swarm seeds that once ended stuck (the checker passed them; only
-/// liveness failed), each with what kept it from finishing:
-/// - 564: a backup that had not yet applied the configuration refused a
-///   COMMIT-BACKUP; the client gave the decided transaction up, and its
-///   locks held for good once that configuration committed.
-/// - 608: a configuration of two whose CM crashed and restarted empty: the
-///   survivor never probed its suspect, so it never had a majority.
-/// - 748: the CM added a joining node, CAS'd and crashed before the node
-///   heard; removed nodes did not answer probes, so two of four remained.
-/// - 854: whole-cluster crash after n1 CAS'd configuration 6 but before it
-///   applied it: nobody renewed 6 (n0's renewal of 5 lost every CAS).
-/// - 437 (with the read lock wait on, 5 ms): n0, CM of 2, and n1 probed at
-///   once across a one-way partition; n1's configuration 3 removed n0 and
-///   won the CAS, and n0 then CAS'd a successor of 3 that added itself
-///   back as CM. n2, in 3, refused that NEW-CONFIG as a non-member's, and
-///   n1's 3 was superseded: nothing committed again. A prober removed by
-///   the stored configuration now stops (`Removed`) and joins again.
+/// Swarm seeds whose schedules reach a reconfiguration corner that leaves
+/// the run stuck without its rule (the checker passes them; only liveness
+/// is at stake), each with the interleaving it reaches:
+/// - 564: a backup that has not yet applied the configuration refuses a
+///   COMMIT-BACKUP; a client that gave the decided transaction up then
+///   would leave its locks held for good once that configuration commits.
+/// - 608: a configuration of two whose CM crashes and restarts empty: the
+///   survivor has a majority only if it probes its suspect.
+/// - 748: the CM adds a joining node, CASes and crashes before the node
+///   hears; unless removed nodes answer probes, only two of four remain.
+/// - 854: a whole-cluster crash after n1 CASes configuration 6 but before
+///   it applies it: 6 must be renewed, since n0's renewal of 5 loses every
+///   CAS.
+/// - 437 (with the read lock wait on, 5 ms): n0, CM of 2, and n1 probe at
+///   once across a one-way partition; n1's configuration 3 removes n0 and
+///   wins the CAS, and n0 then CASes a successor of 3 that adds itself back
+///   as CM. n2, in 3, refuses that NEW-CONFIG as a non-member's, and n1's 3
+///   is superseded, so nothing would commit again. A prober removed by the
+///   stored configuration stops (`Removed`) and joins again.
 #[test]
-fn once_stuck_swarm_seeds_finish() {
+fn swarm_seeds_with_rare_liveness_windows_finish() {
     for (seed, wait_us) in [(564, 0), (608, 0), (748, 0), (854, 0), (437, 5_000)] {
         let cfg = SimConfig {
             read_lock_wait_us: wait_us,
@@ -143,7 +145,7 @@ fn swarm_seeds_pass_the_checker() {
     for seed in seeds(400) {
         let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
         // Liveness after healing: every transient fault heals, a client
-        // that gives up releases its locks (review finding 2), node
+        // that gives up releases its locks, node
         // crashes are survived by reconfiguration, recovery and rejoining
         // (FaRM §5), and a crashed client's lease expires and the
         // configuration renewal recovers its transactions, so every client
@@ -174,36 +176,37 @@ fn swarm_seeds_pass_the_checker() {
     assert!(recovered > 0, "recovery must decide some transactions");
 }
 
-/// Swarm seeds that once broke safety (issue 6), each with what it found.
-/// - 3515: a rejected COMMIT-PRIMARY ack from a restarted node left the
-///   other ack RPCs of a forgotten transaction behind (ClientProcess
+/// Swarm seeds whose schedules reach a safety hazard, each with the
+/// interleaving and the rule that keeps it safe:
+/// - 3515: a COMMIT-PRIMARY ack rejected by a restarted node must not leave
+///   the other ack RPCs of a forgotten transaction behind (ClientProcess
 ///   invariant).
-/// - 780: after the CM (the clock master) was cut off, a client that had
-///   not heard of the new configuration kept handing out timestamps from
-///   the old master's samples, below the new master's fast-forwarded time:
-///   a read missed a write that had completed before it began
-///   (strict-serializability violation). Samples now expire
+/// - 780: the CM (the clock master) is cut off, and a client that has not
+///   heard of the new configuration still holds the old master's samples;
+///   timestamps from them fall below the new master's fast-forwarded time,
+///   so a read would miss a write that completed before it began
+///   (strict-serializability violation). Samples expire
 ///   (`clock.max_sample_age_us`) and the new master waits for them.
-/// - 1379: safety after reconfiguration (passes since the fixes above).
+/// - 1379: safety across reconfiguration.
 /// - 155, 331 with node pauses added: pauses combined with crashes.
-/// - 407: global time went backwards after a whole-cluster crash — the
-///   restarted CM resumed its own clock below timestamps its predecessor
-///   had handed out (no FF survived the crash); fixed by the time bound
-///   stored in the coordination service (G-single-realtime before). The
-///   liveness fixes since changed its schedule; the simulator's
-///   global-time oracle now catches the bug directly (a master started at
-///   FF alone fails swarm seed 0 of the CI subset).
+/// - 407: after a whole-cluster crash no FF survives, so a restarted CM
+///   that resumed its own clock would go below timestamps its predecessor
+///   handed out (G-single-realtime); the time bound stored in the
+///   coordination service keeps global time monotonic. The simulator's
+///   global-time oracle catches that bug directly (a master started at FF
+///   alone fails swarm seed 0 of the CI subset).
 /// - 956 (one-way partition, pauses, drift): a member that never synced
-///   with the first master (paused) reported no clock bound, and the old
-///   master served time up to a bound its successor had raised: the new
-///   master started below times the old one handed out (global-time
-///   oracle). Bounds now carry the CM stored with them, and a replaced
-///   master ignores its successor's.
-/// - 401 (whole-cluster crash, disk, node crashes): a node that rejoined
-///   empty got a participant without its journal, so nothing it did after
-///   reached the disk log; the whole-cluster restart restored its stale
-///   replicas and a committed write vanished (G-single). Found once the
-///   simulated clocks kept the drift bound between any two clocks.
+///   with the first master (paused) reports no clock bound, and the old
+///   master could serve time up to a bound its successor raised, so the new
+///   master would start below times the old one handed out (global-time
+///   oracle). Bounds carry the CM stored with them, and a replaced master
+///   ignores its successor's.
+/// - 401 (whole-cluster crash, disk, node crashes): a node that rejoins
+///   empty gets a participant with its journal, so what it does afterwards
+///   reaches the disk log; without it the whole-cluster restart restores
+///   its stale replicas and a committed write vanishes (G-single). The
+///   schedule depends on the simulated clocks keeping the drift bound
+///   between any two clocks.
 #[test]
 fn regression_seeds_pass_the_checker() {
     for seed in [3515, 780, 1379, 407, 956, 401, 424] {
@@ -247,48 +250,48 @@ fn ycsb_runs_in_the_simulator_with_and_without_faults() {
     unrecorded_runs(SimConfig::ycsb);
 }
 
-/// Liveness regressions (issue 6): these seeds stayed stuck and must
-/// finish.
-/// - 76 (duplicates, node and client crashes): the CM died between
+/// Liveness: these swarm seeds reach reconfiguration interleavings that
+/// leave the run stuck without their rules, and must finish.
+/// - 76 (duplicates, node and client crashes): the CM dies between
 ///   NEW-CONFIG and NEW-CONFIG-COMMIT; the members waiting for the commit
-///   never suspected it, and every region stayed blocked.
-/// - 8 (loss, pauses, drift): the CM abandoned its proposal because a
-///   member's lease ran out (it had answered another node's probe) just
-///   before its ACK came; the probe that followed found a minority and the
-///   CM sat on a configuration nobody would commit.
-/// - 31 (partitions, crashes): the CM resent NEW-CONFIG-COMMIT forever to
-///   a member that crashed meanwhile, suspecting nobody while committing.
-/// - 173 (crashes, pauses, drift): the CM and one more member restarted
-///   empty; the survivors were no majority of the configuration, although
-///   the restarted nodes' old incarnations were surely gone (they now
-///   answer probes as empty).
-/// - 265 (whole-cluster crash, disk): a member came back without its disk
-///   state; the restored CM waited `formation_grace_ms` (2 s) for its
-///   lease instead of suspecting it at its JOIN.
-/// - 183 and 651 (partitions, pauses, crashes): the CM suspected a member
-///   cut off while it resent NEW-CONFIG-COMMIT and stopped resending; the
-///   member, back after the partition healed, waited for the commit
-///   forever and recovery with it (the CM now resends an unfinished
-///   commit until acknowledged or superseded).
-/// - 427 (partitions, crashes): the CM and its first backup crashed at
-///   once; the other members kept asking the dead backup to take over
-///   (backups of rank k now probe themselves k leases after suspecting).
-/// - 750 (whole-cluster crash, disk, partitions): the CM's last proposal
-///   was stored in the coordination service but the crash came before its
-///   answer, so the restored CM renewed an older configuration, lost the
-///   CAS to its own proposal, and the restored members accepted only a
-///   renewal of exactly their configuration. The restored CM now renews
-///   the stored proposal, and a restored member accepts any later
-///   configuration of that CM whose complete replicas for it were
+///   must suspect it, or every region stays blocked.
+/// - 8 (loss, pauses, drift): a member's lease runs out at the CM (it
+///   answered another node's probe) just before its ACK comes, and the CM
+///   abandons its proposal; the probe that follows finds a minority, and
+///   the CM must not sit on a configuration nobody will commit.
+/// - 31 (partitions, crashes): the CM resends NEW-CONFIG-COMMIT to a member
+///   that crashes meanwhile; it keeps suspecting members while committing,
+///   or it resends forever.
+/// - 173 (crashes, pauses, drift): the CM and one more member restart
+///   empty; the survivors are no majority of the configuration, but the
+///   restarted nodes' old incarnations are surely gone, and they answer
+///   probes as empty.
+/// - 265 (whole-cluster crash, disk): a member comes back without its disk
+///   state; the restored CM suspects it at its JOIN instead of waiting
+///   `formation_grace_ms` (2 s) for its lease.
+/// - 183 and 651 (partitions, pauses, crashes): the CM suspects a member
+///   cut off while it resends NEW-CONFIG-COMMIT; the member, back after the
+///   partition heals, waits for the commit, and recovery with it, so the CM
+///   resends an unfinished commit until acknowledged or superseded.
+/// - 427 (partitions, crashes): the CM and its first backup crash at once;
+///   the other members must not keep asking the dead backup to take over
+///   (backups of rank k probe themselves k leases after suspecting).
+/// - 750 (whole-cluster crash, disk, partitions): the CM's last proposal is
+///   stored in the coordination service but the crash comes before its
+///   answer. A restored CM that renewed an older configuration would lose
+///   the CAS to its own proposal, and restored members that accepted only a
+///   renewal of exactly their configuration would refuse the rest. The
+///   restored CM renews the stored proposal, and a restored member accepts
+///   any later configuration of that CM whose complete replicas for it were
 ///   complete when it was restored.
-/// - 133 (whole-cluster crash, disk): as 750, but the stored proposal had
-///   removed a member, so its renewal promoted restored backups; the
-///   restored members refused it (they wanted exactly their replicas).
-/// - 1752 (one-way partition, crashes, disk): two backup CMs that could
-///   not reach a majority probed each other every lease; each answer
-///   paused the answerer's renewals with the live CM, which then suspected
-///   them too. A prober without a majority now sends PROBE-FAILED and the
-///   answerers renew at once.
+/// - 133 (whole-cluster crash, disk): as 750, but the stored proposal
+///   removes a member, so its renewal promotes restored backups, which
+///   restored members wanting exactly their replicas would refuse.
+/// - 1752 (one-way partition, crashes, disk): two backup CMs that cannot
+///   reach a majority probe each other every lease; each answer pauses the
+///   answerer's renewals with the live CM, which then suspects them too. A
+///   prober without a majority sends PROBE-FAILED and the answerers renew at
+///   once.
 #[test]
 fn liveness_regression_seeds_finish() {
     for seed in [76, 8, 31, 173, 265, 183, 651, 427, 750, 133, 1752] {
@@ -302,7 +305,7 @@ fn liveness_regression_seeds_finish() {
     }
 }
 
-/// Client leases (FaRM §5.1, issue 6 must-show 3): clients crash in the
+/// Client leases (FaRM §5.1): clients crash in the
 /// middle of commits, holding locks. Each crashed client's lease expires at
 /// the CM, which renews the configuration; recovery decides the client's
 /// transactions the same way everywhere (the checker sees all or nothing)
@@ -345,7 +348,7 @@ fn a_node_whose_clock_drifts_past_the_rate_limit_is_reported_and_removed() {
         cfg.nodes = 5;
         // Long enough for the CM to act on the report (about half a
         // second after it): with reads waiting for locks instead of
-        // aborting, 400 transactions per client ended seed 2 first.
+        // aborting, 400 transactions per client end seed 2 before that.
         cfg.txns_per_client = 800;
         cfg.time_limit_ns = 8_000_000_000;
         cfg.max_rate_ppm = 200;
@@ -518,20 +521,15 @@ fn cluster_crash_bank(seed: u64) -> SimConfig {
         },
         // Long enough that the crash (drawn in the first 200 ms) comes
         // before the workload ends: with fsyncs only on demand, 60
-        // transactions per client finished first on some seeds.
+        // transactions per client finish first on some seeds.
         txns_per_client: 120,
         ..SimConfig::bank(seed)
     }
 }
 
-/// `cfg` with the early COMMIT-PRIMARY answer
-/// (`report_after_primary_fsync = false`, opt-in; the nodes' default is
-/// FaRM's rule): the setting the seed tests found or calibrated under it
-/// keep, so their schedules stay the ones their assertions were written
-/// for.
-/// `cfg` with one-read transactions at `read_ts`, as before single reads
-/// (`SimConfig::single_reads`) moved the schedules of register and rows
-/// seeds: for seed tests calibrated before them.
+/// `cfg` with one-read transactions at `read_ts` instead of single reads
+/// (`SimConfig::single_reads` off): the schedules of register, rows and
+/// swarm seeds some seed tests take as their inputs.
 fn before_single_reads(cfg: SimConfig) -> SimConfig {
     SimConfig {
         single_reads: false,
@@ -539,6 +537,10 @@ fn before_single_reads(cfg: SimConfig) -> SimConfig {
     }
 }
 
+/// `cfg` with the early COMMIT-PRIMARY answer
+/// (`report_after_primary_fsync = false`, opt-in; the nodes' default is
+/// FaRM's rule): the schedules some seed tests take as their inputs, and
+/// the setting their assertions are about.
 fn early_answer(cfg: SimConfig) -> SimConfig {
     SimConfig {
         report_after_primary_fsync: false,
@@ -546,7 +548,7 @@ fn early_answer(cfg: SimConfig) -> SimConfig {
     }
 }
 
-/// Disk durability (issue 6): every node crashes at the same instant and
+/// Disk durability: every node crashes at the same instant and
 /// restarts from its write-ahead log and checkpoint. The restarted CM
 /// renews the configuration, every in-flight transaction recovers, and the
 /// run finishes; the checker finds no lost acknowledged commit (a lost one
@@ -579,13 +581,10 @@ fn a_whole_cluster_crash_loses_no_acknowledged_commit() {
 /// next configuration leaves out the backups whose COMMIT-BACKUP records
 /// were the commit's only durable evidence (they did not answer its
 /// CM's probe in time), and recovery aborts it from the primary's LOCK
-/// record (seed 33694: T65's write of a key is reported and read by T127,
-/// then T129 reads the value before it). FaRM's rule, the nodes' default,
-/// keeps both seeds' commits. The seeds were found before single
-/// reads, which move their schedules, so they run without them
-/// ([`before_single_reads`]). Seed 33694 was the third until the
-/// simulator dropped clock-sync answers to a restarted client's previous
-/// incarnation (seed 8896), which moved its schedule past the loss.
+/// record, so a write reported to one reader is missing for a later one.
+/// FaRM's rule, the nodes' default, keeps both seeds' commits. These
+/// seeds reach the loss with one-read transactions at `read_ts`
+/// ([`before_single_reads`]).
 #[test]
 fn the_early_commit_primary_answer_can_lose_a_commit() {
     for seed in [31030, 35413] {
@@ -595,7 +594,7 @@ fn the_early_commit_primary_answer_can_lose_a_commit() {
             ..base.clone()
         };
         let err = run_and_check(early).expect_err("the early answer's lost commit must be caught");
-        // G-single, or (seed 35413, since reads without a complete backup
+        // G-single, or (seed 35413, where reads without a complete backup
         // wait for the log's end) a G2-item cycle through the lost write.
         assert!(
             err.contains("strict-serializability violation"),
@@ -632,8 +631,8 @@ fn the_early_answer_survives_a_plain_whole_cluster_crash() {
 #[test]
 fn acks_sent_before_their_fsync_lose_commits_the_checker_sees() {
     // Only some seeds' crash instant falls where an acknowledged commit is
-    // not yet on disk under the broken rule (about 2 in 100 since reads
-    // wait at the nodes), and which ones moves with any change to the
+    // not yet on disk under the broken rule (about 2 in 100 with reads
+    // waiting at the nodes), and which ones moves with any change to the
     // processes' timing.
     let caught = cluster_crashes_caught(cluster_crash_bank, Bug::AckBeforeFsync);
     assert!(
@@ -791,8 +790,8 @@ fn a_master_clock_kept_past_its_withdrawal_is_caught() {
     );
 }
 
-/// The `read_ts` wait moved to the nodes (`clock.reads_wait_at_server`,
-/// the default) passes; a deliberately broken variant in which the
+/// The `read_ts` wait at the nodes (`clock.reads_wait_at_server`, the
+/// default) passes; a deliberately broken variant in which the
 /// clients leave the wait to the nodes but the nodes serve at once (nobody
 /// waits out `read_ts`'s uncertainty, FaRMv2 §4.1 ignored) is caught on
 /// every one of these seeds: the time oracle sees nodes serve reads before
@@ -852,29 +851,29 @@ fn lock_waits_that_read_past_the_lock_are_caught() {
     );
 }
 
-/// Swarm seed 5658 (client crashes only) failed the end-of-run replica
-/// check: a client crashed after COMMIT-PRIMARY but before its TRUNCATE,
-/// and the run ended before its lease ran out, so no configuration had
-/// recovered and truncated the transaction and a backup still held it
-/// unapplied (as FaRM §5.3 allows until then). The end-of-run check now
-/// lets the nodes run on (their own events only) while a member's log
-/// still holds records, as its later "log fully truncated" check needs.
+/// Swarm seed 5658 (client crashes only): a client crashes after
+/// COMMIT-PRIMARY but before its TRUNCATE, and the run ends before its
+/// lease runs out, so no configuration has recovered and truncated the
+/// transaction and a backup still holds it unapplied (as FaRM §5.3 allows
+/// until then). The end-of-run replica check lets the nodes run on (their
+/// own events only) while a member's log still holds records, as its later
+/// "log fully truncated" check needs, instead of reporting the unapplied
+/// backup.
 #[test]
-fn swarm_seed_5658_passes() {
+fn the_end_of_run_check_waits_out_a_crashed_clients_untruncated_commit() {
     run_and_check(SimConfig::swarm(5658)).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Swarm seed 1569 ended stuck once the log fsynced on demand (the
-/// schedule moved; the bug was older): a primary kept lock recovery's
-/// hold on a key of a transaction it had committed, because the
-/// recovery's coordinator left before deciding it and the client's
-/// TRUNCATE, arriving in the next configuration, dropped the records
-/// without releasing the hold; no later configuration found a record to
-/// recover, so every read of the key waited 5 ms and came back TooOld.
-/// A truncation now releases the holds of regions whose writes are in
-/// place (`Participant::truncate`).
+/// Swarm seed 1569 (the log fsyncing on demand): a primary holds a key for
+/// lock recovery of a transaction it has committed; the recovery's
+/// coordinator leaves before deciding it, and the client's TRUNCATE,
+/// arriving in the next configuration, drops the records. A hold left in
+/// place then has no record for any later configuration to recover, and
+/// every read of the key would wait 5 ms and come back TooOld. A truncation
+/// releases the holds of regions whose writes are in place
+/// (`Participant::truncate`).
 #[test]
-fn swarm_seed_1569_finishes() {
+fn a_truncation_releases_lock_recovery_holds_on_installed_regions() {
     let r = run_and_check(SimConfig::swarm(1569)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         r.region_lost || !r.timed_out,
@@ -883,119 +882,122 @@ fn swarm_seed_1569_finishes() {
     );
 }
 
-/// Swarm seed 2562, with the read lock wait on (the default), used to end
-/// stuck. n3, casing a proposal 11 over configuration 10 (learned from a
-/// failed CAS), applied n2's NEW-CONFIG 10 meanwhile, which dropped its
-/// attempt; its CAS then succeeded, so the service held an 11 that no node
-/// applied. Every later raise of n2's time bound was refused and its
-/// clock, the clock master's, stopped serving, while the members, renewing
-/// their leases with a live CM, never suspected it. Fix: a prober whose
+/// Swarm seed 2562, with the read lock wait on (the default): n3, CASing a
+/// proposal 11 over configuration 10 (learned from a failed CAS), receives
+/// n2's NEW-CONFIG 10 meanwhile. Applying it would drop n3's attempt while
+/// its CAS still succeeds, leaving the service with an 11 that no node
+/// applies: every later raise of n2's time bound would be refused and its
+/// clock, the clock master's, would stop serving, while the members,
+/// renewing their leases with a live CM, never suspect it. A prober whose
 /// CAS is in flight answers an older configuration's NEW-CONFIG only once
 /// the CAS is decided (the CM resends). Keeping the attempt alive while
-/// acknowledging the NEW-CONFIG had made the seed finish but broke strict
-/// serializability (a lease to n2 the new CM did not outwait).
+/// acknowledging the NEW-CONFIG is no alternative: it breaks strict
+/// serializability (a lease to n2 the new CM does not outwait).
 #[test]
-fn swarm_seed_2562_finishes() {
+fn a_cas_in_flight_defers_an_older_new_config_and_the_run_finishes() {
     assert_finishes(SimConfig::swarm(2562));
 }
 
-/// Safety, fixed 2026-11-27: a committed insert vanished. T302 (client 5)
-/// committed in configuration 2, writing regions 3 and 5; region 3's backup
-/// n4 held its COMMIT-BACKUP record. n4 led region 3 from configuration 3
-/// on, and n2 joined it as a new replica whose data recovery from n4
-/// finished before n4's lock recovery had found T302. Marked ready without
-/// T302's record and promoted once n4 was removed, n2 voted unknown, and
-/// recovery aborted a transaction the client was told committed. Fixed by
-/// FaRM §5.3 step 5 (REPLICATE-TX-STATE: after lock recovery the primary
-/// sends the replicas without a recovering transaction's record the
-/// region's record and evidence) and by serving a new replica's FETCH only
-/// after lock recovery and step 5 reached it. (The run now ends with the
-/// region lost: n4 goes before n2 is filled, beyond the fault model.)
+/// Safety, swarm seed 3935: a committed insert must not vanish. T302
+/// (client 5) commits in configuration 2, writing regions 3 and 5; region
+/// 3's backup n4 holds its COMMIT-BACKUP record. n4 leads region 3 from
+/// configuration 3 on, and n2 joins it as a new replica filled by data
+/// recovery from n4. A fill that finished before n4's lock recovery reached
+/// T302 would leave n2 marked ready without T302's record; promoted once n4
+/// is removed, n2 would vote unknown, and recovery would abort a
+/// transaction the client was told committed. FaRM §5.3 step 5
+/// (REPLICATE-TX-STATE: after lock recovery the primary sends the replicas
+/// without a recovering transaction's record the region's record and
+/// evidence), and serving a new replica's FETCH only after lock recovery
+/// and step 5 reached it, keep the insert. (The run ends with the region
+/// lost: n4 goes before n2 is filled, beyond the fault model.)
 #[test]
-fn swarm_seed_3935_loses_no_committed_write() {
+fn a_new_replica_is_filled_only_after_lock_recovery_and_step_5() {
     run_and_check(SimConfig::swarm(3935)).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Liveness, found 2026-11-27 with seeds 3000–3999: with the read lock
-/// wait on (5 ms) and the simulator's GC window of 5 ms, reads that waited
-/// for a lock held through a recovery came back `TooOld` and the run made
-/// 42 commits against 1343 aborts. It finishes since the recovery fixes of
-/// that day (shorter recoveries), but the cause is not removed: a read
-/// that waits for a lock longer than the GC window still aborts TooOld.
+/// Liveness, swarm seed 3234, with the read lock wait on (5 ms) and the
+/// simulator's GC window of 5 ms: reads that wait for a lock held through a
+/// recovery come back `TooOld`, and with long recoveries the run commits
+/// almost nothing against many aborts. Recoveries short enough keep this
+/// run finishing; the hazard itself remains, since a read that waits for a
+/// lock longer than the GC window still aborts TooOld.
 #[test]
-fn swarm_seed_3234_finishes() {
+fn reads_waiting_on_locks_held_through_a_recovery_still_finish() {
     assert_finishes(SimConfig::swarm(3234));
 }
 
-/// Safety, fixed 2026-11-27 (found with swarm seeds 4000–4999):
-/// - 4284 (bank total 764) and 4779 (bank total 828; disk, whole-cluster
-///   crash): a primary that had no record of a recovering transaction (its
-///   LOCK lost in a restart, or it was promoted without the COMMIT-BACKUP)
-///   held the transaction's keys in two regions from other replicas'
-///   reports. COMMIT-RECOVERY for one region released the holds of both,
-///   so a read of the other region's key saw the old balance before that
-///   region's COMMIT-RECOVERY installed the write below the reader's
-///   `read_ts`, and the reader's transfer committed over it. Now a
-///   COMMIT-RECOVERY releases only the holds of regions whose writes it put
-///   in place, and lock recovery holds a region's keys unless that region's
-///   writes are in place (`Participant::commit_recovery`, `recover_locks`).
-/// - 4639 (G-single-realtime): a backup promoted by a configuration that
-///   never committed (no lock recovery ran) was unblocked by the next
-///   configuration, which kept the placement and its LastReplicaChange, and
-///   served a read from its old copy, missing a committed write. Now a
-///   region stays blocked until its lock recovery (`Participant::reconfigure`).
-/// - 3691 (a committed row read as absent), seen only with the step-5
-///   change alone, passes with these.
+/// Safety of recovery's key holds and region blocks:
+/// - 4284 and 4779 (disk, whole-cluster crash; without the rule the bank
+///   totals end at 764 and 828): a primary with no record of a recovering
+///   transaction (its LOCK lost in a restart, or promoted without the
+///   COMMIT-BACKUP) holds the transaction's keys in two regions from other
+///   replicas' reports. If a COMMIT-RECOVERY for one region released the
+///   holds of both, a read of the other region's key would see the old
+///   balance before that region's COMMIT-RECOVERY installs the write below
+///   the reader's `read_ts`, and the reader's transfer would commit over it.
+///   A COMMIT-RECOVERY releases only the holds of regions whose writes it
+///   put in place, and lock recovery holds a region's keys unless that
+///   region's writes are in place (`Participant::commit_recovery`,
+///   `recover_locks`).
+/// - 4639 (G-single-realtime without the rule): a backup promoted by a
+///   configuration that never commits (no lock recovery runs) is unblocked
+///   by the next configuration, which keeps the placement and its
+///   LastReplicaChange, and would serve a read from its old copy, missing a
+///   committed write. A region stays blocked until its lock recovery
+///   (`Participant::reconfigure`).
+/// - 3691: a committed row read as absent when step 5 holds without the two
+///   rules above.
 #[test]
-fn swarm_seeds_4284_4779_4639_3691_keep_committed_writes() {
+fn recovery_unblocks_a_region_only_once_its_writes_are_in_place() {
     for seed in [4284, 4779, 4639, 3691] {
         run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
-/// Liveness, fixed 2026-11-27: swarm seed 2802 (disk, whole-cluster crash)
-/// stuck once data recovery waited for lock recovery. n2 and n3 finished
-/// filling regions and reported ready, the CM recorded them complete, and
-/// the whole cluster crashed; restored in the configuration that listed
-/// them as filling, they refused every later NEW-CONFIG (it gave them
-/// complete replicas they did not have "when restored"). The participant
-/// now journals a finished fill (`Participant::mark_filled`), which counts
-/// as a complete replica. 4422 and 4899 (stuck since the client's
-/// `Core::release` change) and 4992 finish too.
+/// Liveness, swarm seed 2802 (disk, whole-cluster crash), with data
+/// recovery waiting for lock recovery: n2 and n3 finish filling regions
+/// and report ready, the CM records them complete, and the whole cluster
+/// crashes. Restored in the configuration that lists them as filling, they
+/// would refuse every later NEW-CONFIG (it gives them complete replicas
+/// they did not have "when restored"). The participant journals a finished
+/// fill (`Participant::mark_filled`), which counts as a complete replica.
+/// Seeds 4422, 4899 and 4992 reach neighbouring restore schedules and must
+/// finish too.
 #[test]
-fn swarm_seeds_2802_4422_4899_4992_finish() {
+fn a_journaled_fill_counts_as_complete_after_a_cluster_crash() {
     for seed in [2802, 4422, 4899, 4992] {
         assert_finishes(SimConfig::swarm(seed));
     }
 }
 
-/// Liveness, fixed 2026-11-27: swarm seed 4033 ended stuck. n3's CAS of
-/// configuration 2 (CM n3, members 2–4) won, its answer was lost, and n3
-/// crashed and was restored in 1. It hosts no coordination replica, so it
-/// never learned that the service names it the CM of 2; nobody else could
-/// replace 2 (the old CM was removed by it, and the two survivors were a
-/// minority without the restored, silent nodes). A restored node without
-/// a replica now reads the service (`CoordMessage::Read`) and renews the
-/// configuration it won (`renew_unapplied_proposal`).
+/// Liveness, swarm seed 4033: n3's CAS of configuration 2 (CM n3, members
+/// 2–4) wins, its answer is lost, and n3 crashes and is restored in 1. It
+/// hosts no coordination replica, so on its own it never learns that the
+/// service names it the CM of 2, and nobody else can replace 2 (the old CM
+/// is removed by it, and the two survivors are a minority without the
+/// restored, silent nodes). A restored node without a replica reads the
+/// service (`CoordMessage::Read`) and renews the configuration it won
+/// (`renew_unapplied_proposal`).
 #[test]
-fn swarm_seed_4033_finishes() {
+fn a_restored_node_without_a_coord_replica_renews_the_cas_it_won() {
     assert_finishes(SimConfig::swarm(4033));
 }
 
 /// Swarm seed 9253 (a node paused past its lease, one-way partitions,
-/// crashes): a transaction committed and was truncated at its regions'
-/// primary, whose backup of one region missed the TRUNCATE (it came with
-/// the older configuration). The primary's other region was then copied
-/// to a new replica, which the next configuration made primary. Asked
-/// for its vote, the new primary had no record and no knowledge of the
-/// truncation and voted `unknown`; recovery aborted the committed
-/// transaction, and a later read missed its write in one region while the
-/// other region kept it (an opacity violation the checker caught). A copy
-/// now carries its source's finished ids (`FinishedIds` on the last
-/// chunk, `Participant::learn_finished`), so the new primary votes
-/// `truncated` as its source would (FaRM §5.3 step 6).
+/// crashes): a transaction commits and is truncated at its regions'
+/// primary, whose backup of one region misses the TRUNCATE (it comes with
+/// the older configuration). The primary's other region is then copied to
+/// a new replica, which the next configuration makes primary. Asked for its
+/// vote, a new primary with no record and no knowledge of the truncation
+/// would vote `unknown`; recovery would abort the committed transaction,
+/// and a later read would miss its write in one region while the other
+/// region keeps it (an opacity violation). A copy carries its source's
+/// finished ids (`FinishedIds` on the last chunk,
+/// `Participant::learn_finished`), so the new primary votes `truncated` as
+/// its source would (FaRM §5.3 step 6).
 #[test]
-fn swarm_seed_9253_a_copied_region_votes_as_its_source() {
+fn a_copied_region_votes_truncated_as_its_source_would() {
     run_and_check(SimConfig::swarm(9253)).unwrap_or_else(|e| panic!("{e}"));
 }
 
@@ -1042,7 +1044,7 @@ fn locks_that_skip_the_version_check_for_read_keys_are_caught() {
     );
 }
 
-/// `write_ts`'s uncertainty wait moved to the nodes
+/// `write_ts`'s uncertainty wait at the nodes
 /// (`clock.writes_wait_at_server`, the default) passes; broken variants in
 /// which the clients leave the wait to the nodes but the nodes handle the
 /// held requests at once (nobody waits it out, FaRMv2 §7.3) are caught.
@@ -1085,32 +1087,32 @@ fn commits_reported_before_write_ts_passed_are_caught() {
     );
 }
 
-/// Swarm seed 10499 (found 2026-11-28) used to end stuck. n0, CM of
-/// configuration 2 behind a one-way partition, was removed by 3 and never
-/// learned it; a client whose transaction from configuration 1 was
-/// decided kept resending its COMMIT-PRIMARY to n0, which refused each
-/// with `ConfigMismatch` (it lagged). Each refusal gave its attempt back,
-/// at most `rpc_attempts` times per request, but every resend was a new
-/// request whose count started at 0, so the resends never ended. The
-/// count now carries over (`ClientProcess::retry`), and the commit ends
-/// indeterminate for recovery to decide. n0 itself had lost its own CAS
-/// to the configuration that removed it, and stayed a CM whose
-/// configuration waited for its commit; a lost CAS to a configuration
-/// without the node now reports it removed, and n0 joins again.
+/// Liveness, swarm seed 10499: n0, CM of configuration 2 behind a one-way
+/// partition, is removed by 3 and never learns it; a client whose
+/// transaction from configuration 1 is decided keeps resending its
+/// COMMIT-PRIMARY to n0, which refuses each with `ConfigMismatch` (it
+/// lags). Each refusal gives its attempt back, at most `rpc_attempts` times
+/// per request, and every resend is a new request, so a count starting at
+/// 0 per resend would never end the resends. The count carries over
+/// (`ClientProcess::retry`), and the commit ends indeterminate for recovery
+/// to decide. n0 itself loses its own CAS to the configuration that removes
+/// it; staying a CM whose configuration waits for its commit, it would
+/// never rejoin, so a lost CAS to a configuration without the node reports
+/// it removed, and n0 joins again.
 #[test]
-fn swarm_seed_10499_finishes() {
+fn resends_refused_as_mismatched_end_and_the_removed_cm_rejoins() {
     assert_finishes(SimConfig::swarm(10499));
 }
 
-/// Swarm seed 17431 (found 2026-11-28) used to end stuck. In disk mode,
-/// n2 and n4 of configuration 4 (members n0, n2, n3, n4; CM n0) crashed and
-/// came back restored from disk. A restored node answered no probe, so n0
-/// suspected them every 12 ms but, with only n3's answer, never had a
-/// majority of four. A restored node now answers a probe of the
-/// configuration it was restored in as empty, like a restart that lost
-/// its memory: n0 removes both, and they join again.
+/// Liveness, swarm seed 17431 in disk mode: n2 and n4 of configuration 4
+/// (members n0, n2, n3, n4; CM n0) crash and come back restored from disk.
+/// If a restored node answered no probe, n0 would suspect them every 12 ms
+/// but, with only n3's answer, never have a majority of four. A restored
+/// node answers a probe of the configuration it was restored in as empty,
+/// like a restart that lost its memory: n0 removes both, and they join
+/// again.
 #[test]
-fn swarm_seed_17431_finishes() {
+fn a_restored_node_answers_probes_as_empty() {
     assert_finishes(SimConfig::swarm(17431));
 }
 
@@ -1118,11 +1120,10 @@ fn swarm_seed_17431_finishes() {
 /// the swarm never draws: `Faults::normalised`). Every node comes back
 /// empty and outside every configuration, so no member is left to probe
 /// and no node reports the loss: without the simulator's oracle
-/// (`Sim::last_copy_crashed`) the run ended "stuck", which a sweep reports
-/// as a liveness bug. The oracle sees the crash take each region's last
-/// copy and counts the run as lost, beyond the fault model. (Found with an
-/// experimental change, since reverted, under which swarm seed 18876 left
-/// a configuration of one member whose node then crashed.)
+/// (`Sim::last_copy_crashed`) the run would end "stuck", which a sweep
+/// reports as a liveness bug. The oracle sees the crash take each region's
+/// last copy and counts the run as lost, beyond the fault model. (A
+/// configuration of one member whose node crashes is the same case.)
 #[test]
 fn a_memory_mode_cluster_crash_counts_as_lost() {
     let mut cfg = SimConfig::bank(3);
@@ -1139,30 +1140,29 @@ fn a_memory_mode_cluster_crash_counts_as_lost() {
     );
 }
 
-/// Swarm seed 25297 (found 2026-11-28) used to end stuck, on the code of
-/// the session before too. n0, CM of configuration 5 (a rebalancing
-/// step) and still waiting for n2's ACK behind a partition, gave up on
-/// it and probed; the probe had its majority, but the CAS got no answer
-/// (n0 was cut off from the service's leader) and the CAS client gave
-/// up. The prober dropped the attempt and became a plain member again,
-/// and with its own proposal abandoned for the probe it waited for a
-/// commit nobody would send, suspecting no one. A CAS without an answer
-/// is now asked again a lease later.
+/// Liveness, swarm seed 25297: n0, CM of configuration 5 (a rebalancing
+/// step) and waiting for n2's ACK behind a partition, gives up on it and
+/// probes; the probe has its majority, but the CAS gets no answer (n0 is
+/// cut off from the service's leader) and the CAS client gives up. A
+/// prober that dropped the attempt would become a plain member again and,
+/// with its own proposal abandoned for the probe, wait for a commit nobody
+/// sends, suspecting no one. A CAS without an answer is asked again a lease
+/// later.
 #[test]
-fn swarm_seed_25297_finishes() {
+fn an_unanswered_cas_is_asked_again_a_lease_later() {
     assert_finishes(SimConfig::swarm(25297));
 }
 
-/// Swarm seed 26030 (found 2026-11-28) used to end stuck with nothing
-/// committed. n0, CM of configuration 2 = {0,1,3,4}, stored 3 = {0,3,4}
-/// and crashed before any NEW-CONFIG went out; it came back empty. n1
-/// learned from the service that 3 removed it and answered no probe, so
-/// n3 and n4 were two of 2's four members and never a majority, and
-/// without a CAS they never learned of 3. A probe without a majority now
-/// reads the stored configuration, and the next probe is over its members
-/// (`Reconfig::on_stored`): n3 and n4 are two of 3's three.
+/// Liveness, swarm seed 26030: n0, CM of configuration 2 = {0,1,3,4},
+/// stores 3 = {0,3,4} and crashes before any NEW-CONFIG goes out; it comes
+/// back empty. n1 learns from the service that 3 removes it and answers no
+/// probe, so n3 and n4 are two of 2's four members, never a majority, and
+/// without a CAS they never learn of 3: nothing would commit. A probe
+/// without a majority reads the stored configuration, and the next probe is
+/// over its members (`Reconfig::on_stored`): n3 and n4 are two of 3's
+/// three.
 #[test]
-fn swarm_seed_26030_finishes() {
+fn a_probe_without_a_majority_reads_the_stored_configuration() {
     let r = run_and_check(SimConfig::swarm(26030)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         !r.timed_out && r.committed > 0,
@@ -1173,55 +1173,52 @@ fn swarm_seed_26030_finishes() {
     );
 }
 
-/// Swarm seed 22870 (found 2026-11-29, on the first version of the fix
-/// for 26030 above) let global time go back: n1 probed over the stored
-/// configuration 3 but sent its probes under its own configuration's id
-/// (2). n2 answered as empty, which bars it from a NEW-CONFIG of 2, not of
-/// 3; it then applied 3 from n0, its CM, and granted it leases, so n0 kept
-/// serving the clock while n1, CM of 4, served its own: n0 handed out
-/// 987 ms after n1 had handed out 1,331 ms. A probe now carries the id of
-/// the configuration it probes (`State::Probing::probed`); sent under the
-/// member's own id, this seed fails again.
+/// Global time, swarm seed 22870: n1 probes over the stored configuration 3
+/// (`a_probe_without_a_majority_reads_the_stored_configuration`). Sent
+/// under n1's own configuration's id (2), the probes would let global time
+/// go back: n2 answers as empty, which bars it from a NEW-CONFIG of 2, not
+/// of 3; it then applies 3 from n0, its CM, and grants it leases, so n0
+/// keeps serving the clock while n1, CM of 4, serves its own (n0 hands out
+/// 987 ms after n1 has handed out 1,331 ms). A probe carries the id of the
+/// configuration it probes (`State::Probing::probed`); sent under the
+/// member's own id, this seed fails.
 #[test]
-fn swarm_seed_22870_keeps_global_time_monotonic() {
+fn a_probe_carries_the_id_of_the_configuration_it_probes() {
     let r = run_and_check(SimConfig::swarm(22870)).unwrap_or_else(|e| panic!("{e}"));
     assert!(r.committed > 0 && !r.timed_out, "seed 22870: stuck");
 }
 
-/// Swarm seed 2447 (found 2026-11-28, with the filled copies of seed 17050
-/// below) brought a deleted key back. n3, filling r0 in configuration 3,
-/// logged a write of k (T75) and its delete (T154); T75's TRUNCATE never
-/// came, and recovery in configuration 4 kept its write to put in place at
-/// truncation. Configuration 4 refilled n3 from the primary n0, which had
-/// collected the delete's tombstone, so its copy said nothing of k, and
-/// T75's old write, put in place on the refilled copy, was served as k's
-/// value after n3 became r0's primary (G2-item). A refill now fences
-/// writes below the source's GC safe point to keys its copy does not hold
-/// (`RegionStore::merge_chunk`); without the fence this seed failed the
-/// checker until the seventeenth session, whose probe change (a probe
-/// without a majority reads the stored configuration, seed 26030) sends
-/// messages this run did not, and so shifts its schedule: the unfenced
-/// variant (`SimConfig::broken_refill_unfenced`) no longer meets the
-/// anomaly here, nor on any swarm seed of 0–21999 (scanned then). The
-/// fence's own test is `the_fill_fence_drops_late_stale_writes_but_not_
-/// pending_ones` in `meridian-storage`, which a store without the fence
-/// fails.
+/// Swarm seed 2447 runs a refill that could bring a deleted key back (with
+/// the filled copies of `a_remap_counts_copies_a_member_finished_filling`):
+/// n3, filling r0 in configuration 3, logs a write of k (T75) and its
+/// delete (T154); T75's TRUNCATE never comes, and recovery in
+/// configuration 4 keeps its write to put in place at truncation.
+/// Configuration 4 refills n3 from the primary n0, which has collected the
+/// delete's tombstone, so its copy says nothing of k, and T75's old write,
+/// put in place on the refilled copy, would be served as k's value after n3
+/// becomes r0's primary (G2-item). A refill fences writes below the
+/// source's GC safe point to keys its copy does not hold
+/// (`RegionStore::merge_chunk`). On this schedule the unfenced variant
+/// (`SimConfig::broken_refill_unfenced`) does not meet the anomaly, nor on
+/// any swarm seed of 0–21999, so this run guards the refill path as a
+/// whole; the fence's own test is
+/// `the_fill_fence_drops_late_stale_writes_but_not_pending_ones` in
+/// `meridian-storage`, which a store without the fence fails.
 #[test]
-fn swarm_seed_2447_keeps_a_collected_delete() {
+fn a_refilled_replica_does_not_bring_back_a_collected_delete() {
     let r = run_and_check(SimConfig::swarm(2447)).unwrap_or_else(|e| panic!("{e}"));
     assert!(!r.timed_out, "seed 2447 ({}): stuck", r.faults.describe());
 }
 
-/// Swarm seed 17050 (found 2026-11-28) lost a region it had not lost. The
-/// CM n0, primary of r4, had two new backups (n2, n3), and both finished
-/// filling; their `ReplicaReady` reached only n0's memory, and n0 crashed
-/// 28 ms later, before any configuration recorded the copies complete. The
-/// survivors' remap took n0's copy for r4's only complete one and reported
-/// r4 lost. Probe answers now carry the regions a member finished filling,
-/// and the remap counts those copies complete: the run finishes, no
-/// region lost.
+/// Swarm seed 17050: the CM n0, primary of r4, has two new backups (n2,
+/// n3), and both finish filling; their `ReplicaReady` reaches only n0's
+/// memory, and n0 crashes 28 ms later, before any configuration records
+/// the copies complete. A remap that knew only the recorded copies would
+/// take n0's copy for r4's only complete one and report r4 lost. Probe
+/// answers carry the regions a member finished filling, and the remap
+/// counts those copies complete: the run finishes, no region lost.
 #[test]
-fn swarm_seed_17050_keeps_the_filled_copies() {
+fn a_remap_counts_copies_a_member_finished_filling() {
     let r = run_and_check(SimConfig::swarm(17050)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         !r.region_lost && !r.timed_out,
@@ -1233,22 +1230,19 @@ fn swarm_seed_17050_keeps_the_filled_copies() {
     );
 }
 
-/// Swarm seed 1877 (found 2026-11-28 by counting, one of 12 in seeds
-/// 0–2999) reaches the rare path of the fill fence: a primary serves a copy
-/// while lock recovery holds a key it has no object of (a recovering
-/// insert), and the chunk carries that key with no versions, so the new
-/// replica treats the insert's write as pending rather than stale
-/// (`RegionStore::copy_after`). The run must reach the path and pass the
-/// checker. (A variant that leaves such keys out also passes the checker
-/// on all 12 seeds: the swarm reaches the path but has not shown its
-/// failure; the storage test `the_copy_carries_keys_held_by_lock_recovery`
-/// is what catches the omission.) The eighteenth session's changes (the
-/// early COMMIT-PRIMARY answer, the recovery and clock fixes) moved 1877
-/// off the path; seeds 101, 269, 608, 647, 794, 890, 1649, 1832, 2252 and
-/// 2942 of 0–2999 reach it now, and this test runs 269 (101 loses a
-/// region).
+/// The rare path of the fill fence, which swarm seed 269 with the early
+/// COMMIT-PRIMARY answer reaches: a primary serves a copy while lock
+/// recovery holds a key it has no object of (a recovering insert), and the
+/// chunk carries that key with no versions, so the new replica treats the
+/// insert's write as pending rather than stale (`RegionStore::copy_after`).
+/// The run must reach the path and pass the checker. (A variant that leaves
+/// such keys out also passes the checker on the seeds that reach the path:
+/// the swarm reaches it but does not show its failure; the storage test
+/// `the_copy_carries_keys_held_by_lock_recovery` is what catches the
+/// omission.) Of swarm seeds 0–2999, 101, 269, 608, 647, 794, 890, 1649,
+/// 1832, 2252 and 2942 reach the path; 101 loses a region.
 #[test]
-fn swarm_seed_269_copies_a_key_held_by_lock_recovery() {
+fn a_copy_served_during_lock_recovery_carries_the_held_keys() {
     let r = run_and_check(early_answer(SimConfig::swarm(269))).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         r.copied_recovery_holds > 0,
@@ -1257,52 +1251,53 @@ fn swarm_seed_269_copies_a_key_held_by_lock_recovery() {
     );
 }
 
-/// Swarm seed 1945 (found 2026-11-29, with the early COMMIT-PRIMARY
-/// answer): a whole-cluster crash left primary n0 with a transaction's
-/// LOCK record but not its COMMIT-PRIMARY (reported to the client at
-/// `Installed`). Configuration 2's recovery committed it from the
-/// backups' COMMIT-BACKUP records, but n0 had moved on to configuration 3
-/// before the decision reached it, and it had not kept the backups'
-/// evidence: it reported its own LOCK record, which shadowed everything
-/// else (`Participant::evidence`), and step 5 skipped a replica that
-/// reported any record. Configuration 4, without those backups, voted
-/// lock and aborted the committed write (a G-single-realtime cycle in the
-/// checker). A replica now reports its strongest evidence, and step 5
-/// upgrades a replica whose evidence is weaker than the region's.
+/// Swarm seed 1945 with the early COMMIT-PRIMARY answer: a whole-cluster
+/// crash leaves primary n0 with a transaction's LOCK record but not its
+/// COMMIT-PRIMARY (reported to the client at `Installed`). Configuration
+/// 2's recovery commits it from the backups' COMMIT-BACKUP records, but n0
+/// moves on to configuration 3 before the decision reaches it, without the
+/// backups' evidence. If n0 reported its own LOCK record, shadowing
+/// everything else (`Participant::evidence`), and step 5 skipped a replica
+/// that reported any record, configuration 4, without those backups, would
+/// vote lock and abort the committed write (a G-single-realtime cycle). A
+/// replica reports its strongest evidence, and step 5 upgrades a replica
+/// whose evidence is weaker than the region's.
 #[test]
-fn swarm_seed_1945_keeps_a_transaction_recovery_committed() {
+fn a_replica_reports_its_strongest_evidence_to_recovery() {
     run_and_check(early_answer(SimConfig::swarm(1945))).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Swarm seed 1909 (found 2026-11-29) broke opacity after the clock
-/// master n1 crashed and restarted from disk: it renewed its
-/// configuration as CM again (12, FF 662,736,539 ns) with a fresh clock,
-/// and since the CM had not changed, members and clients kept the samples
-/// of its previous incarnation. T187 (client 3, synchronised with the new
-/// clock) read a key at n1 with `read_ts` 664,498,359 and saw the old
-/// value; T83 (client 1, on the old samples) then locked that key and
-/// committed at `write_ts` 664,082,928, below that `read_ts`. A restored
-/// CM's renewal now carries a new `Configuration::clock_epoch`, and
-/// members and clients fail their clocks over at it as at a change of CM
-/// (fails with that check removed).
+/// Opacity across a restored clock master, swarm seed 1909 with the early
+/// COMMIT-PRIMARY answer: the clock master n1 crashes, restarts from disk
+/// and renews its configuration as CM again (12, FF 662,736,539 ns) with a
+/// fresh clock. The CM has not changed, so members and clients that kept
+/// the samples of its previous incarnation would mix the two clocks: T187
+/// (client 3, synchronised with the new clock) reads a key at n1 with
+/// `read_ts` 664,498,359 and sees the old value; T83 (client 1, on the old
+/// samples) then locks that key and commits at `write_ts` 664,082,928,
+/// below that `read_ts`. A restored CM's renewal carries a new
+/// `Configuration::clock_epoch`, and members and clients fail their clocks
+/// over at it as at a change of CM (with that check removed, this seed
+/// fails).
 #[test]
-fn swarm_seed_1909_keeps_opacity_across_a_restored_clock_master() {
+fn a_restored_cms_renewal_starts_a_new_clock_epoch() {
     run_and_check(early_answer(SimConfig::swarm(1909))).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Swarm seed 21794 (long delays, stalls, node crashes and pauses, disk):
-/// CM n0, primary of region 0, crashed while configuration 5 recovered a
-/// committed transaction and came back from disk with its LOCK record but
+/// CM n0, primary of region 0, crashes while configuration 5 recovers a
+/// committed transaction and comes back from disk with its LOCK record but
 /// not its COMMIT-PRIMARY. Still a member (a restored CM renews its
-/// configuration), it answered the recovery coordinator's REQUEST-VOTE at
-/// once, without lock recovery, with evidence Lock and no record; the
-/// coordinator committed and truncated the transaction without sending n0
-/// the region's COMMIT-RECOVERY, so n0 never installed the writes and a
-/// later read-only scan saw part of the transaction (a G-single cycle).
-/// A restored node now takes no part in the recovery of the configuration
-/// it was restored in (`NodeProcess::restore` stops its recovery flow).
+/// configuration), it could answer the recovery coordinator's REQUEST-VOTE
+/// at once, without lock recovery, with evidence Lock and no record; the
+/// coordinator would commit and truncate the transaction without sending
+/// n0 the region's COMMIT-RECOVERY, so n0 would never install the writes
+/// and a later read-only scan would see part of the transaction (a G-single
+/// cycle, which `Bug::RestoredRecoveryVotes` shows). A restored node takes
+/// no part in the recovery of the configuration it was restored in
+/// (`NodeProcess::restore` stops its recovery flow).
 #[test]
-fn swarm_seed_21794_keeps_a_restored_cm_out_of_its_old_recovery() {
+fn a_restored_cm_takes_no_part_in_its_old_configurations_recovery() {
     let cfg = || before_single_reads(early_answer(SimConfig::swarm(21794)));
     run_and_check(cfg()).unwrap_or_else(|e| panic!("{e}"));
     let (broken, bugs) = inject(Bug::RestoredRecoveryVotes, cfg());
@@ -1358,16 +1353,15 @@ fn single_reads_pass_and_reads_past_a_lock_are_caught() {
 /// Without a complete backup (replication 1), a read must not show a write
 /// whose COMMIT-PRIMARY record is not durable: with disk durability and a
 /// whole-cluster crash, recovery finds only the LOCK record and aborts the
-/// write a reader already saw. Replies of a drain that logged nothing now
-/// wait until the log is durable through its end while a region has no
-/// complete backup (`split_held`'s `log_end`). Found by the adversarial
-/// review of single reads (seed 4981: a single read saw the lost write;
-/// seeds 456 and 1254: plain READs did); the rule before it
-/// (`Bug::ReadsBeforeLogEnd`) is caught. Since thin clients' lone
-/// GETs became single reads the review's seeds no longer reach the old
-/// rule's hole; seeds 130 and 750 do (found by searching 0–1000).
+/// write a reader already saw. Replies of a drain that logged nothing wait
+/// until the log is durable through its end while a region has no complete
+/// backup (`split_held`'s `log_end`); the rule without that wait
+/// (`Bug::ReadsBeforeLogEnd`) is caught. Seeds 130 and 750 reach the window
+/// under that rule; 456, 1254 and 4981 run schedules where a plain READ or
+/// a single read meets a write whose COMMIT-PRIMARY is not yet durable, and
+/// all five pass under the real rule.
 #[test]
-fn without_a_backup_reads_wait_for_the_log_review_seeds_456_1254_4981() {
+fn without_a_backup_reads_wait_for_the_log() {
     let cfg = |seed| SimConfig {
         faults: Faults {
             disk: true,
@@ -1407,16 +1401,17 @@ fn a_single_read_of_a_version_from_the_future_is_caught() {
 
 /// `rows --faults` seed 948 (loss, one-way partition, node and client
 /// crashes, wide drift, disk, a whole-cluster crash): node 2, removed by
-/// configuration 3 while down, came back from disk and was added back by
-/// configuration 4 with only filling replicas. `restored_replicas_hold`
-/// was vacuously true (no complete replica is a subset of anything), so it
-/// kept its configuration-1 log, and its stale COMMIT-BACKUP of T321, a
-/// transaction configuration 3 had settled as never committed, made
-/// configuration 4's recovery commit it over T4's committed delete (a
-/// G-single cycle). Such a node now resets its participant; the old rule
-/// (`Bug::ReaddedKeepsLog`) is caught, with single reads on or off.
+/// configuration 3 while down, comes back from disk and is added back by
+/// configuration 4 with only filling replicas. `restored_replicas_hold` is
+/// vacuously true for it (no complete replica is a subset of anything), so
+/// keeping its log on that ground would keep its configuration-1 log, and
+/// its stale COMMIT-BACKUP of T321, a transaction configuration 3 settled
+/// as never committed, would make configuration 4's recovery commit it over
+/// T4's committed delete (a G-single cycle). Such a node resets its
+/// participant; the vacuous rule (`Bug::ReaddedKeepsLog`) is caught, with
+/// single reads on or off.
 #[test]
-fn a_removed_node_readded_as_filling_forgets_its_log_seed_948() {
+fn a_removed_node_readded_as_filling_forgets_its_log() {
     let cfg = |single_reads| SimConfig {
         faults: Faults::swarm(948),
         single_reads,
@@ -1432,10 +1427,10 @@ fn a_removed_node_readded_as_filling_forgets_its_log_seed_948() {
 }
 
 /// Register `--faults` seed 1513 and rows `--faults` seeds 993, 1058 and
-/// 1395 ended by the time limit: a configuration shrank to its CM alone,
-/// whose commit then waited forever for an acknowledgement from another
-/// member, so it refused every removed node's JOIN and the removed nodes'
-/// thin-client transactions never finished. The CM now counts itself and
+/// 1395 shrink a configuration to its CM alone. A commit of that
+/// configuration waiting for an acknowledgement from another member would
+/// wait forever, refusing every removed node's JOIN, and the removed nodes'
+/// thin-client transactions would never finish. The CM counts itself and
 /// ends such a commit at once (the engine test is
 /// `a_cm_left_alone_finishes_its_commit_and_may_add_members_again`).
 #[test]
@@ -1452,16 +1447,16 @@ fn a_cluster_shrunk_to_its_cm_admits_members_again() {
     }
 }
 
-/// Swarm seed 8896 failed the time oracle: a client restarted while a
-/// clock sync of its previous incarnation was held back in the network;
-/// the master's lease thread answered it late and the simulator delivered
-/// the answer to the new incarnation, whose own sync had the same RPC id,
-/// so the new clock took a master time read before its request left and
-/// its upper bound fell below the master's time (a `read_ts` 258 µs in
-/// the past). Real sockets die with their process; the simulator now drops
-/// such answers, as its process path already did.
+/// Swarm seed 8896 and the time oracle: a client restarts while a clock
+/// sync of its previous incarnation is held back in the network; the
+/// master's lease thread answers it late, and the new incarnation's own
+/// sync has the same RPC id. Delivered to the new incarnation, that answer
+/// would give the new clock a master time read before its request left,
+/// and its upper bound would fall below the master's time (a `read_ts`
+/// 258 µs in the past). Real sockets die with their process; the simulator
+/// drops such answers, as its process path does.
 #[test]
-fn swarm_seed_8896_a_restarted_client_takes_no_stale_clock_sync() {
+fn a_restarted_client_takes_no_clock_sync_answer_meant_for_its_old_self() {
     let r = run_and_check(SimConfig::swarm(8896)).unwrap_or_else(|e| panic!("{e}"));
     assert!(!r.timed_out, "stuck:\n{}", r.stuck.join("\n"));
 }
