@@ -628,9 +628,9 @@ fn start_killer(
             let joined = tokio::task::spawn_blocking(move || {
                 cluster::join_spares(&d, &cluster::server_exe()?)
             })
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
             println!(
                 "started spare node(s) {joined:?} at {:.1} s; they join and replicas move onto them",
                 t0.elapsed().as_secs_f64()

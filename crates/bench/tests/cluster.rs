@@ -85,8 +85,7 @@ fn bank_on_a_real_cluster_passes_audits_and_the_checker() {
     let _one = one_cluster();
     let dir = test_dir("bank");
     watchdog(&dir, 180);
-    let c = LocalCluster::start_with_exe(&dir, &server(), 3, 3, 12)
-        .expect("start cluster");
+    let c = LocalCluster::start_with_exe(&dir, &server(), 3, 3, 12).expect("start cluster");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

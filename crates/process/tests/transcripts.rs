@@ -696,5 +696,10 @@ fn clock_failover_transcript() {
     // Local clocks: n0 (the first clock master) runs 10 ms ahead of global
     // time, n1 on it, n2 3 ms ahead; a new master that started from its
     // own clock would go back in time.
-    cluster::cluster_transcript("failover.txt", vec![10_000_000, 0, 3_000_000], false, |_| {});
+    cluster::cluster_transcript(
+        "failover.txt",
+        vec![10_000_000, 0, 3_000_000],
+        false,
+        |_| {},
+    );
 }

@@ -110,8 +110,7 @@ impl Sim {
         let (effects, lock_free, log_end) = match self.nodes[n as usize].process.as_mut() {
             Some(p) => (
                 p.drain_effects(),
-                p.lock_replies_skip_fsync()
-                    || meridian_bugs::bug!(self.cfg.bugs, LockBeforeFsync),
+                p.lock_replies_skip_fsync() || meridian_bugs::bug!(self.cfg.bugs, LockBeforeFsync),
                 if meridian_bugs::bug!(self.cfg.bugs, ReadsBeforeLogEnd, if p.log_end_seq() > 0) {
                     0
                 } else {
@@ -190,7 +189,11 @@ impl Sim {
     /// `held` (waiting for an fsync) to `free` (`AckBeforeFsync`,
     /// `InstalledIsAck`); returns what stays held.
     #[cfg(feature = "sim-bugs")]
-    fn shell_bugs(&mut self, free: &mut Vec<NodeEffect>, mut held: Vec<NodeEffect>) -> Vec<NodeEffect> {
+    fn shell_bugs(
+        &mut self,
+        free: &mut Vec<NodeEffect>,
+        mut held: Vec<NodeEffect>,
+    ) -> Vec<NodeEffect> {
         if self.cfg.bugs.on(meridian_bugs::Bug::AckBeforeFsync) {
             let (acks, rest): (Vec<_>, Vec<_>) = held.into_iter().partition(|e| {
                 matches!(

@@ -155,8 +155,9 @@ impl Scenario {
     pub fn release(&mut self, id: HoldId) {
         let h = &mut self.sim.holds;
         h.rules.retain(|(r, _)| *r != id);
-        let (mine, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut h.parked).into_iter().partition(|(r, ..)| *r == id);
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut h.parked)
+            .into_iter()
+            .partition(|(r, ..)| *r == id);
         h.parked = rest;
         let now = self.sim.now();
         for (_, at, ev) in mine {
@@ -166,13 +167,22 @@ impl Scenario {
 
     /// How many events the hold `id` has parked so far (and not released).
     pub fn parked(&self, id: HoldId) -> usize {
-        self.sim.holds.parked.iter().filter(|(r, ..)| *r == id).count()
+        self.sim
+            .holds
+            .parked
+            .iter()
+            .filter(|(r, ..)| *r == id)
+            .count()
     }
 
     /// Run events until `cond` holds of the simulation (checked after each
     /// event). Errors, naming `what`, when the run finishes or reaches its
     /// time limit first.
-    pub fn run_until(&mut self, what: &str, mut cond: impl FnMut(&Sim) -> bool) -> Result<(), String> {
+    pub fn run_until(
+        &mut self,
+        what: &str,
+        mut cond: impl FnMut(&Sim) -> bool,
+    ) -> Result<(), String> {
         while !cond(&self.sim) {
             match self.sim.advance() {
                 crate::Advance::Ran => {}
@@ -228,15 +238,17 @@ impl Sim {
     /// The records node `n` appended and has not fsynced: a crash loses
     /// them.
     pub fn unsynced_log(&self, n: u32) -> &[(u64, DurableRecord)] {
-        self.nodes.get(n as usize).map_or(&[], |s| s.volatile.as_slice())
+        self.nodes
+            .get(n as usize)
+            .map_or(&[], |s| s.volatile.as_slice())
     }
 
     /// Whether node `n` has nothing appended that is not yet durable, and
     /// something durable (log records or a checkpoint).
     pub fn log_synced(&self, n: u32) -> bool {
-        self.nodes.get(n as usize).is_some_and(|s| {
-            s.volatile.is_empty() && (!s.wal.is_empty() || s.checkpoint.is_some())
-        })
+        self.nodes
+            .get(n as usize)
+            .is_some_and(|s| s.volatile.is_empty() && (!s.wal.is_empty() || s.checkpoint.is_some()))
     }
 
     /// Simulated true time, ns.

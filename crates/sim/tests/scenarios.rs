@@ -54,14 +54,16 @@ fn commit_backup_ahead_of_its_primary(sim: &Sim, p: u32) -> Option<(TxId, LockRe
         })
     };
     (0..nodes).filter(|b| *b != p).find_map(|b| {
-        sim.durable_log(b).iter().find_map(|(_, r)| match logged_request(r) {
-            Some(TxnRequest::CommitBackup { record, .. })
-                if led_by_p(record) && locked_unsynced(record.tx) =>
-            {
-                Some((record.tx, record.clone()))
-            }
-            _ => None,
-        })
+        sim.durable_log(b)
+            .iter()
+            .find_map(|(_, r)| match logged_request(r) {
+                Some(TxnRequest::CommitBackup { record, .. })
+                    if led_by_p(record) && locked_unsynced(record.tx) =>
+                {
+                    Some((record.tx, record.clone()))
+                }
+                _ => None,
+            })
     })
 }
 
@@ -90,10 +92,13 @@ fn restored_primary_scenario(seed: u64, bugs: Bugs) -> Result<(), String> {
     s.run_until("node 1's initial rows are durable", |sim| sim.log_synced(p))?;
     let fsyncs = s.hold(move |e| matches!(e, EventView::Fsync { node, .. } if *node == p));
     let mut t = None;
-    s.run_until("a backup's COMMIT-BACKUP is durable ahead of its primary's LOCK", |sim| {
-        t = commit_backup_ahead_of_its_primary(sim, p);
-        t.is_some()
-    })?;
+    s.run_until(
+        "a backup's COMMIT-BACKUP is durable ahead of its primary's LOCK",
+        |sim| {
+            t = commit_backup_ahead_of_its_primary(sim, p);
+            t.is_some()
+        },
+    )?;
     let (_, record) = t.expect("found");
     for n in 0..nodes {
         s.crash_node(n);
@@ -180,8 +185,13 @@ fn a_restored_primary_blocks_its_regions_until_lock_recovery() {
         let bugs = Bugs::of(&[Bug::RestoreForgotten]);
         let err = restored_primary_scenario(seed, bugs.clone())
             .expect_err("a restored primary serving before lock recovery must be caught");
-        assert!(bugs.hits(Bug::RestoreForgotten) > 0, "seed {seed}: the bug was never hit");
-        assert!(err.contains("violation") || err.contains("audit"), "seed {seed}: {err}");
+        assert!(
+            bugs.hits(Bug::RestoreForgotten) > 0,
+            "seed {seed}: the bug was never hit"
+        );
+        assert!(
+            err.contains("violation") || err.contains("audit"),
+            "seed {seed}: {err}"
+        );
     }
 }
-

@@ -670,10 +670,8 @@ fn cluster_crashes_caught(base: impl Fn(u64) -> SimConfig, bug: Bug) -> Vec<u64>
 /// as the ACK, some seed fails the checker; the real rule passes it.
 #[test]
 fn truncating_before_the_primarys_fsync_loses_writes_the_checker_sees() {
-    let caught = cluster_crashes_caught(
-        |s| early_answer(cluster_crash_bank(s)),
-        Bug::InstalledIsAck,
-    );
+    let caught =
+        cluster_crashes_caught(|s| early_answer(cluster_crash_bank(s)), Bug::InstalledIsAck);
     assert!(
         !caught.is_empty(),
         "no seed caught a truncation before the primary's fsync"
@@ -1067,12 +1065,12 @@ fn commits_reported_before_write_ts_passed_are_caught() {
         })
     };
     let all = first_caught(Bug::WritesUnwaited, SimConfig::bank)
-    .expect("no bank seed caught held requests handled at once");
+        .expect("no bank seed caught held requests handled at once");
     for what in ["handled a held COMMIT-BACKUP", "committed at write_ts"] {
         assert!(all.contains(what), "not caught as \"{what}\": {all}");
     }
     let validates = first_caught(Bug::ValidatesUnwaited, SimConfig::register)
-    .expect("no register seed caught held VALIDATEs handled at once");
+        .expect("no register seed caught held VALIDATEs handled at once");
     println!("held VALIDATEs handled at once: {validates}");
     assert!(
         [

@@ -33,8 +33,8 @@ use meridian_config::{Configuration, RegionMap};
 use meridian_process::coordination::{CoordinationService, MemoryService};
 use meridian_process::node::{NodeEffect, NodeProcess, Peer};
 use meridian_wire::{
-    ClockRequest, ConfigId, Frame, LockRecord, RegionId, NodeId, ReconfigMessage, RecoveryMessage, Request, Response,
-    Timestamp, TxId, TxnRequest,
+    ClockRequest, ConfigId, Frame, LockRecord, NodeId, ReconfigMessage, RecoveryMessage, RegionId,
+    Request, Response, Timestamp, TxId, TxnRequest,
 };
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt::Write;
@@ -106,7 +106,12 @@ fn tidy(s: &str) -> String {
             s = format!("{}tx(c{c}:{}){}", &s[..i], &rest[..end], &rest[end + 2..]);
         }
     }
-    for (pat, rep) in [("NodeId(", "n"), ("Timestamp(", "ts"), ("ConfigId(", "c"), ("RegionId(", "r")] {
+    for (pat, rep) in [
+        ("NodeId(", "n"),
+        ("Timestamp(", "ts"),
+        ("ConfigId(", "c"),
+        ("RegionId(", "r"),
+    ] {
         while let Some(i) = s.find(pat) {
             let rest = &s[i + pat.len()..];
             let Some(end) = rest.find(')') else { break };
@@ -165,9 +170,9 @@ fn show_frame(frame: &Frame) -> String {
             req: Request::Recovery(m),
             ..
         } => show_recovery(m),
-        Frame::Request { id, config, req, .. } => {
-            tidy(&format!("req #{id} (c{}) {req:?}", config.0))
-        }
+        Frame::Request {
+            id, config, req, ..
+        } => tidy(&format!("req #{id} (c{}) {req:?}", config.0)),
         Frame::OneWay { config, req, .. } => tidy(&format!("oneway (c{}) {req:?}", config.0)),
         Frame::Response { id, resp } => tidy(&format!("resp #{id} {resp:?}")),
     }
@@ -380,7 +385,10 @@ impl Cluster {
                 // `regions=0,1`: every region the transaction wrote (a
                 // record holds one region's writes); default: these.
                 let mut regions: Vec<_> = match a.opt("regions") {
-                    Some(r) => r.split(',').map(|r| RegionId(r.parse().expect("region"))).collect(),
+                    Some(r) => r
+                        .split(',')
+                        .map(|r| RegionId(r.parse().expect("region")))
+                        .collect(),
                     None => w.iter().map(|w| w.region).collect(),
                 };
                 regions.dedup();
@@ -433,7 +441,10 @@ impl Cluster {
         let all = a.opt("all").is_some();
         let s = match cmd {
             "run" => {
-                let step = a.opt("step_us").map_or(1000, |v| v.parse().expect("step_us")) * 1000;
+                let step = a
+                    .opt("step_us")
+                    .map_or(1000, |v| v.parse().expect("step_us"))
+                    * 1000;
                 let out = self.run(a.num("ms") * MS, step, all);
                 // `hide=W`: lines naming W are counted instead of shown.
                 match a.opt("hide") {

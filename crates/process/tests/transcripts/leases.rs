@@ -96,18 +96,28 @@ fn lease_transcript() {
                         net.push_back((true, h, m));
                     }
                     None => {
-                        let _ = writeln!(s, "{}: not due (next {})", name(h), ms(c.next_renew_ns()));
+                        let _ =
+                            writeln!(s, "{}: not due (next {})", name(h), ms(c.next_renew_ns()));
                     }
                 }
             }
             "deliver" | "hop" | "cm" => {
                 if cmd == "cm" {
                     let h = holder(a.get("h"));
-                    let config = ConfigId(a.opt("config").map_or(1, |c| c.parse().expect("config")));
+                    let config =
+                        ConfigId(a.opt("config").map_or(1, |c| c.parse().expect("config")));
                     let seq = a.opt("seq").map_or(1, |c| c.parse().expect("seq"));
                     let m = match a.get("msg") {
-                        "request" => LeaseMessage::Request { config, holder: h, seq },
-                        "ack" => LeaseMessage::GrantAck { config, holder: h, seq },
+                        "request" => LeaseMessage::Request {
+                            config,
+                            holder: h,
+                            seq,
+                        },
+                        "ack" => LeaseMessage::GrantAck {
+                            config,
+                            holder: h,
+                            seq,
+                        },
                         "release" => LeaseMessage::Release { holder: h },
                         other => panic!("msg {other}"),
                     };
@@ -178,7 +188,10 @@ fn lease_transcript() {
                 let gap = (a.get("gap").parse::<f64>().expect("gap ms") * 1e6) as u64;
                 match a.get("h") {
                     "cm" => cm.forgive_stall(gap, at(a)),
-                    h => holders.get_mut(&holder(h)).expect("holder").forgive_stall(gap, at(a)),
+                    h => holders
+                        .get_mut(&holder(h))
+                        .expect("holder")
+                        .forgive_stall(gap, at(a)),
                 }
             }
             other => panic!("unknown command {other}"),
