@@ -354,7 +354,7 @@ fn bench_tatp_main_job_runs_and_reports() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The 4-key read-modify-write on 8 hot counters (issue 7), its reads
+/// The 4-key read-modify-write on 8 hot counters, its reads
 /// issued together (`get_many`): conflicts abort and are retried, and the
 /// bench's exact audit (counters sum to 4 × commits, else the command
 /// fails) finds no lost or doubled update.
@@ -418,7 +418,7 @@ fn bench_rmw_on_hot_counters_loses_no_update() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// TPC-C's full mix on one warehouse (issue 7): every transaction type
+/// TPC-C's full mix on one warehouse: every transaction type
 /// commits, NEW_ORDERs are counted as tpmC with the spec's rollbacks, and
 /// the spec's consistency conditions and both secondary indexes hold over
 /// the whole store afterwards (the command fails otherwise).
@@ -470,7 +470,7 @@ fn bench_tpcc_runs_the_full_mix_and_stays_consistent() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Disk durability (issue 6 must-show 5): `kill -9` of every node during
+/// Disk durability: `kill -9` of every node during
 /// bank, then a restart of every node from its write-ahead log. Every
 /// acknowledged commit is present: each account holds the last
 /// acknowledged write to it (or a later one whose outcome the client never
@@ -578,7 +578,7 @@ fn kill_9_of_every_node_then_a_restart_from_disk_loses_no_acknowledged_commit() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 6 must-show 3 on real processes: a client process (`meridian-bench
+/// Client leases on real processes: a client process (`meridian-bench
 /// bank`, 8 sessions of transfers) is killed with `kill -9` in the middle
 /// of its commits. Its lease at the CM expires, the CM suspects it
 /// (`ClientSuspect` in the CM's `events.jsonl`) and renews the
@@ -731,7 +731,7 @@ fn kill_9_of_a_client_mid_commit_releases_its_locks_and_decides_its_commits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 6 must-show 4 on real processes: five nodes, each in a network
+/// A partition on real processes: five nodes, each in a network
 /// namespace of its own (`--netns`), run the checked bank; nodes 3 and 4
 /// are cut off from the other three with nftables (`meridian fault
 /// partition`) for 3 s, then healed. The minority refuses to serve, the

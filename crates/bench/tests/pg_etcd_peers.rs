@@ -1,5 +1,5 @@
 //! The PostgreSQL and etcd peer drivers against real servers on free
-//! loopback ports (issue 7): the shared closed loop runs TATP on
+//! loopback ports: the shared closed loop runs TATP on
 //! PostgreSQL and the contended RMW transaction on both, the exact audit
 //! finds no lost update, and a deliberately broken driver of each (READ
 //! COMMITTED; commits without compares) is caught by the same audit.

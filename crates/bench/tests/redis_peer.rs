@@ -1,4 +1,4 @@
-//! The Redis peer driver against a real redis-server (issue 7): its
+//! The Redis peer driver against a real redis-server: its
 //! optimistic transactions abort on a conflicting write, read their own
 //! writes, do not abort on a finished transaction's watches, and the
 //! shared YCSB closed loop runs on it. Skips when redis-server is not

@@ -194,7 +194,7 @@ fn swarm_seeds_pass_the_checker() {
 ///   handed out (G-single-realtime); the time bound stored in the
 ///   coordination service keeps global time monotonic. The simulator's
 ///   global-time oracle catches that bug directly (a master started at FF
-///   alone fails swarm seed 0 of the CI subset).
+///   alone fails the swarm sweep).
 /// - 956 (one-way partition, pauses, drift): a member that never synced
 ///   with the first master (paused) reports no clock bound, and the old
 ///   master could serve time up to a bound its successor raised, so the new
@@ -348,7 +348,7 @@ fn a_node_whose_clock_drifts_past_the_rate_limit_is_reported_and_removed() {
         cfg.nodes = 5;
         // Long enough for the CM to act on the report (about half a
         // second after it): with reads waiting for locks instead of
-        // aborting, 400 transactions per client end seed 2 before that.
+        // aborting, 400 transactions per client can end the run before that.
         cfg.txns_per_client = 800;
         cfg.time_limit_ns = 8_000_000_000;
         cfg.max_rate_ppm = 200;
@@ -594,8 +594,8 @@ fn the_early_commit_primary_answer_can_lose_a_commit() {
             ..base.clone()
         };
         let err = run_and_check(early).expect_err("the early answer's lost commit must be caught");
-        // G-single, or (seed 35413, where reads without a complete backup
-        // wait for the log's end) a G2-item cycle through the lost write.
+        // G-single, or (where reads without a complete backup wait for the
+        // log's end) a G2-item cycle through the lost write.
         assert!(
             err.contains("strict-serializability violation"),
             "seed {seed}: {err}"
@@ -849,7 +849,7 @@ fn lock_waits_that_read_past_the_lock_are_caught() {
     );
 }
 
-/// Swarm seed 5658 (client crashes only): a client crashes after
+/// With client crashes only: a client crashes after
 /// COMMIT-PRIMARY but before its TRUNCATE, and the run ends before its
 /// lease runs out, so no configuration has recovered and truncated the
 /// transaction and a backup still holds it unapplied (as FaRM §5.3 allows
