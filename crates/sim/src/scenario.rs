@@ -22,7 +22,7 @@
 //! holds are consulted for every event, but park nothing.
 
 use crate::{Addr, Event, Sim, SimConfig, SimReport};
-use meridian_process::node::{DurableRecord, NodeProcess};
+use meridian_process::node::DurableRecord;
 use meridian_wire::Frame;
 
 /// One side of a delivered frame.
@@ -165,16 +165,6 @@ impl Scenario {
         }
     }
 
-    /// How many events the hold `id` has parked so far (and not released).
-    pub fn parked(&self, id: HoldId) -> usize {
-        self.sim
-            .holds
-            .parked
-            .iter()
-            .filter(|(r, ..)| *r == id)
-            .count()
-    }
-
     /// Run events until `cond` holds of the simulation (checked after each
     /// event). Errors, naming `what`, when the run finishes or reaches its
     /// time limit first.
@@ -224,11 +214,6 @@ impl Scenario {
 }
 
 impl Sim {
-    /// Node `n`'s process, unless it is down.
-    pub fn node(&self, n: u32) -> Option<&NodeProcess> {
-        self.nodes.get(n as usize)?.process.as_ref()
-    }
-
     /// The records of node `n`'s write-ahead log that are durable (fsynced,
     /// after its last checkpoint), with their sequence numbers.
     pub fn durable_log(&self, n: u32) -> &[(u64, DurableRecord)] {
@@ -249,11 +234,6 @@ impl Sim {
         self.nodes
             .get(n as usize)
             .is_some_and(|s| s.volatile.is_empty() && (!s.wal.is_empty() || s.checkpoint.is_some()))
-    }
-
-    /// Simulated true time, ns.
-    pub fn now_ns(&self) -> u64 {
-        self.now()
     }
 
     /// The configuration the cluster started in.
