@@ -62,8 +62,16 @@ pub enum EventView<'a> {
         /// The last record made durable.
         through_seq: u64,
     },
-    /// Any other event (ticks, crashes, restarts, partitions, the
-    /// coordination service's answers).
+    /// The coordination service answers node `node`'s CAS: `won` when the
+    /// proposal was stored.
+    CasReply {
+        /// The node that asked.
+        node: u32,
+        /// Whether its proposal was stored.
+        won: bool,
+    },
+    /// Any other event (ticks, crashes, restarts, partitions, time-bound
+    /// answers).
     Other,
 }
 
@@ -81,6 +89,10 @@ impl<'a> EventView<'a> {
                 node: *node,
                 through_seq: *seq,
             },
+            Event::CasReply(node, _, result, _) => EventView::CasReply {
+                node: *node,
+                won: result.is_ok(),
+            },
             _ => EventView::Other,
         }
     }
@@ -96,6 +108,9 @@ type Rule = Box<dyn FnMut(&EventView<'_>) -> bool>;
 #[derive(Default)]
 pub(crate) struct Holds {
     rules: Vec<(HoldId, Rule)>,
+    /// Rules whose events are dropped rather than parked
+    /// ([`Scenario::lose`], [`Scenario::discard`]).
+    dropping: std::collections::BTreeSet<HoldId>,
     /// Parked events, in the order they came due: (rule, due time, event).
     parked: Vec<(HoldId, u64, Event)>,
     next: u32,
@@ -114,7 +129,9 @@ impl Holds {
             .find_map(|(id, rule)| rule(&view).then_some(*id));
         match rule {
             Some(id) => {
-                self.parked.push((id, at, ev));
+                if !self.dropping.contains(&id) {
+                    self.parked.push((id, at, ev));
+                }
                 None
             }
             None => Some(ev),
@@ -155,6 +172,7 @@ impl Scenario {
     pub fn release(&mut self, id: HoldId) {
         let h = &mut self.sim.holds;
         h.rules.retain(|(r, _)| *r != id);
+        h.dropping.remove(&id);
         let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut h.parked)
             .into_iter()
             .partition(|(r, ..)| *r == id);
@@ -163,6 +181,33 @@ impl Scenario {
         for (_, at, ev) in mine {
             self.sim.schedule(at.max(now), ev);
         }
+    }
+
+    /// Drop every event `rule` matches, from now until
+    /// [`Scenario::release`]: frames are lost in the network.
+    pub fn lose(&mut self, rule: impl FnMut(&EventView<'_>) -> bool + 'static) -> HoldId {
+        let id = self.hold(rule);
+        self.sim.holds.dropping.insert(id);
+        id
+    }
+
+    /// Drop what the hold `id` parked, and from now on drop what it
+    /// matches until [`Scenario::release`] (as [`Scenario::lose`]): frames
+    /// sent before a crash and never delivered, for instance.
+    pub fn discard(&mut self, id: HoldId) {
+        let h = &mut self.sim.holds;
+        h.parked.retain(|(r, ..)| *r != id);
+        h.dropping.insert(id);
+    }
+
+    /// How many events the hold `id` has parked and not yet released.
+    pub fn parked(&self, id: HoldId) -> usize {
+        self.sim
+            .holds
+            .parked
+            .iter()
+            .filter(|(r, ..)| *r == id)
+            .count()
     }
 
     /// Run events until `cond` holds of the simulation (checked after each
@@ -187,6 +232,25 @@ impl Scenario {
         Ok(())
     }
 
+    /// Run events until the hold `id` has parked at least one event.
+    /// Errors as [`Scenario::run_until`] does.
+    pub fn run_until_held(&mut self, id: HoldId, what: &str) -> Result<(), String> {
+        loop {
+            if self.parked(id) > 0 {
+                return Ok(());
+            }
+            match self.sim.advance() {
+                crate::Advance::Ran => {}
+                crate::Advance::Finished => {
+                    return Err(format!("the run finished before {what}"));
+                }
+                crate::Advance::TimeLimit => {
+                    return Err(format!("the run reached its time limit before {what}"));
+                }
+            }
+        }
+    }
+
     /// Crash node `n` now: its process and whatever it had not fsynced are
     /// lost.
     pub fn crash_node(&mut self, n: u32) {
@@ -198,6 +262,27 @@ impl Scenario {
     pub fn restart_node(&mut self, n: u32) {
         let now = self.sim.now();
         self.sim.execute(now, Event::RestartNode(n));
+    }
+
+    /// Crash client `c` now (it restarts as a new incarnation, as in a
+    /// seeded run).
+    pub fn crash_client(&mut self, c: u32) {
+        let now = self.sim.now();
+        self.sim.execute(now, Event::CrashClient(c));
+    }
+
+    /// Cut every link between the endpoints of `a` and those of `b`, both
+    /// ways, until [`Scenario::heal`] with the same sides: frames sent
+    /// across are lost.
+    pub fn partition(&mut self, a: &[Endpoint], b: &[Endpoint]) {
+        let now = self.sim.now();
+        self.sim.execute(now, Event::Block(links(a, b)));
+    }
+
+    /// End a [`Scenario::partition`] of the same sides.
+    pub fn heal(&mut self, a: &[Endpoint], b: &[Endpoint]) {
+        let now = self.sim.now();
+        self.sim.execute(now, Event::Heal(links(a, b)));
     }
 
     /// Release every hold, run to the end, and judge the run as
@@ -213,7 +298,36 @@ impl Scenario {
     }
 }
 
+/// Every link between an endpoint of `a` and one of `b`, both ways.
+fn links(a: &[Endpoint], b: &[Endpoint]) -> Vec<(Addr, Addr)> {
+    let addr = |e: &Endpoint| match *e {
+        Endpoint::Node(n) => Addr::Node(n),
+        Endpoint::Client(c) => Addr::Client(c),
+    };
+    let mut out = Vec::new();
+    for x in a {
+        for y in b {
+            out.push((addr(x), addr(y)));
+            out.push((addr(y), addr(x)));
+        }
+    }
+    out
+}
+
 impl Sim {
+    /// The simulated true time, ns.
+    pub fn now_ns(&self) -> u64 {
+        self.now()
+    }
+
+    /// The configuration node `n` holds now; `None` while it is crashed.
+    pub fn node_config(&self, n: u32) -> Option<&meridian_config::Configuration> {
+        self.nodes
+            .get(n as usize)
+            .and_then(|s| s.process.as_ref())
+            .map(|p| p.config())
+    }
+
     /// The records of node `n`'s write-ahead log that are durable (fsynced,
     /// after its last checkpoint), with their sequence numbers.
     pub fn durable_log(&self, n: u32) -> &[(u64, DurableRecord)] {

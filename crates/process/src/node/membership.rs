@@ -376,6 +376,14 @@ impl NodeProcess {
             || removed_unaware
             || restored_same
         {
+            if removed_unaware {
+                meridian_bugs::mark!("a removed node unaware of it answers a probe as empty");
+            }
+            if restored_same {
+                meridian_bugs::mark!(
+                    "a restored node answers a probe of its configuration as empty"
+                );
+            }
             // Never again accept a NEW-CONFIG of this configuration (from
             // its old CM): having counted toward a successor's probe, this
             // node must not grant that CM a lease.

@@ -141,6 +141,9 @@ impl Reconfig {
             .filter(|n| self.config.is_member(*n) && *n != self.me)
             .collect();
         if !suspects.is_empty() {
+            if matches!(self.state, State::Committing { .. }) {
+                meridian_bugs::mark!("a CM still committing suspects a member");
+            }
             self.start_probe(now, suspects);
         }
     }
@@ -153,6 +156,9 @@ impl Reconfig {
         let cm = self.config.cm();
         if cm == self.me {
             return;
+        }
+        if self.pending_commit {
+            meridian_bugs::mark!("a member awaiting NEW-CONFIG-COMMIT suspects its CM");
         }
         let ring: Vec<NodeId> = {
             let members = self.config.members();
@@ -180,6 +186,9 @@ impl Reconfig {
         };
         let my_turn = now >= since.saturating_add(self.params.lease.lease_ns * rank as u64);
         if rank == 0 || (my_turn && now > since) {
+            if rank > 0 {
+                meridian_bugs::mark!("a backup CM of rank k probes k leases after suspecting");
+            }
             self.start_probe(now, [cm].into_iter().collect());
         } else {
             let me = self.me;
@@ -387,6 +396,9 @@ impl Reconfig {
             // A suspect counts only as empty (see `start_probe`).
             let counts = was_emptied || !suspects.contains(&from);
             if *s == seq && config == *probed && in_base && counts {
+                if was_emptied && suspects.contains(&from) {
+                    meridian_bugs::mark!("a suspect that restarted empty counts toward a probe");
+                }
                 if was_emptied {
                     if !replied.contains(&from) {
                         empty.insert(from);

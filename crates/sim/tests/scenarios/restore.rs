@@ -1,27 +1,15 @@
-//! Scripted scenarios: regression tests that drive the simulator into the
-//! window they guard with explicit steps (hold, crash, restart, release)
-//! and conditions on protocol state, so no change of message schedule can
-//! move them off it. Each asserts the coverage mark of the code that
-//! guards its window, and its injected bug is both hit and caught.
+//! A restored primary and lock recovery (FaRM §5.3).
 
+use super::disk_bank;
 use meridian_bugs::{marks, Bug, Bugs};
 use meridian_process::node::DurableRecord;
-use meridian_sim::{Endpoint, EventView, Scenario, Sim, SimConfig};
+use meridian_sim::{Endpoint, EventView, Scenario, Sim};
 use meridian_txn::Mutation;
 use meridian_wire::{
     Conflict, Frame, LockRecord, NodeId, Request, Response, TxId, TxnRequest, TxnResponse,
 };
 use std::cell::Cell;
 use std::rc::Rc;
-
-/// The bank workload in disk mode with no random faults: the scenarios
-/// script their own.
-fn disk_bank(seed: u64) -> SimConfig {
-    let mut cfg = SimConfig::bank(seed);
-    cfg.faults.disk = true;
-    cfg.txns_per_client = 120;
-    cfg
-}
 
 /// The transaction request a durable participant record logged, if any.
 fn logged_request(r: &DurableRecord) -> Option<&TxnRequest> {
