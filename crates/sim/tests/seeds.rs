@@ -121,9 +121,6 @@ fn rows_seeds_pass_the_checker() {
 ///   would leave its locks held for good once that configuration commits.
 /// - 748: the CM adds a joining node, CASes and crashes before the node
 ///   hears; unless removed nodes answer probes, only two of four remain.
-/// - 854: a whole-cluster crash after n1 CASes configuration 6 but before
-///   it applies it: 6 must be renewed, since n0's renewal of 5 loses every
-///   CAS.
 /// - 437 (with the read lock wait on, 5 ms): n0, CM of 2, and n1 probe at
 ///   once across a one-way partition; n1's configuration 3 removes n0 and
 ///   wins the CAS, and n0 then CASes a successor of 3 that adds itself back
@@ -132,7 +129,7 @@ fn rows_seeds_pass_the_checker() {
 ///   stored configuration stops (`Removed`) and joins again.
 #[test]
 fn swarm_seeds_with_rare_liveness_windows_finish() {
-    for (seed, wait_us) in [(564, 0), (748, 0), (854, 0), (437, 5_000)] {
+    for (seed, wait_us) in [(564, 0), (748, 0), (437, 5_000)] {
         let cfg = SimConfig {
             read_lock_wait_us: wait_us,
             ..SimConfig::swarm(seed)
@@ -193,12 +190,6 @@ fn swarm_seeds_pass_the_checker() {
 ///   (`clock.max_sample_age_us`) and the new master waits for them.
 /// - 1379: safety across reconfiguration.
 /// - 155, 331 with node pauses added: pauses combined with crashes.
-/// - 407: after a whole-cluster crash no FF survives, so a restarted CM
-///   that resumed its own clock would go below timestamps its predecessor
-///   handed out (G-single-realtime); the time bound stored in the
-///   coordination service keeps global time monotonic. The simulator's
-///   global-time oracle catches that bug directly (a master started at FF
-///   alone fails the swarm sweep).
 /// - 956 (one-way partition, pauses, drift): a member that never synced
 ///   with the first master (paused) reports no clock bound, and the old
 ///   master could serve time up to a bound its successor raised, so the new
@@ -213,7 +204,7 @@ fn swarm_seeds_pass_the_checker() {
 ///   between any two clocks.
 #[test]
 fn regression_seeds_pass_the_checker() {
-    for seed in [3515, 780, 1379, 407, 956, 401, 424] {
+    for seed in [3515, 780, 1379, 956, 401, 424] {
         run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
     }
     for seed in [155, 331] {
@@ -267,17 +258,6 @@ fn ycsb_runs_in_the_simulator_with_and_without_faults() {
 ///   cut off while it resends NEW-CONFIG-COMMIT; the member, back after the
 ///   partition heals, waits for the commit, and recovery with it, so the CM
 ///   resends an unfinished commit until acknowledged or superseded.
-/// - 750 (whole-cluster crash, disk, partitions): the CM's last proposal is
-///   stored in the coordination service but the crash comes before its
-///   answer. A restored CM that renewed an older configuration would lose
-///   the CAS to its own proposal, and restored members that accepted only a
-///   renewal of exactly their configuration would refuse the rest. The
-///   restored CM renews the stored proposal, and a restored member accepts
-///   any later configuration of that CM whose complete replicas for it were
-///   complete when it was restored.
-/// - 133 (whole-cluster crash, disk): as 750, but the stored proposal
-///   removes a member, so its renewal promotes restored backups, which
-///   restored members wanting exactly their replicas would refuse.
 /// - 1752 (one-way partition, crashes, disk): two backup CMs that cannot
 ///   reach a majority probe each other every lease; each answer pauses the
 ///   answerer's renewals with the live CM, which then suspects them too. A
@@ -285,7 +265,7 @@ fn ycsb_runs_in_the_simulator_with_and_without_faults() {
 ///   once.
 #[test]
 fn liveness_regression_seeds_finish() {
-    for seed in [8, 265, 183, 651, 750, 133, 1752] {
+    for seed in [8, 265, 183, 651, 1752] {
         let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             !r.timed_out,
@@ -1242,23 +1222,6 @@ fn a_copy_served_during_lock_recovery_carries_the_held_keys() {
 #[test]
 fn a_replica_reports_its_strongest_evidence_to_recovery() {
     run_and_check(early_answer(SimConfig::swarm(1945))).unwrap_or_else(|e| panic!("{e}"));
-}
-
-/// Opacity across a restored clock master, swarm seed 1909 with the early
-/// COMMIT-PRIMARY answer: the clock master n1 crashes, restarts from disk
-/// and renews its configuration as CM again (12, FF 662,736,539 ns) with a
-/// fresh clock. The CM has not changed, so members and clients that kept
-/// the samples of its previous incarnation would mix the two clocks: T187
-/// (client 3, synchronised with the new clock) reads a key at n1 with
-/// `read_ts` 664,498,359 and sees the old value; T83 (client 1, on the old
-/// samples) then locks that key and commits at `write_ts` 664,082,928,
-/// below that `read_ts`. A restored CM's renewal carries a new
-/// `Configuration::clock_epoch`, and members and clients fail their clocks
-/// over at it as at a change of CM (with that check removed, this seed
-/// fails).
-#[test]
-fn a_restored_cms_renewal_starts_a_new_clock_epoch() {
-    run_and_check(early_answer(SimConfig::swarm(1909))).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Swarm seed 21794 (long delays, stalls, node crashes and pauses, disk):

@@ -548,14 +548,18 @@ impl ClientProcess {
         // configuration with a fresh clock (`Configuration::clock_epoch`):
         // either way the old clock's samples must go.
         if failover && !self.managed {
+            if config.cm() == self.cm {
+                meridian_bugs::mark!(
+                    "a client fails its clock over at a new clock epoch of its CM"
+                );
+            }
             // Never hand out a timestamp below one handed out before.
             let ff = self.clock.fast_forward_value(now);
             self.clock.follow_new_master(ff, config.clock.drift_ppm);
             self.next_sync_ns = None;
             // A sync still in flight to the old master is abandoned: it
             // would hold off every sync with the new one until its RPC
-            // timeout (10 s by default; found killing the CM of a real
-            // cluster), and a late answer must not be taken as the new
+            // timeout (10 s by default), and a late answer must not be taken as the new
             // master's time.
             let stale: Vec<u64> = self
                 .rpcs

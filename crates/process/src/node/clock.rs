@@ -213,6 +213,11 @@ impl NodeProcess {
                 // won: above every time any earlier master handed out, even
                 // what no FF value remembers (a whole-cluster restart).
                 // Later raises are covered by FF, as in FaRMv2 §4.3.
+                if start > clock_ff_ns {
+                    meridian_bugs::mark!(
+                        "a new clock master starts at the stored time bound above FF"
+                    );
+                }
                 clock.become_master(now, clock_ff_ns.max(start));
                 clock.set_time_bound(bound, reserve);
                 let offset = clock.master_offset_ns();

@@ -55,11 +55,15 @@ impl NodeProcess {
             // crash kept it from applying: renew that one.
             match self.reconfig.service_config().cloned() {
                 Some(base) if base.cm() == self.id => {
+                    meridian_bugs::mark!("a restored CM renews its own stored proposal");
                     let mut next = base.renewed();
                     next.clock_epoch = next.config_id;
                     self.reconfig.propose_over(now, &base, next);
                 }
                 _ => {
+                    meridian_bugs::mark!(
+                        "a restored CM renews its configuration with a new clock epoch"
+                    );
                     let mut next = self.config.renewed();
                     next.clock_epoch = next.config_id;
                     self.reconfig.propose(now, next);
@@ -108,6 +112,7 @@ impl NodeProcess {
         if !complete_replicas(&next, self.id).is_subset(&self.restored_complete()) {
             return;
         }
+        meridian_bugs::mark!("a restored node renews a CAS it won and never applied");
         self.reconfig.propose_over(now, &base, next);
         self.after_engines(now);
     }
@@ -306,8 +311,14 @@ impl NodeProcess {
                         && c.members() == self.config.members()
                         && c.regions() == self.config.regions()
                         && c.cm() == self.config.cm();
+                    let held = !exact && restored_replicas_hold(&c, &had, me);
+                    if held {
+                        meridian_bugs::mark!(
+                            "a restored member accepts a later configuration its replicas allow"
+                        );
+                    }
                     exact
-                        || restored_replicas_hold(&c, &had, me)
+                        || held
                         || meridian_bugs::bug!(
                             self.bugs,
                             ReaddedKeepsLog,

@@ -6,6 +6,7 @@
 //! code, the bug is both hit and caught.
 
 mod reconfig;
+mod restart;
 mod restore;
 
 use meridian_sim::{Endpoint, EventView, Scenario, Sim, SimConfig};
