@@ -21,6 +21,12 @@ pub fn count(name: &str) -> u64 {
     MARKS.with(|m| m.borrow().get(name).copied().unwrap_or(0))
 }
 
+/// Every mark hit on this thread so far, with its count (in name
+/// order): which windows a run reached.
+pub fn snapshot() -> BTreeMap<&'static str, u64> {
+    MARKS.with(|m| m.borrow().clone())
+}
+
 /// A watch on one mark, from now on: `let w = watch("name"); ...;
 /// w.assert_hit();`.
 #[must_use = "a watch asserts nothing until asked"]

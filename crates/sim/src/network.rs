@@ -109,6 +109,9 @@ impl Sim {
         frame: Frame,
     ) {
         if to_inc != self.inc_of(to) || self.blocked.contains_key(&(from, to)) {
+            if to_inc != self.inc_of(to) && matches!(to, Addr::Client(_)) {
+                meridian_bugs::mark!("a frame for a client's previous incarnation is dropped");
+            }
             self.dropped += 1;
             return;
         }

@@ -264,11 +264,19 @@ impl Scenario {
         self.sim.execute(now, Event::RestartNode(n));
     }
 
-    /// Crash client `c` now (it restarts as a new incarnation, as in a
-    /// seeded run).
+    /// Crash client `c` now: its transaction in progress ends with an
+    /// unknown outcome, and it sends nothing until
+    /// [`Scenario::restart_client`].
     pub fn crash_client(&mut self, c: u32) {
         let now = self.sim.now();
         self.sim.execute(now, Event::CrashClient(c));
+    }
+
+    /// Start client `c` again, as a new incarnation that goes on with the
+    /// workload.
+    pub fn restart_client(&mut self, c: u32) {
+        let now = self.sim.now();
+        self.sim.execute(now, Event::ClientStart(c));
     }
 
     /// Cut every link between the endpoints of `a` and those of `b`, both

@@ -11,9 +11,9 @@
 //! asserts the mark of the rule it guards, so a schedule change that moves
 //! a seed off its window fails the test instead of passing it vacuously.
 
-use meridian_bugs::{Bug, Bugs};
+use meridian_bugs::{marks, Bug, Bugs};
 use meridian_process::node::NodeEvent;
-use meridian_sim::{run_and_check, Faults, Sim, SimConfig};
+use meridian_sim::{run_and_check, Faults, Sim, SimConfig, SimReport};
 use meridian_wire::NodeId;
 use std::collections::BTreeMap;
 
@@ -59,6 +59,31 @@ fn assert_finishes(cfg: SimConfig) {
         r.faults.describe(),
         r.stuck.join("\n")
     );
+}
+
+/// Runs `cfg` through the checker and asserts that the run reached the
+/// code path marked `mark` (the rule the seed guards): a seed whose
+/// schedule moved off its window fails here instead of passing without
+/// testing anything. With `live`, the run must also finish (or lose a
+/// region, beyond the fault model).
+fn reaches(mark: &'static str, cfg: SimConfig, live: bool) -> SimReport {
+    let seed = cfg.seed;
+    let watch = marks::watch(mark);
+    let r = run_and_check(cfg).unwrap_or_else(|e| panic!("{e}"));
+    if live {
+        assert!(
+            r.region_lost || !r.timed_out,
+            "seed {seed} ({}): stuck:\n{}",
+            r.faults.describe(),
+            r.stuck.join("\n")
+        );
+    }
+    assert!(
+        watch.hits() > 0,
+        "seed {seed} no longer reaches {mark:?}: its schedule moved off the \
+         window; find a seed that does, or script the window in tests/scenarios/"
+    );
+    r
 }
 
 #[test]
@@ -116,12 +141,12 @@ fn rows_seeds_pass_the_checker() {
 /// Swarm seeds whose schedules reach a reconfiguration corner that leaves
 /// the run stuck without its rule (the checker passes them; only liveness
 /// is at stake), each with the interleaving it reaches:
-/// - 564: a backup that has not yet applied the configuration refuses a
+/// - 10: a backup that has not yet applied the configuration refuses a
 ///   COMMIT-BACKUP; a client that gave the decided transaction up then
 ///   would leave its locks held for good once that configuration commits.
-/// - 748: the CM adds a joining node, CASes and crashes before the node
+/// - 154: the CM adds a joining node, CASes and crashes before the node
 ///   hears; unless removed nodes answer probes, only two of four remain.
-/// - 437 (with the read lock wait on, 5 ms): n0, CM of 2, and n1 probe at
+/// - 437: n0, CM of 2, and n1 probe at
 ///   once across a one-way partition; n1's configuration 3 removes n0 and
 ///   wins the CAS, and n0 then CASes a successor of 3 that adds itself back
 ///   as CM. n2, in 3, refuses that NEW-CONFIG as a non-member's, and n1's 3
@@ -129,13 +154,19 @@ fn rows_seeds_pass_the_checker() {
 ///   stored configuration stops (`Removed`) and joins again.
 #[test]
 fn swarm_seeds_with_rare_liveness_windows_finish() {
-    for (seed, wait_us) in [(564, 0), (748, 0), (437, 5_000)] {
-        let cfg = SimConfig {
-            read_lock_wait_us: wait_us,
-            ..SimConfig::swarm(seed)
-        };
-        assert_finishes(cfg);
+    for (seed, mark) in [
+        (
+            10,
+            "a lagging participant's refusal of a decided commit is resent",
+        ),
+        (154, "a removed node unaware of it answers a probe as empty"),
+    ] {
+        reaches(mark, SimConfig::swarm(seed), true);
     }
+    // No swarm seed of 0–4999 reaches the probe-end check for 437's
+    // window any more (a lost CAS or a read of the stored configuration
+    // removes the node first); it stays a sweep seed.
+    assert_finishes(SimConfig::swarm(437));
 }
 
 /// The CI subset of the swarm: a random mix of faults per seed.
@@ -179,7 +210,7 @@ fn swarm_seeds_pass_the_checker() {
 
 /// Swarm seeds whose schedules reach a safety hazard, each with the
 /// interleaving and the rule that keeps it safe:
-/// - 3515: a COMMIT-PRIMARY ack rejected by a restarted node must not leave
+/// - 350 and 1199: a COMMIT-PRIMARY ack rejected by a restarted node must not leave
 ///   the other ack RPCs of a forgotten transaction behind (ClientProcess
 ///   invariant).
 /// - 780: the CM (the clock master) is cut off, and a client that has not
@@ -204,7 +235,20 @@ fn swarm_seeds_pass_the_checker() {
 ///   between any two clocks.
 #[test]
 fn regression_seeds_pass_the_checker() {
-    for seed in [3515, 780, 1379, 956, 401, 424] {
+    for (seed, mark) in [
+        (350, "a forgotten commit's outstanding ack RPCs go with it"),
+        (1199, "a forgotten commit's outstanding ack RPCs go with it"),
+        (780, "a client's clock samples expire"),
+        (
+            956,
+            "a replaced clock master ignores its successor's time bound",
+        ),
+        (401, "a reset participant keeps journaling"),
+    ] {
+        reaches(mark, SimConfig::swarm(seed), false);
+    }
+    // Sweep seeds that once failed, with no single window to mark.
+    for seed in [1379, 424] {
         run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
     }
     for seed in [155, 331] {
@@ -247,32 +291,32 @@ fn ycsb_runs_in_the_simulator_with_and_without_faults() {
 
 /// Liveness: these swarm seeds reach reconfiguration interleavings that
 /// leave the run stuck without their rules, and must finish.
-/// - 8 (loss, pauses, drift): a member's lease runs out at the CM (it
+/// - 9: a member's lease runs out at the CM (it
 ///   answered another node's probe) just before its ACK comes, and the CM
 ///   abandons its proposal; the probe that follows finds a minority, and
 ///   the CM must not sit on a configuration nobody will commit.
-/// - 265 (whole-cluster crash, disk): a member comes back without its disk
+/// - 265: a member comes back without its disk
 ///   state; the restored CM suspects it at its JOIN instead of waiting
 ///   `formation_grace_ms` (2 s) for its lease.
-/// - 183 and 651 (partitions, pauses, crashes): the CM suspects a member
+/// - 2 and 651: the CM suspects a member
 ///   cut off while it resends NEW-CONFIG-COMMIT; the member, back after the
 ///   partition heals, waits for the commit, and recovery with it, so the CM
 ///   resends an unfinished commit until acknowledged or superseded.
-/// - 1752 (one-way partition, crashes, disk): two backup CMs that cannot
+/// - 27: two backup CMs that cannot
 ///   reach a majority probe each other every lease; each answer pauses the
 ///   answerer's renewals with the live CM, which then suspects them too. A
 ///   prober without a majority sends PROBE-FAILED and the answerers renew at
 ///   once.
 #[test]
 fn liveness_regression_seeds_finish() {
-    for seed in [8, 265, 183, 651, 1752] {
-        let r = run_and_check(SimConfig::swarm(seed)).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            !r.timed_out,
-            "seed {seed} ({}): stuck:\n{}",
-            r.faults.describe(),
-            r.stuck.join("\n")
-        );
+    for (seed, mark) in [
+        (9, "a CM abandons a proposal members never acknowledged"),
+        (265, "a member's JOIN forfeits its lease grace at the CM"),
+        (2, "a CM resends an unfinished commit after a probe"),
+        (651, "a CM resends an unfinished commit after a probe"),
+        (27, "a PROBE-FAILED from every prober resumes renewals"),
+    ] {
+        reaches(mark, SimConfig::swarm(seed), true);
     }
 }
 
@@ -830,41 +874,57 @@ fn lock_waits_that_read_past_the_lock_are_caught() {
 /// backup.
 #[test]
 fn the_end_of_run_check_waits_out_a_crashed_clients_untruncated_commit() {
-    run_and_check(SimConfig::swarm(5658)).unwrap_or_else(|e| panic!("{e}"));
+    reaches(
+        "the end-of-run check waits out a member's untruncated log",
+        SimConfig::swarm(5658),
+        false,
+    );
 }
 
-/// Swarm seed 1569 (the log fsyncing on demand): a primary holds a key for
+/// A primary holds a key for
 /// lock recovery of a transaction it has committed; the recovery's
 /// coordinator leaves before deciding it, and the client's TRUNCATE,
 /// arriving in the next configuration, drops the records. A hold left in
 /// place then has no record for any later configuration to recover, and
 /// every read of the key would wait 5 ms and come back TooOld. A truncation
 /// releases the holds of regions whose writes are in place
-/// (`Participant::truncate`).
+/// (`Participant::truncate`). Swarm seeds 13 and 32 reach the release;
+/// `truncation_releases_the_recovery_holds_of_a_transaction_in_place`
+/// scripts it in the participant.
 #[test]
 fn a_truncation_releases_lock_recovery_holds_on_installed_regions() {
-    let r = run_and_check(SimConfig::swarm(1569)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        r.region_lost || !r.timed_out,
-        "seed 1569: stuck ({} committed)",
-        r.committed
-    );
+    for seed in [13, 32] {
+        reaches(
+            "a truncation releases lock recovery's holds on installed regions",
+            SimConfig::swarm(seed),
+            true,
+        );
+    }
 }
 
-/// Swarm seed 2562, with the read lock wait on (the default): n3, CASing a
-/// proposal 11 over configuration 10 (learned from a failed CAS), receives
-/// n2's NEW-CONFIG 10 meanwhile. Applying it would drop n3's attempt while
-/// its CAS still succeeds, leaving the service with an 11 that no node
-/// applies: every later raise of n2's time bound would be refused and its
-/// clock, the clock master's, would stop serving, while the members,
-/// renewing their leases with a live CM, never suspect it. A prober whose
+/// A prober CASing a proposal c+1 over configuration c (learned from a
+/// failed CAS) receives c's NEW-CONFIG from its CM meanwhile. Applying it
+/// would drop the attempt while its CAS still succeeds, leaving the
+/// service with a c+1 that no node applies: every later raise of the CM's
+/// time bound would be refused and its clock, the clock master's, would
+/// stop serving, while the members, renewing their leases with a live CM,
+/// never suspect it. A prober whose
 /// CAS is in flight answers an older configuration's NEW-CONFIG only once
 /// the CAS is decided (the CM resends). Keeping the attempt alive while
 /// acknowledging the NEW-CONFIG is no alternative: it breaks strict
-/// serializability (a lease to n2 the new CM does not outwait).
+/// serializability (a lease to c's CM that the new CM does not outwait).
+/// Swarm seeds 3234, 3750 and 4244 reach the deferral (3 of 5,000);
+/// `a_prober_casing_over_a_configuration_defers_its_new_config` scripts it
+/// in the reconfiguration engine.
 #[test]
 fn a_cas_in_flight_defers_an_older_new_config_and_the_run_finishes() {
-    assert_finishes(SimConfig::swarm(2562));
+    for seed in [3234, 3750, 4244] {
+        reaches(
+            "a CAS in flight defers an older NEW-CONFIG",
+            SimConfig::swarm(seed),
+            true,
+        );
+    }
 }
 
 /// Safety, swarm seed 3935: a committed insert must not vanish. T302
@@ -917,6 +977,12 @@ fn reads_waiting_on_locks_held_through_a_recovery_still_finish() {
 ///   (`Participant::reconfigure`).
 /// - 3691: a committed row read as absent when step 5 holds without the two
 ///   rules above.
+///
+/// No swarm seed of 0–4999 reaches the first window any more;
+/// `commit_recovery_of_one_region_keeps_the_holds_of_another` and
+/// `lock_recovery_after_another_regions_decision_still_holds` script it in
+/// the participant (the first asserts its mark). These seeds stay as sweep
+/// seeds for the second.
 #[test]
 fn recovery_unblocks_a_region_only_once_its_writes_are_in_place() {
     for seed in [4284, 4779, 4639, 3691] {
@@ -924,33 +990,42 @@ fn recovery_unblocks_a_region_only_once_its_writes_are_in_place() {
     }
 }
 
-/// Liveness, swarm seed 2802 (disk, whole-cluster crash), with data
-/// recovery waiting for lock recovery: n2 and n3 finish filling regions
-/// and report ready, the CM records them complete, and the whole cluster
-/// crashes. Restored in the configuration that lists them as filling, they
+/// Liveness, with data recovery waiting for lock recovery: new replicas
+/// finish filling regions and report ready, the CM records them complete,
+/// and the whole cluster crashes. Restored in the configuration that lists them as filling, they
 /// would refuse every later NEW-CONFIG (it gives them complete replicas
 /// they did not have "when restored"). The participant journals a finished
 /// fill (`Participant::mark_filled`), which counts as a complete replica.
-/// Seeds 4422, 4899 and 4992 reach neighbouring restore schedules and must
-/// finish too.
+/// Swarm seeds 2802, 7 and 12 reach it.
 #[test]
 fn a_journaled_fill_counts_as_complete_after_a_cluster_crash() {
-    for seed in [2802, 4422, 4899, 4992] {
-        assert_finishes(SimConfig::swarm(seed));
+    for seed in [2802, 7, 12] {
+        reaches(
+            "a restored node counts its journaled fills complete",
+            SimConfig::swarm(seed),
+            true,
+        );
     }
 }
 
-/// Liveness, swarm seed 4033: n3's CAS of configuration 2 (CM n3, members
-/// 2–4) wins, its answer is lost, and n3 crashes and is restored in 1. It
-/// hosts no coordination replica, so on its own it never learns that the
-/// service names it the CM of 2, and nobody else can replace 2 (the old CM
-/// is removed by it, and the two survivors are a minority without the
-/// restored, silent nodes). A restored node without a replica reads the
-/// service (`CoordMessage::Read`) and renews the configuration it won
-/// (`renew_unapplied_proposal`).
+/// Liveness: a prober's CAS of configuration c+1 (with itself as CM)
+/// wins, its answer is lost, and it crashes and is restored in c. If it
+/// hosts no coordination replica, on its own it never learns that the
+/// service names it the CM of c+1, and nobody else can replace c+1 (the
+/// old CM is removed by it, and the survivors may be a minority without
+/// the restored, silent nodes). A restored node without a replica reads
+/// the service (`CoordMessage::Read`) and renews the configuration it won
+/// (`renew_unapplied_proposal`). Swarm seeds 1187 and 2978 reach the
+/// renewal (2 of 5,000).
 #[test]
 fn a_restored_node_without_a_coord_replica_renews_the_cas_it_won() {
-    assert_finishes(SimConfig::swarm(4033));
+    for seed in [1187, 2978] {
+        reaches(
+            "a restored node renews a CAS it won and never applied",
+            SimConfig::swarm(seed),
+            true,
+        );
+    }
 }
 
 /// Swarm seed 9253 (a node paused past its lease, one-way partitions,
@@ -967,7 +1042,11 @@ fn a_restored_node_without_a_coord_replica_renews_the_cas_it_won() {
 /// its source would (FaRM §5.3 step 6).
 #[test]
 fn a_copied_region_votes_truncated_as_its_source_would() {
-    run_and_check(SimConfig::swarm(9253)).unwrap_or_else(|e| panic!("{e}"));
+    reaches(
+        "a filled replica learns its source's truncations",
+        SimConfig::swarm(9253),
+        false,
+    );
 }
 
 /// Blind writes (keys written without being read) are locked without
@@ -1070,7 +1149,11 @@ fn commits_reported_before_write_ts_passed_are_caught() {
 /// it removed, and n0 joins again.
 #[test]
 fn resends_refused_as_mismatched_end_and_the_removed_cm_rejoins() {
-    assert_finishes(SimConfig::swarm(10499));
+    reaches(
+        "a CAS lost to a configuration without this node removes it",
+        SimConfig::swarm(10499),
+        true,
+    );
 }
 
 /// A whole-cluster crash in memory mode loses every region (a fault mix
@@ -1097,17 +1180,25 @@ fn a_memory_mode_cluster_crash_counts_as_lost() {
     );
 }
 
-/// Liveness, swarm seed 25297: n0, CM of configuration 5 (a rebalancing
-/// step) and waiting for n2's ACK behind a partition, gives up on it and
-/// probes; the probe has its majority, but the CAS gets no answer (n0 is
-/// cut off from the service's leader) and the CAS client gives up. A
+/// Liveness: a CM waiting for a member's ACK behind a partition gives up
+/// on it and probes; the probe has its majority, but the CAS gets no
+/// answer (the CM is cut off from the service's leader) and the CAS client
+/// gives up. A
 /// prober that dropped the attempt would become a plain member again and,
 /// with its own proposal abandoned for the probe, wait for a commit nobody
 /// sends, suspecting no one. A CAS without an answer is asked again a lease
-/// later.
+/// later. Swarm seeds 959, 1900 and 2950 reach it (3 of 5,000); the
+/// reconfiguration engine's `a_cas_without_an_answer_is_asked_again`
+/// scripts it.
 #[test]
 fn an_unanswered_cas_is_asked_again_a_lease_later() {
-    assert_finishes(SimConfig::swarm(25297));
+    for seed in [959, 1900, 2950] {
+        reaches(
+            "an unanswered CAS is asked again a lease later",
+            SimConfig::swarm(seed),
+            true,
+        );
+    }
 }
 
 /// Liveness, swarm seed 26030: n0, CM of configuration 2 = {0,1,3,4},
@@ -1120,7 +1211,11 @@ fn an_unanswered_cas_is_asked_again_a_lease_later() {
 /// three.
 #[test]
 fn a_probe_without_a_majority_reads_the_stored_configuration() {
-    let r = run_and_check(SimConfig::swarm(26030)).unwrap_or_else(|e| panic!("{e}"));
+    let r = reaches(
+        "a probe without a majority reads the stored configuration",
+        SimConfig::swarm(26030),
+        true,
+    );
     assert!(
         !r.timed_out && r.committed > 0,
         "seed 26030 ({}): stuck with {} committed:\n{}",
@@ -1141,7 +1236,11 @@ fn a_probe_without_a_majority_reads_the_stored_configuration() {
 /// member's own id, this seed fails.
 #[test]
 fn a_probe_carries_the_id_of_the_configuration_it_probes() {
-    let r = run_and_check(SimConfig::swarm(22870)).unwrap_or_else(|e| panic!("{e}"));
+    let r = reaches(
+        "a probe carries the id of the stored configuration it probes",
+        SimConfig::swarm(22870),
+        true,
+    );
     assert!(r.committed > 0 && !r.timed_out, "seed 22870: stuck");
 }
 
@@ -1167,24 +1266,32 @@ fn a_refilled_replica_does_not_bring_back_a_collected_delete() {
     assert!(!r.timed_out, "seed 2447 ({}): stuck", r.faults.describe());
 }
 
-/// Swarm seed 17050: the CM n0, primary of r4, has two new backups (n2,
-/// n3), and both finish filling; their `ReplicaReady` reaches only n0's
-/// memory, and n0 crashes 28 ms later, before any configuration records
-/// the copies complete. A remap that knew only the recorded copies would
-/// take n0's copy for r4's only complete one and report r4 lost. Probe
-/// answers carry the regions a member finished filling, and the remap
-/// counts those copies complete: the run finishes, no region lost.
+/// The CM, primary of a region, has two new backups, and both finish
+/// filling; their `ReplicaReady` reaches only the CM's memory, and the CM
+/// crashes before any configuration records the copies complete. A remap
+/// that knew only the recorded copies would take the CM's copy for the
+/// region's only complete one and report it lost. Probe answers carry the
+/// regions a member finished filling, and the remap counts those copies
+/// complete. Swarm seeds 5 and 7 reach it, and
+/// `copies_filled_before_the_cm_failed_survive_it` scripts it in the
+/// reconfiguration engine.
 #[test]
 fn a_remap_counts_copies_a_member_finished_filling() {
-    let r = run_and_check(SimConfig::swarm(17050)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        !r.region_lost && !r.timed_out,
-        "seed 17050 ({}): lost {} timed out {}:\n{}",
-        r.faults.describe(),
-        r.region_lost,
-        r.timed_out,
-        r.stuck.join("\n")
-    );
+    for seed in [5, 7] {
+        let r = reaches(
+            "a remap counts copies a member finished filling",
+            SimConfig::swarm(seed),
+            true,
+        );
+        assert!(
+            !r.region_lost && !r.timed_out,
+            "seed {seed} ({}): lost {} timed out {}:\n{}",
+            r.faults.describe(),
+            r.region_lost,
+            r.timed_out,
+            r.stuck.join("\n")
+        );
+    }
 }
 
 /// The rare path of the fill fence, which swarm seed 269 with the early
@@ -1221,7 +1328,11 @@ fn a_copy_served_during_lock_recovery_carries_the_held_keys() {
 /// whose evidence is weaker than the region's.
 #[test]
 fn a_replica_reports_its_strongest_evidence_to_recovery() {
-    run_and_check(early_answer(SimConfig::swarm(1945))).unwrap_or_else(|e| panic!("{e}"));
+    reaches(
+        "step 5 upgrades a replica whose evidence is weaker than the region's",
+        early_answer(SimConfig::swarm(1945)),
+        false,
+    );
 }
 
 /// Swarm seed 21794 (long delays, stalls, node crashes and pauses, disk):
@@ -1366,16 +1477,54 @@ fn a_removed_node_readded_as_filling_forgets_its_log() {
     }
 }
 
-/// Swarm seed 8896 and the time oracle: a client restarts while a clock
-/// sync of its previous incarnation is held back in the network; the
-/// master's lease thread answers it late, and the new incarnation's own
-/// sync has the same RPC id. Delivered to the new incarnation, that answer
-/// would give the new clock a master time read before its request left,
-/// and its upper bound would fall below the master's time (a `read_ts`
-/// 258 µs in the past). Real sockets die with their process; the simulator
-/// drops such answers, as its process path does.
+/// Which coverage marks each swarm seed reaches: the search that finds a
+/// seed for a window when its old one moved off it. Run with
+/// `MERIDIAN_MARK_SEEDS=from..to cargo test --release -p meridian-sim
+/// --test seeds -- --ignored --nocapture marks_reached_by_swarm_seeds`
+/// (`MERIDIAN_MARK_VARIANT=early` for the early COMMIT-PRIMARY answer).
 #[test]
-fn a_restarted_client_takes_no_clock_sync_answer_meant_for_its_old_self() {
-    let r = run_and_check(SimConfig::swarm(8896)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(!r.timed_out, "stuck:\n{}", r.stuck.join("\n"));
+#[ignore]
+fn marks_reached_by_swarm_seeds() {
+    let range = std::env::var("MERIDIAN_MARK_SEEDS").unwrap_or_else(|_| "0..200".into());
+    let (from, to) = range.split_once("..").expect("from..to");
+    let (from, to): (u64, u64) = (from.parse().unwrap(), to.parse().unwrap());
+    let early = std::env::var("MERIDIAN_MARK_VARIANT").is_ok_and(|v| v == "early");
+    let threads = 2u64;
+    let found: Vec<BTreeMap<&'static str, Vec<u64>>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                sc.spawn(move || {
+                    let mut found: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+                    for seed in (from..to).filter(|s| s % threads == t) {
+                        let before = marks::snapshot();
+                        let cfg = if early {
+                            early_answer(SimConfig::swarm(seed))
+                        } else {
+                            SimConfig::swarm(seed)
+                        };
+                        let ok = run_and_check(cfg).is_ok();
+                        for (m, n) in marks::snapshot() {
+                            if ok && n > before.get(m).copied().unwrap_or(0) {
+                                found.entry(m).or_default().push(seed);
+                            }
+                        }
+                    }
+                    found
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    for f in found {
+        for (m, seeds) in f {
+            all.entry(m).or_default().extend(seeds);
+        }
+    }
+    for (m, mut seeds) in all {
+        seeds.sort();
+        let n = seeds.len();
+        seeds.truncate(8);
+        println!("{n:5} {m:?}: {seeds:?}");
+    }
 }

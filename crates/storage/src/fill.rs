@@ -190,6 +190,9 @@ impl RegionStore {
                 };
                 let drop = obj.versions.partition_point(|v| v.ts < source_safe_point);
                 obj.versions.drain(..drop);
+                if drop > 0 {
+                    meridian_bugs::mark!("the fill fence drops a stale write");
+                }
                 self.stats.stale_fill_writes += drop as u64;
                 match obj.versions.first() {
                     Some(v) => obj.floor_ts = v.ts,

@@ -236,6 +236,9 @@ impl ClientProcess {
         let limit = self.limits.rpc_attempts;
         if let Some(r) = self.rpcs.get_mut(&id) {
             if r.lag_refusals < limit {
+                meridian_bugs::mark!(
+                    "a lagging participant's refusal of a decided commit is resent"
+                );
                 r.lag_refusals += 1;
                 r.attempt = r.attempt.saturating_sub(1);
             }

@@ -132,6 +132,9 @@ impl ClientProcess {
             .filter(|(_, r)| r.purpose == Purpose::PostCommit(tx))
             .map(|(id, _)| *id)
             .collect();
+        if !ids.is_empty() {
+            meridian_bugs::mark!("a forgotten commit's outstanding ack RPCs go with it");
+        }
         for id in ids {
             self.remove_rpc(id);
         }

@@ -18,7 +18,11 @@ impl ClientProcess {
         write: bool,
         park: bool,
     ) -> Result<(), TxnError> {
-        let ticket = match self.clock.get_ts(now) {
+        let ticket = self.clock.get_ts(now);
+        if let Err(ClockError::Expired { .. }) = ticket {
+            meridian_bugs::mark!("a client's clock samples expire");
+        }
+        let ticket = match ticket {
             Ok(t) => t,
             Err(
                 ClockError::Expired { .. }

@@ -147,6 +147,9 @@ impl NodeProcess {
     /// synchronised and so reports no upper bound).
     pub fn on_time_bound(&mut self, now: u64, bound_ns: u64, cm: NodeId) {
         if cm != self.id {
+            if self.gateway.clock_mut().is_master() {
+                meridian_bugs::mark!("a replaced clock master ignores its successor's time bound");
+            }
             return;
         }
         if bound_ns >= self.time_bound_asked_ns {

@@ -472,6 +472,7 @@ impl NodeProcess {
             self.effects.push(NodeEffect::Discard(Discarded(stores)));
         }
         if journaling {
+            meridian_bugs::mark!("a reset participant keeps journaling");
             self.participant.enable_journal();
             self.wal.force_checkpoint = true;
         }

@@ -126,7 +126,11 @@ impl NodeProcess {
     /// it accept that NEW-CONFIG.
     fn restored_complete(&self) -> BTreeSet<RegionId> {
         let mut had = complete_replicas(&self.config, self.id);
-        had.extend(self.filled_here(&self.config));
+        let filled = self.filled_here(&self.config);
+        if !filled.is_empty() {
+            meridian_bugs::mark!("a restored node counts its journaled fills complete");
+        }
+        had.extend(filled);
         had
     }
 
@@ -419,6 +423,7 @@ impl NodeProcess {
         if self.config.is_member(joiner) {
             // A member that asks to join lost its memory: once removed it
             // is added back as a new member.
+            meridian_bugs::mark!("a member's JOIN forfeits its lease grace at the CM");
             self.lease.with(now, |r, now| {
                 if let LeaseRole::Cm(m) = r {
                     m.forfeit_grace(joiner, now);

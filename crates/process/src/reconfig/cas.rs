@@ -39,6 +39,7 @@ impl Reconfig {
                 // client counts a stored proposal equal to this one as
                 // swapped, so a CAS that took effect unanswered ends
                 // well.
+                meridian_bugs::mark!("an unanswered CAS is asked again a lease later");
                 self.state = State::Casing {
                     proposed,
                     probe_end_ns,
@@ -53,6 +54,7 @@ impl Reconfig {
                 // be suspected by itself, staying in it for good.
                 // Removed, it joins again (FaRM §5.2), as a probe over such
                 // a configuration makes it.
+                meridian_bugs::mark!("a CAS lost to a configuration without this node removes it");
                 self.service_config = None;
                 self.become_removed(current.id());
                 return;
@@ -145,6 +147,9 @@ mod tests {
     /// it was removed, as a probe over such a configuration does.
     #[test]
     fn a_cm_whose_cas_loses_to_a_configuration_without_it_is_removed() {
+        let removed = meridian_bugs::marks::watch(
+            "a CAS lost to a configuration without this node removes it",
+        );
         let mut net = Net::new(6);
         // The CM removes n5 and applies 2; n4 answers the probe, then is
         // cut off and never ACKs the NEW-CONFIG.
@@ -187,6 +192,7 @@ mod tests {
             net.nodes[&NodeId(0)].describe(),
             net.log
         );
+        removed.assert_hit();
     }
 
     /// A prober's CAS gets no answer (the CAS client gave up, cut off
@@ -196,6 +202,7 @@ mod tests {
     /// until the service answers.
     #[test]
     fn a_cas_without_an_answer_is_asked_again() {
+        let asked = meridian_bugs::marks::watch("an unanswered CAS is asked again a lease later");
         let mut net = Net::new(5);
         net.expiry_ns = 0;
         // The members reach each other, but the CAS of a node on the cut
@@ -241,6 +248,7 @@ mod tests {
         assert_eq!(net.store.id(), ConfigId(2), "{:?}", net.log);
         assert!(!net.store.is_member(NodeId(3)));
         assert_eq!(net.committed(0), (2, 0, false), "{:?}", net.log);
+        asked.assert_hit();
     }
 
     #[test]

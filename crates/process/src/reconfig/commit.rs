@@ -82,6 +82,9 @@ impl Reconfig {
                     self.answered
                         .retain(|_, (_, at)| at.saturating_add(pause_ns) > now);
                     self.resume_renewals = self.answered.is_empty();
+                    if self.resume_renewals {
+                        meridian_bugs::mark!("a PROBE-FAILED from every prober resumes renewals");
+                    }
                 }
             }
             ReconfigMessage::Probe { config, from, seq } => {
@@ -212,6 +215,7 @@ impl Reconfig {
                 // Acknowledging it and keeping the attempt instead
                 // would grant the CM a lease that the new CM does
                 // not outwait (a G-single cycle).
+                meridian_bugs::mark!("a CAS in flight defers an older NEW-CONFIG");
                 return;
             }
         }
@@ -490,6 +494,9 @@ impl Reconfig {
         }
         self.next_commit_resend_ns = now.saturating_add(self.params.resend_ns);
         let (msg, to) = commit_to_unacked(&self.config, self.me, *config, *clock_ff_ns, acked);
+        if !to.is_empty() {
+            meridian_bugs::mark!("a CM resends an unfinished commit after a probe");
+        }
         for m in to {
             self.send(m, msg.clone());
         }
@@ -526,6 +533,7 @@ impl Reconfig {
         if stuck.is_empty() {
             return Vec::new();
         }
+        meridian_bugs::mark!("a CM abandons a proposal members never acknowledged");
         let proposal = std::mem::replace(&mut self.state, State::Member);
         self.abandoned = Some(Box::new(proposal));
         self.start_probe(now, stuck.clone());
@@ -609,6 +617,7 @@ mod tests {
     /// live node commits 3 with it as CM.
     #[test]
     fn a_prober_casing_over_a_configuration_defers_its_new_config() {
+        let deferred = meridian_bugs::marks::watch("a CAS in flight defers an older NEW-CONFIG");
         let mut net = Net::new(3);
         let alive: BTreeSet<NodeId> = net.store.members().into_iter().collect();
         let two = net.store.remap(&alive, NodeId(2)).unwrap();
@@ -663,6 +672,7 @@ mod tests {
             assert_eq!(net.committed(id).0, 3, "{:?}", net.log);
             assert_eq!(net.committed(id).1, 1, "{:?}", net.log);
         }
+        deferred.assert_hit();
     }
 
     /// The leases members granted their CM are outwaited only when the CM

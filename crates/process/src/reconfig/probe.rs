@@ -126,6 +126,7 @@ impl Reconfig {
             self.become_removed(stored.id());
             return;
         }
+        meridian_bugs::mark!("a probe without a majority reads the stored configuration");
         self.service_config = Some(Box::new(stored));
     }
 
@@ -212,6 +213,9 @@ impl Reconfig {
         let seq = self.next_probe_seq;
         self.next_probe_seq += 1;
         let config = self.probe_base().id();
+        if config != self.config.id() {
+            meridian_bugs::mark!("a probe carries the id of the stored configuration it probes");
+        }
         let me = self.me;
         let sets = self.probe_member_sets();
         let members: BTreeSet<NodeId> = sets.iter().flatten().copied().collect();
@@ -320,6 +324,13 @@ impl Reconfig {
             for (n, regions) in filled.iter().chain(std::iter::once((&mine.0, &mine.1))) {
                 if alive.contains(n) {
                     for r in regions {
+                        if base
+                            .regions()
+                            .iter()
+                            .any(|p| p.id == *r && p.filling.contains(n))
+                        {
+                            meridian_bugs::mark!("a remap counts copies a member finished filling");
+                        }
                         base.mark_ready(*r, *n);
                     }
                 }
@@ -332,6 +343,7 @@ impl Reconfig {
             // Such a configuration, once stored, sends a NEW-CONFIG that the
             // winner's members refuse as a non-member's, and nothing ever
             // commits again.
+            meridian_bugs::mark!("a prober removed by the stored configuration stops");
             self.tell_probe_failed();
             self.become_removed(base.id());
             return;
@@ -523,6 +535,8 @@ mod tests {
     /// attempt would fail for want of a majority.
     #[test]
     fn suspects_that_restarted_empty_complete_the_majority() {
+        let counted =
+            meridian_bugs::marks::watch("a suspect that restarted empty counts toward a probe");
         let mut net = Net::new(4);
         let (a, b) = (NodeId(1), NodeId(2));
         net.nodes
@@ -604,6 +618,7 @@ mod tests {
         net.collect(NodeId(0));
         net.run_ms(3);
         assert!(net.log.iter().all(|l| !l.contains("cas")), "{:?}", net.log);
+        counted.assert_hit();
     }
 
     /// The CM stores a configuration that removes a member and dies
@@ -613,6 +628,9 @@ mod tests {
     /// the stored configuration makes them two of its three.
     #[test]
     fn members_left_behind_by_a_cm_dying_after_its_cas_replace_it() {
+        let read = meridian_bugs::marks::watch(
+            "a probe without a majority reads the stored configuration",
+        );
         let mut net = Net::new(4);
         net.cm_suspects(1);
         for _ in 0..400 {
@@ -647,6 +665,7 @@ mod tests {
         for id in [2, 3] {
             assert_eq!(net.committed(id), (3, 2, false), "{:?}", net.log);
         }
+        read.assert_hit();
     }
 
     /// More than f failures: a region whose only complete replica died
@@ -709,6 +728,8 @@ mod tests {
     /// copies complete.
     #[test]
     fn copies_filled_before_the_cm_failed_survive_it() {
+        let counted =
+            meridian_bugs::marks::watch("a remap counts copies a member finished filling");
         let run = |report_filled: bool| {
             let mut net = Net::new(5);
             let mut c = net.store.clone();
@@ -760,5 +781,6 @@ mod tests {
             net.log
         );
         assert_eq!(net.store.id(), ConfigId(1));
+        counted.assert_hit();
     }
 }

@@ -5,6 +5,7 @@
 //! of the code that guards its window; where an injected bug breaks that
 //! code, the bug is both hit and caught.
 
+mod clients;
 mod reconfig;
 mod restart;
 mod restore;

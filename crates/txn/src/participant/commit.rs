@@ -547,6 +547,9 @@ impl Participant {
             // COMMIT-RECOVERY: a read there would miss the write.
             for r in applied {
                 if let Some(keys) = self.durable.recovery_held.remove(&(*tx, r)) {
+                    meridian_bugs::mark!(
+                        "a truncation releases lock recovery's holds on installed regions"
+                    );
                     if let Some(store) = self.durable.stores.get_mut(&r) {
                         for k in &keys {
                             store.recovery_unlock(*tx, k);

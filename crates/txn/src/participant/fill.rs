@@ -110,6 +110,7 @@ impl Participant {
                 || self.durable.log.replicated.contains_key(tx)
                 || self.durable.recovered.contains_key(tx);
             if !held && !self.durable.finished.contains_key(tx) {
+                meridian_bugs::mark!("a filled replica learns its source's truncations");
                 self.finish(*tx, Finish::Truncated);
             }
         }

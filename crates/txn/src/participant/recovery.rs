@@ -220,6 +220,17 @@ impl Participant {
             }
             self.durable.recovered_regions.insert((tx, *r));
         }
+        if self
+            .durable
+            .recovery_held
+            .range((tx, RegionId(0))..=(tx, RegionId(u32::MAX)))
+            .next()
+            .is_some()
+        {
+            meridian_bugs::mark!(
+                "a COMMIT-RECOVERY keeps other regions' holds until their writes are in place"
+            );
+        }
         if let Some((_, st)) = self.durable.log.primary.get_mut(&tx) {
             *st = LockState::Committed(write_ts);
         }
@@ -347,6 +358,11 @@ impl Participant {
         // transaction an earlier recovery committed.
         if self.evidence(tx, region) <= t.evidence {
             return;
+        }
+        if self.durable.log.primary.contains_key(&tx) || self.durable.log.backup.contains_key(&tx) {
+            meridian_bugs::mark!(
+                "step 5 upgrades a replica whose evidence is weaker than the region's"
+            );
         }
         self.journal(|| Mutation::ReplicateTxState {
             region,
@@ -863,6 +879,9 @@ mod tests {
     /// a later read_ts sees the old version and a new writer commits over it.
     #[test]
     fn commit_recovery_of_one_region_keeps_the_holds_of_another() {
+        let kept = meridian_bugs::marks::watch(
+            "a COMMIT-RECOVERY keeps other regions' holds until their writes are in place",
+        );
         let (mut p, (_, kb), (ra, rb), only) = two_region_recovery();
         for r in [ra, rb] {
             p.recover_locks(
@@ -892,6 +911,7 @@ mod tests {
                 ..
             })))
         ));
+        kept.assert_hit();
     }
 
     /// The other order: COMMIT-RECOVERY for region A reaches a
