@@ -1244,26 +1244,28 @@ fn a_probe_carries_the_id_of_the_configuration_it_probes() {
     assert!(r.committed > 0 && !r.timed_out, "seed 22870: stuck");
 }
 
-/// Swarm seed 2447 runs a refill that could bring a deleted key back (with
-/// the filled copies of `a_remap_counts_copies_a_member_finished_filling`):
-/// n3, filling r0 in configuration 3, logs a write of k (T75) and its
-/// delete (T154); T75's TRUNCATE never comes, and recovery in
-/// configuration 4 keeps its write to put in place at truncation.
-/// Configuration 4 refills n3 from the primary n0, which has collected the
-/// delete's tombstone, so its copy says nothing of k, and T75's old write,
-/// put in place on the refilled copy, would be served as k's value after n3
-/// becomes r0's primary (G2-item). A refill fences writes below the
-/// source's GC safe point to keys its copy does not hold
-/// (`RegionStore::merge_chunk`). On this schedule the unfenced variant
-/// (`SimConfig::broken_refill_unfenced`) does not meet the anomaly, nor on
-/// any swarm seed of 0–21999, so this run guards the refill path as a
-/// whole; the fence's own test is
-/// `the_fill_fence_drops_late_stale_writes_but_not_pending_ones` in
-/// `meridian-storage`, which a store without the fence fails.
+/// A refill could bring a deleted key back: a replica filling a region
+/// logs a write of k and its delete; the write's TRUNCATE never comes, and
+/// recovery in the next configuration keeps the write to put in place at
+/// truncation. That configuration refills the replica from a primary that
+/// has collected the delete's tombstone, so its copy says nothing of k, and
+/// the old write, put in place on the refilled copy, would be served as
+/// k's value once the replica becomes primary (G2-item). A refill fences
+/// writes below the source's GC safe point to keys its copy does not hold
+/// (`RegionStore::merge_chunk`). Swarm seeds 2 and 14 reach the fence
+/// dropping a stale write; no swarm seed meets the anomaly without it, and
+/// the participant test `the_fill_fence_keeps_a_collected_delete_deleted`
+/// (with `Bug::RefillUnfenced` hit and caught) and the storage test
+/// `the_fill_fence_drops_late_stale_writes_but_not_pending_ones` script it.
 #[test]
 fn a_refilled_replica_does_not_bring_back_a_collected_delete() {
-    let r = run_and_check(SimConfig::swarm(2447)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(!r.timed_out, "seed 2447 ({}): stuck", r.faults.describe());
+    for seed in [2, 14] {
+        reaches(
+            "the fill fence drops a stale write",
+            SimConfig::swarm(seed),
+            true,
+        );
+    }
 }
 
 /// The CM, primary of a region, has two new backups, and both finish
