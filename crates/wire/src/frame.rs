@@ -204,6 +204,75 @@ mod tests {
         assert_eq!(back, deleted);
     }
 
+    /// A frame whose AFTER-WRITE-TS request wraps `levels` more of them
+    /// around a VALIDATE, built byte by byte (encoding it would recurse as
+    /// deep as decoding it): the bytes one nesting level adds are the
+    /// difference between the frames of depth 1 and 2.
+    fn nested_after_write_ts(levels: usize) -> Vec<u8> {
+        let validate = TxnRequest::Validate {
+            tx: tx(),
+            read_ts: Timestamp(10),
+            keys: vec![(RegionId(1), b"k".to_vec())],
+            ranges: Vec::new(),
+        };
+        let wrap = |req: TxnRequest| TxnRequest::AfterWriteTs {
+            write_ts: Timestamp(20),
+            req: Box::new(req),
+        };
+        let frame = |req: TxnRequest| Frame::OneWay {
+            config: ConfigId(1),
+            truncate: Truncation::default(),
+            req: Request::Txn(req),
+        };
+        let (mut one, mut two) = (Vec::new(), Vec::new());
+        encode_frame(&frame(wrap(validate.clone())), &mut one).unwrap();
+        encode_frame(&frame(wrap(wrap(validate))), &mut two).unwrap();
+        // `two` is `one` with one level (variant index and write_ts)
+        // inserted where `one`'s AFTER-WRITE-TS starts.
+        let level = two.len() - one.len();
+        let at = (4..one.len())
+            .find(|&i| one[i..] == two[i + level..])
+            .expect("the inserted level");
+        let unit = two[at..at + level].to_vec();
+        let mut body = one[4..at].to_vec();
+        for _ in 0..levels {
+            body.extend_from_slice(&unit);
+        }
+        body.extend_from_slice(&one[at..]);
+        let mut out = (body.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// A frame nesting AFTER-WRITE-TS two million levels deep (24 MB, under
+    /// the frame limit) is refused as malformed at the second level,
+    /// instead of overflowing the stack and aborting the node; one level,
+    /// as coordinators send it, still decodes.
+    #[test]
+    fn nested_after_write_ts_is_refused_without_recursing() {
+        let ok = nested_after_write_ts(0);
+        assert!(matches!(
+            decode_frame(&ok).unwrap(),
+            Some((
+                Frame::OneWay {
+                    req: Request::Txn(TxnRequest::AfterWriteTs { .. }),
+                    ..
+                },
+                _
+            ))
+        ));
+        for levels in [1, 2_000_000] {
+            let buf = nested_after_write_ts(levels);
+            assert!(buf.len() <= MAX_FRAME_BYTES + 4);
+            match decode_frame(&buf) {
+                Err(WireError::Malformed(m)) => assert!(m.contains("nested"), "{m}"),
+                other => panic!("{levels} levels: {other:?}"),
+            }
+        }
+        // The depth count is back at zero: a valid frame decodes after.
+        assert!(decode_frame(&ok).unwrap().is_some());
+    }
+
     #[test]
     fn frames_round_trip_back_to_back() {
         let a = Frame::Request {

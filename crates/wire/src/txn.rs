@@ -216,6 +216,40 @@ pub struct Versioned {
     pub value: Value,
 }
 
+thread_local! {
+    /// How many `AfterWriteTs` requests this thread is decoding inside one
+    /// another ([`deserialize_unnested`]).
+    static AFTER_WRITE_TS_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Decode [`TxnRequest::AfterWriteTs`]'s `req`, refusing one nested in
+/// another: the decoder recurses once per level, so a frame nesting
+/// millions of them would overflow the stack and abort the process.
+/// Errors (as the decoder's custom error, so [`WireError::Malformed`] for
+/// a frame) at the second level, before decoding any deeper.
+fn deserialize_unnested<'de, D>(d: D) -> Result<Box<TxnRequest>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            AFTER_WRITE_TS_DEPTH.with(|c| c.set(c.get().saturating_sub(1)));
+        }
+    }
+    let depth = AFTER_WRITE_TS_DEPTH.with(|c| {
+        let v = c.get();
+        c.set(v + 1);
+        v
+    });
+    let _leave = Leave;
+    if depth > 0 {
+        return Err(D::Error::custom("AfterWriteTs nested in AfterWriteTs"));
+    }
+    Box::<TxnRequest>::deserialize(d)
+}
+
 /// The transaction protocol's requests (FaRM Table 2; FaRMv2 Algorithm 2).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TxnRequest {
@@ -321,7 +355,10 @@ pub enum TxnRequest {
     AfterWriteTs {
         /// The transaction's write timestamp, not yet waited out.
         write_ts: Timestamp,
-        /// The request to handle once `write_ts` has passed here.
+        /// The request to handle once `write_ts` has passed here. Never
+        /// itself an `AfterWriteTs`: the decoder refuses nesting (it would
+        /// recurse once per level, and a frame can hold millions).
+        #[serde(deserialize_with = "deserialize_unnested")]
         req: Box<TxnRequest>,
     },
     /// A single-read transaction's one read: `key`'s newest committed
