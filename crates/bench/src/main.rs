@@ -360,6 +360,8 @@ const FAILOVER_FIGURES: [&str; 8] = [
     "client_indeterminate",
 ];
 
+/// Print a benchmark's result: its throughput and aborts, then the
+/// sections its figures call for, and its latencies.
 fn print_result(r: &meridian_bench::run::BenchResult) {
     println!(
         "== {} — {} sessions, {:.1} s",
@@ -386,24 +388,7 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
     if let Some(s) = r.successful_per_s {
         println!("successful (MQTh): {s:.0} tx/s");
     }
-    if let Some(c) = r.extra.get("client_cpu_us_per_tx") {
-        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
-        let servers = match r.extra.get("server_cpu_us_per_tx") {
-            Some(s) => {
-                let n = get("server_processes");
-                format!(
-                    "servers {s:.1} µs ({:.2} cores, {n} process{})",
-                    get("server_cores"),
-                    if n == 1.0 { "" } else { "es" }
-                )
-            }
-            None => "servers not measured (none found on this machine)".into(),
-        };
-        println!(
-            "cpu per transaction: client {c:.1} µs ({:.2} cores), {servers}",
-            get("client_cores")
-        );
-    }
+    print_cpu(r);
     if let Some(t) = r.extra.get("tpmC") {
         println!(
             "NEW_ORDER: {:.0}/s, tpmC {t:.0} (rolled back NEW_ORDERs included: {})",
@@ -418,6 +403,62 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
     if errors > 0.0 || inconsistent > 0.0 {
         println!("operational errors: {errors}, bodies that found a must-exist row missing: {inconsistent}");
     }
+    print_clock(r);
+    print_commit_stages(r);
+    print_node_reads(r);
+    if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
+        println!("null-RPC baseline (same run): {b:.0} round trips/s; ratio tx/s ÷ rpc/s = {q:.3}");
+        if let (Some(c), Some(n)) = (
+            r.extra.get("rpc_client_cpu_us_per_rt"),
+            r.extra.get("rpc_server_cpu_us_per_rt"),
+        ) {
+            println!("null-RPC baseline: cpu per round trip: client {c:.2} µs, servers {n:.2} µs");
+        }
+    }
+    println!(
+        "{:<26} {:>10} {:>10} {:>10} {:>10}",
+        "latency (µs)", "count", "p50", "p99", "p99.9"
+    );
+    for (k, l) in &r.latency {
+        println!(
+            "{:<26} {:>10} {:>10.0} {:>10.0} {:>10.0}",
+            k, l.committed, l.p50_us, l.p99_us, l.p999_us
+        );
+    }
+}
+
+/// The result's figure `k`, 0 if it has none.
+fn figure(r: &meridian_bench::run::BenchResult, k: &str) -> f64 {
+    r.extra.get(k).copied().unwrap_or(0.0)
+}
+
+/// Print the CPU per transaction of the client and the servers, if
+/// measured.
+fn print_cpu(r: &meridian_bench::run::BenchResult) {
+    let Some(c) = r.extra.get("client_cpu_us_per_tx") else {
+        return;
+    };
+    let get = |k: &str| figure(r, k);
+    let servers = match r.extra.get("server_cpu_us_per_tx") {
+        Some(s) => {
+            let n = get("server_processes");
+            format!(
+                "servers {s:.1} µs ({:.2} cores, {n} process{})",
+                get("server_cores"),
+                if n == 1.0 { "" } else { "es" }
+            )
+        }
+        None => "servers not measured (none found on this machine)".into(),
+    };
+    println!(
+        "cpu per transaction: client {c:.1} µs ({:.2} cores), {servers}",
+        get("client_cores")
+    );
+}
+
+/// Print the clock's figures: the uncertainty and GET_TS waits, and what
+/// the `write_ts` waits left to the nodes cost a commit.
+fn print_clock(r: &meridian_bench::run::BenchResult) {
     if r.mean_uncertainty_us > 0.0 {
         println!(
             "clock: mean uncertainty {:.1} µs, mean GET_TS wait {:.1} µs ({:.2}x)",
@@ -434,7 +475,7 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
         }
     }
     if let Some(n) = r.extra.get("write_ts_unwaited") {
-        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
+        let get = |k: &str| figure(r, k);
         let (held, once) = (get("node_write_ts_held"), get("node_write_ts_at_once"));
         let unc = get("write_ts_unwaited_uncertainty_us");
         // What the uncertainty wait cost a commit:
@@ -453,71 +494,64 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
             per_commit / unc.max(f64::MIN_POSITIVE),
         );
     }
-    if let Some(n) = r.extra.get("stages_timed") {
-        let parts: Vec<String> = meridian_bench::run::COMMIT_STAGE_NAMES
-            .iter()
-            .map(|name| {
-                let us = r
-                    .extra
-                    .get(&format!("stage_{name}_mean_us"))
-                    .copied()
-                    .unwrap_or(0.0);
-                format!("{} {us:.0}", name.replace('_', "-"))
-            })
-            .collect();
-        println!(
-            "read-write commits, mean µs per stage ({n} commits): {}",
-            parts.join(", ")
-        );
-    }
-    if let (Some(held), Some(once)) = (
+}
+
+/// Print the mean time of a read-write commit in each stage, if timed.
+fn print_commit_stages(r: &meridian_bench::run::BenchResult) {
+    let Some(n) = r.extra.get("stages_timed") else {
+        return;
+    };
+    let parts: Vec<String> = meridian_bench::run::COMMIT_STAGE_NAMES
+        .iter()
+        .map(|name| {
+            let us = r
+                .extra
+                .get(&format!("stage_{name}_mean_us"))
+                .copied()
+                .unwrap_or(0.0);
+            format!("{} {us:.0}", name.replace('_', "-"))
+        })
+        .collect();
+    println!(
+        "read-write commits, mean µs per stage ({n} commits): {}",
+        parts.join(", ")
+    );
+}
+
+/// Print how the nodes served reads (held until `read_ts` passed, or at
+/// once) and, where they waited, the reads and blind LOCKs that met a
+/// lock, if the nodes' counters were read.
+fn print_node_reads(r: &meridian_bench::run::BenchResult) {
+    let (Some(held), Some(once)) = (
         r.extra.get("node_reads_held"),
         r.extra.get("node_reads_at_once"),
-    ) {
-        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
+    ) else {
+        return;
+    };
+    let get = |k: &str| figure(r, k);
+    println!(
+        "reads at the nodes: {:.1} % held until read_ts passed (mean {:.1} µs, {} over 0.5 ms), {} refused",
+        100.0 * held / (held + once).max(1.0),
+        get("node_read_hold_mean_us"),
+        get("node_reads_held_long"),
+        get("node_reads_refused"),
+    );
+    // Only when reads waited (`[limits] read_lock_wait_us` > 0).
+    if get("node_reads_lock_waited") + get("node_reads_lock_wait_expired") > 0.0 {
         println!(
-            "reads at the nodes: {:.1} % held until read_ts passed (mean {:.1} µs, {} over 0.5 ms), {} refused",
-            100.0 * held / (held + once).max(1.0),
-            get("node_read_hold_mean_us"),
-            get("node_reads_held_long"),
-            get("node_reads_refused"),
-        );
-        // Only when reads waited (`[limits] read_lock_wait_us` > 0).
-        if get("node_reads_lock_waited") + get("node_reads_lock_wait_expired") > 0.0 {
-            println!(
             "reads that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
             get("node_reads_lock_waited"),
             get("node_read_lock_wait_mean_us"),
             get("node_reads_lock_wait_expired"),
         );
-        }
-        // Only when single blind writes waited (`[limits] blind_lock_wait_us` > 0).
-        if get("node_blind_locks_waited") + get("node_blind_lock_wait_expired") > 0.0 {
-            println!(
-                "blind LOCKs that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
-                get("node_blind_locks_waited"),
-                get("node_blind_lock_wait_mean_us"),
-                get("node_blind_lock_wait_expired"),
-            );
-        }
     }
-    if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
-        println!("null-RPC baseline (same run): {b:.0} round trips/s; ratio tx/s ÷ rpc/s = {q:.3}");
-        if let (Some(c), Some(n)) = (
-            r.extra.get("rpc_client_cpu_us_per_rt"),
-            r.extra.get("rpc_server_cpu_us_per_rt"),
-        ) {
-            println!("null-RPC baseline: cpu per round trip: client {c:.2} µs, servers {n:.2} µs");
-        }
-    }
-    println!(
-        "{:<26} {:>10} {:>10} {:>10} {:>10}",
-        "latency (µs)", "count", "p50", "p99", "p99.9"
-    );
-    for (k, l) in &r.latency {
+    // Only when single blind writes waited (`[limits] blind_lock_wait_us` > 0).
+    if get("node_blind_locks_waited") + get("node_blind_lock_wait_expired") > 0.0 {
         println!(
-            "{:<26} {:>10} {:>10.0} {:>10.0} {:>10.0}",
-            k, l.committed, l.p50_us, l.p99_us, l.p999_us
+            "blind LOCKs that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
+            get("node_blind_locks_waited"),
+            get("node_blind_lock_wait_mean_us"),
+            get("node_blind_lock_wait_expired"),
         );
     }
 }
