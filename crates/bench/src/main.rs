@@ -15,6 +15,8 @@ use std::process::ExitCode;
 
 mod failover;
 use failover::*;
+mod target_meridian;
+use target_meridian::bench_meridian;
 
 /// The bench client allocates through mimalloc, as the nodes do: with
 /// glibc's allocator, malloc and free were about 11 % of the bench
@@ -360,6 +362,8 @@ const FAILOVER_FIGURES: [&str; 8] = [
     "client_indeterminate",
 ];
 
+/// Print a benchmark's result: its throughput and aborts, then the
+/// sections its figures call for, and its latencies.
 fn print_result(r: &meridian_bench::run::BenchResult) {
     println!(
         "== {} — {} sessions, {:.1} s",
@@ -386,24 +390,7 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
     if let Some(s) = r.successful_per_s {
         println!("successful (MQTh): {s:.0} tx/s");
     }
-    if let Some(c) = r.extra.get("client_cpu_us_per_tx") {
-        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
-        let servers = match r.extra.get("server_cpu_us_per_tx") {
-            Some(s) => {
-                let n = get("server_processes");
-                format!(
-                    "servers {s:.1} µs ({:.2} cores, {n} process{})",
-                    get("server_cores"),
-                    if n == 1.0 { "" } else { "es" }
-                )
-            }
-            None => "servers not measured (none found on this machine)".into(),
-        };
-        println!(
-            "cpu per transaction: client {c:.1} µs ({:.2} cores), {servers}",
-            get("client_cores")
-        );
-    }
+    print_cpu(r);
     if let Some(t) = r.extra.get("tpmC") {
         println!(
             "NEW_ORDER: {:.0}/s, tpmC {t:.0} (rolled back NEW_ORDERs included: {})",
@@ -418,89 +405,9 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
     if errors > 0.0 || inconsistent > 0.0 {
         println!("operational errors: {errors}, bodies that found a must-exist row missing: {inconsistent}");
     }
-    if r.mean_uncertainty_us > 0.0 {
-        println!(
-            "clock: mean uncertainty {:.1} µs, mean GET_TS wait {:.1} µs ({:.2}x)",
-            r.mean_uncertainty_us,
-            r.mean_uncertainty_wait_us,
-            r.mean_uncertainty_wait_us / r.mean_uncertainty_us
-        );
-        if let Some(late) = r.extra.get("ts_late_mean_us") {
-            println!(
-                "clock: GET_TS waits ended {:.1} µs after their deadline on average ({} over 100 µs)",
-                late,
-                r.extra.get("ts_late_over_100us").copied().unwrap_or(0.0)
-            );
-        }
-    }
-    if let Some(n) = r.extra.get("write_ts_unwaited") {
-        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
-        let (held, once) = (get("node_write_ts_held"), get("node_write_ts_at_once"));
-        let unc = get("write_ts_unwaited_uncertainty_us");
-        // What the uncertainty wait cost a commit:
-        // every hold summed per commit, an upper bound (a commit's held
-        // requests wait side by side, so it waits for the longest only).
-        let total = get("node_write_ts_hold_mean_us") * held;
-        let per_commit = total / n.max(1.0);
-        println!(
-            "clock: write_ts left to the nodes in {n} commits (mean uncertainty {unc:.1} µs); \
-             {:.1} % of their VALIDATEs/COMMIT-BACKUPs held until it passed (mean {:.1} µs), \
-             {} sent back to wait at the client; wait per commit at most {per_commit:.1} µs \
-             ({:.2}x the uncertainty)",
-            100.0 * held / (held + once).max(1.0),
-            get("node_write_ts_hold_mean_us"),
-            get("node_write_ts_not_held"),
-            per_commit / unc.max(f64::MIN_POSITIVE),
-        );
-    }
-    if let Some(n) = r.extra.get("stages_timed") {
-        let parts: Vec<String> = meridian_bench::run::COMMIT_STAGE_NAMES
-            .iter()
-            .map(|name| {
-                let us = r
-                    .extra
-                    .get(&format!("stage_{name}_mean_us"))
-                    .copied()
-                    .unwrap_or(0.0);
-                format!("{} {us:.0}", name.replace('_', "-"))
-            })
-            .collect();
-        println!(
-            "read-write commits, mean µs per stage ({n} commits): {}",
-            parts.join(", ")
-        );
-    }
-    if let (Some(held), Some(once)) = (
-        r.extra.get("node_reads_held"),
-        r.extra.get("node_reads_at_once"),
-    ) {
-        let get = |k: &str| r.extra.get(k).copied().unwrap_or(0.0);
-        println!(
-            "reads at the nodes: {:.1} % held until read_ts passed (mean {:.1} µs, {} over 0.5 ms), {} refused",
-            100.0 * held / (held + once).max(1.0),
-            get("node_read_hold_mean_us"),
-            get("node_reads_held_long"),
-            get("node_reads_refused"),
-        );
-        // Only when reads waited (`[limits] read_lock_wait_us` > 0).
-        if get("node_reads_lock_waited") + get("node_reads_lock_wait_expired") > 0.0 {
-            println!(
-            "reads that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
-            get("node_reads_lock_waited"),
-            get("node_read_lock_wait_mean_us"),
-            get("node_reads_lock_wait_expired"),
-        );
-        }
-        // Only when single blind writes waited (`[limits] blind_lock_wait_us` > 0).
-        if get("node_blind_locks_waited") + get("node_blind_lock_wait_expired") > 0.0 {
-            println!(
-                "blind LOCKs that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
-                get("node_blind_locks_waited"),
-                get("node_blind_lock_wait_mean_us"),
-                get("node_blind_lock_wait_expired"),
-            );
-        }
-    }
+    print_clock(r);
+    print_commit_stages(r);
+    print_node_reads(r);
     if let (Some(b), Some(q)) = (r.rpc_baseline_per_s, r.ratio_to_rpc) {
         println!("null-RPC baseline (same run): {b:.0} round trips/s; ratio tx/s ÷ rpc/s = {q:.3}");
         if let (Some(c), Some(n)) = (
@@ -522,40 +429,156 @@ fn print_result(r: &meridian_bench::run::BenchResult) {
     }
 }
 
+/// The result's figure `k`, 0 if it has none.
+fn figure(r: &meridian_bench::run::BenchResult, k: &str) -> f64 {
+    r.extra.get(k).copied().unwrap_or(0.0)
+}
+
+/// Print the CPU per transaction of the client and the servers, if
+/// measured.
+fn print_cpu(r: &meridian_bench::run::BenchResult) {
+    let Some(c) = r.extra.get("client_cpu_us_per_tx") else {
+        return;
+    };
+    let get = |k: &str| figure(r, k);
+    let servers = match r.extra.get("server_cpu_us_per_tx") {
+        Some(s) => {
+            let n = get("server_processes");
+            format!(
+                "servers {s:.1} µs ({:.2} cores, {n} process{})",
+                get("server_cores"),
+                if n == 1.0 { "" } else { "es" }
+            )
+        }
+        None => "servers not measured (none found on this machine)".into(),
+    };
+    println!(
+        "cpu per transaction: client {c:.1} µs ({:.2} cores), {servers}",
+        get("client_cores")
+    );
+}
+
+/// Print the clock's figures: the uncertainty and GET_TS waits, and what
+/// the `write_ts` waits left to the nodes cost a commit.
+fn print_clock(r: &meridian_bench::run::BenchResult) {
+    if r.mean_uncertainty_us > 0.0 {
+        println!(
+            "clock: mean uncertainty {:.1} µs, mean GET_TS wait {:.1} µs ({:.2}x)",
+            r.mean_uncertainty_us,
+            r.mean_uncertainty_wait_us,
+            r.mean_uncertainty_wait_us / r.mean_uncertainty_us
+        );
+        if let Some(late) = r.extra.get("ts_late_mean_us") {
+            println!(
+                "clock: GET_TS waits ended {:.1} µs after their deadline on average ({} over 100 µs)",
+                late,
+                r.extra.get("ts_late_over_100us").copied().unwrap_or(0.0)
+            );
+        }
+    }
+    if let Some(n) = r.extra.get("write_ts_unwaited") {
+        let get = |k: &str| figure(r, k);
+        let (held, once) = (get("node_write_ts_held"), get("node_write_ts_at_once"));
+        let unc = get("write_ts_unwaited_uncertainty_us");
+        // What the uncertainty wait cost a commit:
+        // every hold summed per commit, an upper bound (a commit's held
+        // requests wait side by side, so it waits for the longest only).
+        let total = get("node_write_ts_hold_mean_us") * held;
+        let per_commit = total / n.max(1.0);
+        println!(
+            "clock: write_ts left to the nodes in {n} commits (mean uncertainty {unc:.1} µs); \
+             {:.1} % of their VALIDATEs/COMMIT-BACKUPs held until it passed (mean {:.1} µs), \
+             {} sent back to wait at the client; wait per commit at most {per_commit:.1} µs \
+             ({:.2}x the uncertainty)",
+            100.0 * held / (held + once).max(1.0),
+            get("node_write_ts_hold_mean_us"),
+            get("node_write_ts_not_held"),
+            per_commit / unc.max(f64::MIN_POSITIVE),
+        );
+    }
+}
+
+/// Print the mean time of a read-write commit in each stage, if timed.
+fn print_commit_stages(r: &meridian_bench::run::BenchResult) {
+    let Some(n) = r.extra.get("stages_timed") else {
+        return;
+    };
+    let parts: Vec<String> = meridian_bench::run::COMMIT_STAGE_NAMES
+        .iter()
+        .map(|name| {
+            let us = r
+                .extra
+                .get(&format!("stage_{name}_mean_us"))
+                .copied()
+                .unwrap_or(0.0);
+            format!("{} {us:.0}", name.replace('_', "-"))
+        })
+        .collect();
+    println!(
+        "read-write commits, mean µs per stage ({n} commits): {}",
+        parts.join(", ")
+    );
+}
+
+/// Print how the nodes served reads (held until `read_ts` passed, or at
+/// once) and, where they waited, the reads and blind LOCKs that met a
+/// lock, if the nodes' counters were read.
+fn print_node_reads(r: &meridian_bench::run::BenchResult) {
+    let (Some(held), Some(once)) = (
+        r.extra.get("node_reads_held"),
+        r.extra.get("node_reads_at_once"),
+    ) else {
+        return;
+    };
+    let get = |k: &str| figure(r, k);
+    println!(
+        "reads at the nodes: {:.1} % held until read_ts passed (mean {:.1} µs, {} over 0.5 ms), {} refused",
+        100.0 * held / (held + once).max(1.0),
+        get("node_read_hold_mean_us"),
+        get("node_reads_held_long"),
+        get("node_reads_refused"),
+    );
+    // Only when reads waited (`[limits] read_lock_wait_us` > 0).
+    if get("node_reads_lock_waited") + get("node_reads_lock_wait_expired") > 0.0 {
+        println!(
+            "reads that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
+            get("node_reads_lock_waited"),
+            get("node_read_lock_wait_mean_us"),
+            get("node_reads_lock_wait_expired"),
+        );
+    }
+    // Only when single blind writes waited (`[limits] blind_lock_wait_us` > 0).
+    if get("node_blind_locks_waited") + get("node_blind_lock_wait_expired") > 0.0 {
+        println!(
+            "blind LOCKs that met a lock: {} waited for it to go (mean {:.1} µs), {} still locked at the end of the wait (aborted)",
+            get("node_blind_locks_waited"),
+            get("node_blind_lock_wait_mean_us"),
+            get("node_blind_lock_wait_expired"),
+        );
+    }
+}
+
+/// Run benchmark command `b`: a sweep, the failover runs, or one
+/// benchmark against a peer or against Meridian.
 fn bench_cmd(b: BenchCmd) -> Result<(), String> {
-    if let BenchCmd::Sweep {
-        workload,
-        targets,
-        sessions,
-        duration,
-        size,
-        nodes,
-        out,
-        client_threads,
-    } = &b
-    {
-        return sweep(
+    match b {
+        BenchCmd::Sweep {
             workload,
             targets,
             sessions,
-            (*duration, *size, *nodes),
-            *client_threads,
+            duration,
+            size,
+            nodes,
             out,
-        );
-    }
-    if let Some(opts) = b.opts() {
-        if opts.target != TargetArg::Meridian {
-            return bench_peer(&b, opts);
-        }
-    }
-    let opts = match &b {
-        BenchCmd::Tatp { opts, .. }
-        | BenchCmd::Ycsb { opts, .. }
-        | BenchCmd::Rmw { opts, .. }
-        | BenchCmd::Tpcc { opts, .. }
-        | BenchCmd::Rpc { opts }
-        | BenchCmd::Bank { opts, .. } => opts.clone(),
-        BenchCmd::Sweep { .. } => return Err("sweep is run by bench_cmd".into()),
+            client_threads,
+        } => sweep(
+            &workload,
+            &targets,
+            &sessions,
+            (duration, size, nodes),
+            client_threads,
+            &out,
+        ),
         BenchCmd::Failover {
             runs,
             scenarios,
@@ -567,381 +590,29 @@ fn bench_cmd(b: BenchCmd) -> Result<(), String> {
             durability,
             out,
             lease_ms,
-        } => {
-            return failover(
-                *runs,
-                scenarios,
-                *nodes,
-                *subscribers,
-                *duration,
-                *clients,
-                *bank_sessions,
-                *durability,
-                out,
-                *lease_ms,
-            )
+        } => failover(
+            runs,
+            &scenarios,
+            nodes,
+            subscribers,
+            duration,
+            clients,
+            bank_sessions,
+            durability,
+            &out,
+            lease_ms,
+        ),
+        _ => {
+            let opts = b
+                .opts()
+                .cloned()
+                .ok_or("sweep and failover are run by bench_cmd")?;
+            if opts.target != TargetArg::Meridian {
+                return bench_peer(&b, &opts);
+            }
+            bench_meridian(b, opts)
         }
-    };
-    let _cluster =
-        match &opts.cm {
-            Some(_) if opts.node_cpus.is_some() => return Err(
-                "--node-cpus starts a local cluster's nodes; with --cm the cluster runs already"
-                    .into(),
-            ),
-            Some(_) => None,
-            None => {
-                let replication = opts.nodes.clamp(1, 3) as usize;
-                // The nodes' CPUs (`--node-cpus`), or every CPU: written (or a
-                // stale list removed) before the nodes start, and only if
-                // no cluster runs in the directory already.
-                cluster::refuse_running(&opts.dir).map_err(|e| e.to_string())?;
-                meridian_cli::cpus::set_node_cpus(&opts.dir, opts.node_cpus.as_deref())
-                    .map_err(|e| format!("--node-cpus: {e}"))?;
-                eprintln!(
-                    "starting a local {}-node cluster ({replication}-way replication) in {}{}",
-                    opts.nodes,
-                    opts.dir.display(),
-                    opts.node_cpus
-                        .as_deref()
-                        .map(|c| format!(", nodes on CPUs {c}"))
-                        .unwrap_or_default()
-                );
-                let (lease_ms, durability) = (opts.lease_ms, opts.durability);
-                let (members, spares) = (opts.nodes, opts.spares);
-                // Refuse a bad `--limit` before anything starts.
-                let mut checked = meridian_config::Limits::default();
-                for spec in &opts.limits {
-                    checked.set_from_spec(spec).map_err(|e| e.to_string())?;
-                }
-                let mut checked_clock = meridian_config::ClockConfig::default();
-                for spec in &opts.clock {
-                    checked_clock
-                        .set_from_spec(spec)
-                        .map_err(|e| e.to_string())?;
-                }
-                Some(
-                    cluster::LocalCluster::start_tuned(
-                        &opts.dir,
-                        members + spares,
-                        replication,
-                        12,
-                        |c| {
-                            if spares > 0 {
-                                c.members = (0..members).collect();
-                            }
-                            if let Some(l) = lease_ms {
-                                c.lease.lease_ms = l;
-                            }
-                            for spec in &opts.limits {
-                                // Checked above: the same specs parse here.
-                                if let Err(e) = c.limits.set_from_spec(spec) {
-                                    eprintln!("{e}");
-                                }
-                            }
-                            for spec in &opts.clock {
-                                // Checked above: the same specs parse here.
-                                if let Err(e) = c.clock.set_from_spec(spec) {
-                                    eprintln!("{e}");
-                                }
-                            }
-                            match durability {
-                                Some(DurabilityArg::Memory) => {
-                                    c.durability.mode = meridian_config::DurabilityMode::Memory
-                                }
-                                Some(DurabilityArg::Disk) => {
-                                    c.durability.mode = meridian_config::DurabilityMode::Disk
-                                }
-                                None => {}
-                            }
-                        },
-                    )
-                    .map_err(|e| e.to_string())?,
-                )
-            }
-        };
-    let cm = match (&opts.cm, &_cluster) {
-        (Some(a), _) => a.clone(),
-        (None, Some(c)) => c.cm_addr(),
-        (None, None) => return Err("no cluster".into()),
-    };
-    let rt = bench_runtime(opts.client_threads, opts.client_cpus.as_deref())?;
-    let opts_in = opts.clone();
-    let result = rt.block_on(async move {
-        let opts = opts_in;
-        let client = meridian_client::Client::connect(&cm)
-            .await
-            .map_err(|e| e.to_string())?;
-        let fault_ns = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let bank_cfg = |accounts| meridian_workload::bank::BankConfig {
-            accounts,
-            initial_balance: 1000,
-            audit_percent: 20,
-        };
-        // The checked bank alongside another workload (`--bank-sessions`):
-        // zero lost commits, by the checker and the audits.
-        let alongside = |client: meridian_client::Client| {
-            let (sessions, secs) = (opts.bank_sessions, opts.duration);
-            async move {
-                if sessions == 0 {
-                    return Ok(None);
-                }
-                meridian_bench::run::bank(&client, bank_cfg(64), sessions, secs)
-                    .await
-                    .map(Some)
-                    .map_err(|e| format!("bank alongside: {e}"))
-            }
-        };
-        let warmed = !matches!(b, BenchCmd::Bank { .. } | BenchCmd::Rpc { .. });
-        // The nodes whose CPU per transaction the result reports: the
-        // cluster in `--dir` (the local one, or the one `--cm` names).
-        let servers = meridian_bench::cpu::Servers::ClusterDir(opts.dir.clone());
-        let (ran, bank) = match b {
-            BenchCmd::Tatp { subscribers, .. } => {
-                let cfg = meridian_workload::tatp::TatpConfig { subscribers };
-                eprintln!("loading TATP with {subscribers} subscribers");
-                // Memory per stored row: the nodes' resident memory grown
-                // by the load, against the rows' raw key + value bytes.
-                let rss_before = nodes_rss_bytes(&opts.dir);
-                let raw = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-                let counted = {
-                    let raw = raw.clone();
-                    meridian_workload::tatp::population(&cfg, 1).inspect(move |(k, v)| {
-                        raw.fetch_add(
-                            (k.len() + v.len()) as u64,
-                            std::sync::atomic::Ordering::Relaxed,
-                        );
-                    })
-                };
-                let n = meridian_bench::run::load(
-                    &client,
-                    counted,
-                    meridian_workload::tatp::population_count_hint(&cfg),
-                    64,
-                    8,
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-                eprintln!("loaded {n} rows");
-                let memory = match (rss_before, nodes_rss_bytes(&opts.dir)) {
-                    (Some(a), Some(b)) if n > 0 => {
-                        let copies = n * client.config().replication.max(1) as u64;
-                        let raw = raw.load(std::sync::atomic::Ordering::Relaxed) as f64 / n as f64;
-                        let per_copy = b.saturating_sub(a) as f64 / copies as f64;
-                        eprintln!(
-                            "memory: {per_copy:.0} B resident per stored row copy ({copies} copies), raw row {raw:.1} B ({:.1}x)",
-                            per_copy / raw
-                        );
-                        Some((per_copy, raw))
-                    }
-                    _ => None,
-                };
-                meridian_bench::run::warm_up(
-                    &client,
-                    std::sync::Arc::new(meridian_bench::drive::Mix::Tatp(cfg)),
-                    opts.clients,
-                    opts.warmup,
-                )
-                .await;
-                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
-                let (mut ran, bank) = tokio::join!(
-                    meridian_bench::run::tatp(&client, cfg, opts.clients, opts.duration, &servers),
-                    alongside(client.clone())
-                );
-                if let Some((per_copy, raw)) = memory {
-                    ran.result.extra.insert("rss_bytes_per_row_copy".into(), per_copy);
-                    ran.result.extra.insert("raw_bytes_per_row".into(), raw);
-                }
-                finish_killer(killer).await?;
-                (ran, bank?)
-            }
-            BenchCmd::Ycsb {
-                workload,
-                records,
-                theta,
-                value_bytes,
-                ..
-            } => {
-                let cfg = ycsb_config(&workload, records, theta, value_bytes)?;
-                eprintln!("loading YCSB with {records} records of {value_bytes} B");
-                let n = meridian_bench::run::load(
-                    &client,
-                    meridian_workload::ycsb::population(&cfg, 1),
-                    records,
-                    32,
-                    8,
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-                eprintln!("loaded {n} rows");
-                meridian_bench::run::warm_up(
-                    &client,
-                    std::sync::Arc::new(meridian_bench::run::ycsb_mix(&cfg)?),
-                    opts.clients,
-                    opts.warmup,
-                )
-                .await;
-                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
-                let (ran, bank) = tokio::join!(
-                    meridian_bench::run::ycsb(&client, cfg, opts.clients, opts.duration, &servers),
-                    alongside(client.clone())
-                );
-                finish_killer(killer).await?;
-                (ran?, bank?)
-            }
-            BenchCmd::Rmw { .. } | BenchCmd::Tpcc { .. } => {
-                use meridian_bench::drive::Mix;
-                let (mix, rows, hint) = bench_workload(&b)?;
-                let name = mix.name();
-                eprintln!("loading {name} ({hint} rows)");
-                meridian_bench::run::load(&client, rows, hint, 64, 8)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let warmed_commits =
-                    meridian_bench::run::warm_up(&client, mix.clone(), opts.clients, opts.warmup)
-                        .await;
-                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
-                let (mut ran, bank) = tokio::join!(
-                    meridian_bench::run::meridian(
-                        &client,
-                        &name,
-                        mix.clone(),
-                        opts.clients,
-                        opts.duration,
-                        0x4d57,
-                        &servers,
-                    ),
-                    alongside(client.clone())
-                );
-                finish_killer(killer).await?;
-                // The workload's own check over the whole store.
-                match (&*mix, &b) {
-                    (Mix::Rmw(cfg), _) => {
-                        let sum =
-                            meridian_bench::drive::audit_rmw(&mut client.session(), cfg).await?;
-                        rmw_audit_figures(&mut ran.result, cfg, sum, warmed_commits)?;
-                    }
-                    (Mix::Tpcc(cfg), BenchCmd::Tpcc { no_check: false, .. }) => {
-                        let check = meridian_bench::drive::check_tpcc(
-                            &mut client.session(),
-                            cfg,
-                            |_| {},
-                        )
-                        .await;
-                        tpcc_check_figures(&mut ran.result, check)?;
-                    }
-                    _ => {}
-                }
-                (ran, bank?)
-            }
-            BenchCmd::Failover { .. } | BenchCmd::Sweep { .. } => {
-                return Err("failover and sweep are run by bench_cmd".into())
-            }
-            BenchCmd::Rpc { .. } => {
-                let run = meridian_bench::run::rpc_with_cpu(
-                    &client,
-                    opts.clients,
-                    opts.duration,
-                    true,
-                    &servers,
-                )
-                .await;
-                println!(
-                    "null RPC: {:.0} round trips/s with {} sessions",
-                    run.per_s, opts.clients
-                );
-                if let (Some(c), Some(n)) = (run.client_us_per_rt, run.servers_us_per_rt) {
-                    println!(
-                        "cpu per round trip: client {c:.2} µs ({:.2} cores), servers {n:.2} µs ({:.2} cores)",
-                        run.cpu.client_s / run.cpu.wall_s,
-                        run.cpu.servers_s / run.cpu.wall_s
-                    );
-                }
-                client.close().await;
-                return Ok(None);
-            }
-            BenchCmd::Bank { accounts, .. } => {
-                let killer = start_killer(&opts, client.config().cm, fault_ns.clone())?;
-                let out = meridian_bench::run::bank(
-                    &client,
-                    bank_cfg(accounts),
-                    opts.clients,
-                    opts.duration,
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-                finish_killer(killer).await?;
-                let (committed, start_ns, end_ns) = bank_commits(&out.history);
-                let ran = meridian_bench::run::Ran {
-                    result: out.result.clone(),
-                    commits_ns: committed,
-                    start_ns,
-                    end_ns,
-                };
-                (ran, Some(out))
-            }
-        };
-        let fault = fault_ns.load(std::sync::atomic::Ordering::SeqCst);
-        let mut r = ran.result.clone();
-        if warmed {
-            r.extra.insert("warmup_s".into(), opts.warmup as f64);
-        }
-        add_read_holds(&mut r, &opts.dir, ran.start_ns, ran.end_ns);
-        // Lease false positives (FaRM Figure 16): suspicions and new
-        // configurations the nodes recorded, whether or not a fault was
-        // injected on purpose; those of the load phase count too, since
-        // a reconfiguration then can leave the measured run on a
-        // different placement.
-        count_events(&opts.dir, (ran.start_ns, ran.end_ns)).report(
-            &mut r,
-            !opts.kill.is_empty(),
-            opts.spares > 0,
-        );
-        if opts.timeline.is_some() || fault > 0 {
-            let tl = fault_timeline(&ran, &opts, fault)?;
-            timeline_figures(&tl, &mut r);
-        }
-        if let Some(out) = bank {
-            check_bank(&out, &opts, &mut r)?;
-        }
-        if opts.baseline > 0 {
-            let run = meridian_bench::run::rpc_with_cpu(
-                &client,
-                opts.clients,
-                opts.baseline,
-                true,
-                &servers,
-            )
-            .await;
-            r.rpc_baseline_per_s = Some(run.per_s);
-            r.ratio_to_rpc = Some(r.committed_per_s / run.per_s);
-            // The same CPU figures per null round trip, to set a
-            // transaction's CPU against.
-            if let Some(c) = run.client_us_per_rt {
-                r.extra.insert("rpc_client_cpu_us_per_rt".into(), c);
-            }
-            if let Some(n) = run.servers_us_per_rt {
-                r.extra.insert("rpc_server_cpu_us_per_rt".into(), n);
-            }
-        }
-        // Release the client's lease: otherwise the CM suspects this
-        // process a lease after it exits and renews the configuration.
-        client.close().await;
-        Ok::<_, String>(Some(r))
-    })?;
-    if let Some(r) = result {
-        print_result(&r);
-        let path = opts
-            .json
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("bench-results/{}.json", r.bench)));
-        if let Some(parent) = path.parent() {
-            let _ = std::fs::create_dir_all(parent);
-        }
-        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
-        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-        println!("results written to {}", path.display());
     }
-    Ok(())
 }
 
 /// The validated YCSB configuration of `meridian-bench ycsb`'s options.
@@ -1335,17 +1006,29 @@ fn bench_peer(b: &BenchCmd, opts: &BenchOpts) -> Result<(), String> {
         Ok::<_, String>(ran)
     })?;
     let r = r.result;
-    print_result(&r);
-    let path = opts.json.clone().unwrap_or_else(|| {
+    write_result(&r, opts.json.as_ref(), || {
         PathBuf::from(format!(
             "bench-results/{}.json",
             r.bench.replace([' ', '(', ')'], "_")
         ))
-    });
+    })
+}
+
+/// Print result `r` and write it as JSON to `json`, or without one to
+/// `default()` (its directory created).
+///
+/// Errors: the JSON cannot be written.
+fn write_result(
+    r: &meridian_bench::run::BenchResult,
+    json: Option<&PathBuf>,
+    default: impl FnOnce() -> PathBuf,
+) -> Result<(), String> {
+    print_result(r);
+    let path = json.cloned().unwrap_or_else(default);
     if let Some(parent) = path.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
-    let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     println!("results written to {}", path.display());
     Ok(())

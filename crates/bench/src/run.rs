@@ -670,11 +670,52 @@ pub async fn bank(
     clients: usize,
     secs: u64,
 ) -> Result<BankOutcome, TxnError> {
+    let mut history = load_bank(client, &cfg).await?;
+    let shared: BankShared = Arc::new(std::sync::Mutex::new((
+        History::default(),
+        0u64,
+        Vec::<String>::new(),
+    )));
+    let sh = shared.clone();
+    let base = client.stats();
+    let (acc, el) = closed_loop(
+        client,
+        "bank",
+        clients,
+        secs,
+        move |c, i, deadline, count| bank_session(c, cfg, i, deadline, count, sh.clone()),
+    )
+    .await;
+    let result = summarize("bank", el, clients, acc, client, &base);
+    let (h, audits, failures) = match Arc::try_unwrap(shared) {
+        Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+        Err(arc) => {
+            let g = arc.lock().unwrap_or_else(|p| p.into_inner());
+            (g.0.clone(), g.1, g.2.clone())
+        }
+    };
+    history.merge(h);
+    Ok(BankOutcome {
+        result,
+        history,
+        audits,
+        failures,
+    })
+}
+
+/// What the bank's sessions hand back when they end: their histories
+/// merged, the audits they committed and their audit failures.
+type BankShared = Arc<std::sync::Mutex<(History, u64, Vec<String>)>>;
+
+/// Load the bank's accounts in one transaction, and the history that
+/// starts with its record.
+///
+/// Errors: the load failed (aborts, a reconfiguration during the load
+/// among them, are retried with back-off, up to `limits.retry_attempts`).
+async fn load_bank(client: &Client, cfg: &BankConfig) -> Result<History, TxnError> {
     let rows = cfg.population();
     let mut s = client.session();
     let start_load = mono_ns();
-    // Aborts (a reconfiguration during the load among them) are retried
-    // with back-off, up to `limits.retry_attempts`.
     let ((), load_info) = s
         .run_info(TxnOptions::default(), |tx| {
             let rows = rows.clone();
@@ -694,129 +735,137 @@ pub async fn bank(
         load_info.read_ts.0,
         load_info.write_ts.0,
     ));
-    let shared = Arc::new(std::sync::Mutex::new((
-        History::default(),
-        0u64,
-        Vec::<String>::new(),
-    )));
-    let sh = shared.clone();
-    let base = client.stats();
-    let (acc, el) = closed_loop(
-        client,
-        "bank",
-        clients,
-        secs,
-        move |c, i, deadline, count| {
-            let shared = sh.clone();
-            async move {
-                let mut acc = Acc::default();
-                let mut s = c.session();
-                let mut rng = SmallRng::seed_from_u64(0xba4c ^ i as u64);
-                let mut ids = WriteIds::new(i as u64 + 1);
-                let mut local = History::default();
-                let (mut audits, mut failures) = (0u64, Vec::new());
-                // An aborted audit is retried (a fresh copy of the same
-                // audit) until it commits, so audits are checked under load.
-                let mut retry: Option<meridian_workload::bank::BankTxn> = None;
-                while Instant::now() < deadline {
-                    let mut program = match retry.take() {
-                        Some(p) => p,
-                        None => cfg.next_txn(&mut ids, &mut rng),
-                    };
-                    let fresh = program.clone();
-                    let t0 = mono_ns();
-                    let mut rec = TxnRecord::invoked(i as u64, t0);
-                    let r = run_program(&mut s, &mut program, &mut rec).await;
-                    rec.complete_ns = mono_ns();
-                    match r {
-                        Ok(info) => {
-                            rec.outcome = Outcome::Committed;
-                            rec.read_ts = Some(info.read_ts.0);
-                            if info.wrote {
-                                rec.write_ts = Some(info.write_ts.0);
-                            }
-                            acc.committed += 1;
-                            count.fetch_add(1, Ordering::Relaxed);
-                            acc.record(
-                                if program.is_audit() {
-                                    "audit"
-                                } else {
-                                    "transfer"
-                                },
-                                (rec.complete_ns - t0) / 1000,
-                            );
-                            if program.is_audit() {
-                                audits += 1;
-                            }
-                            if let Err(e) = program.on_commit() {
-                                failures.push(e);
-                            }
-                        }
-                        Err(e) if e.is_abort() => {
-                            rec.outcome = Outcome::Aborted;
-                            let kind = if fresh.is_audit() {
-                                "audit"
-                            } else {
-                                "transfer"
-                            };
-                            acc.abort(kind, crate::drive::Classify::abort_cause(&e));
-                            if fresh.is_audit() {
-                                retry = Some(fresh);
-                            }
-                        }
-                        Err(TxnError::ClockUnavailable) => {
-                            // Nothing began (the clock is disabled during a
-                            // CM change, or not synchronised yet): not a
-                            // transaction, so not recorded; wait a little.
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                            continue;
-                        }
-                        Err(e @ TxnError::Indeterminate { write_ts, .. }) => {
-                            // Outcome unknown to the client: the checker
-                            // decides, placing its writes at the write_ts
-                            // recovery would commit them at.
-                            rec.write_ts = write_ts.map(|t| t.0);
-                            tracing::error!("bank: {e}");
-                        }
-                        Err(e) => {
-                            // Any other failure came before the commit
-                            // decision and released the locks: the
-                            // transaction took no effect.
-                            tracing::warn!("bank: {e}");
-                            rec.outcome = Outcome::Aborted;
-                            if fresh.is_audit() {
-                                retry = Some(fresh);
-                            }
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                        }
-                    }
-                    local.push(rec);
+    Ok(history)
+}
+
+/// Bank session `i`: transfers and audits until `deadline`, each recorded
+/// in the session's history, which joins `shared` at the end with its
+/// audit count and failures. `count` counts the commits for the progress
+/// bar.
+async fn bank_session(
+    c: Client,
+    cfg: BankConfig,
+    i: usize,
+    deadline: Instant,
+    count: Arc<AtomicU64>,
+    shared: BankShared,
+) -> Acc {
+    let mut s = c.session();
+    let mut rng = SmallRng::seed_from_u64(0xba4c ^ i as u64);
+    let mut ids = WriteIds::new(i as u64 + 1);
+    let mut tally = BankTally::default();
+    while Instant::now() < deadline {
+        let mut program = match tally.retry.take() {
+            Some(p) => p,
+            None => cfg.next_txn(&mut ids, &mut rng),
+        };
+        let fresh = program.clone();
+        let t0 = mono_ns();
+        let mut rec = TxnRecord::invoked(i as u64, t0);
+        let r = run_program(&mut s, &mut program, &mut rec).await;
+        rec.complete_ns = mono_ns();
+        match r {
+            Ok(info) => tally.committed(&mut program, &mut rec, info, t0, &count),
+            Err(e) if e.is_abort() => {
+                rec.outcome = Outcome::Aborted;
+                let kind = if fresh.is_audit() {
+                    "audit"
+                } else {
+                    "transfer"
+                };
+                tally
+                    .acc
+                    .abort(kind, crate::drive::Classify::abort_cause(&e));
+                if fresh.is_audit() {
+                    tally.retry = Some(fresh);
                 }
-                if let Ok(mut g) = shared.lock() {
-                    g.0.merge(local);
-                    g.1 += audits;
-                    g.2.extend(failures);
-                }
-                acc
             }
-        },
-    )
-    .await;
-    let result = summarize("bank", el, clients, acc, client, &base);
-    let (h, audits, failures) = match Arc::try_unwrap(shared) {
-        Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
-        Err(arc) => {
-            let g = arc.lock().unwrap_or_else(|p| p.into_inner());
-            (g.0.clone(), g.1, g.2.clone())
+            Err(TxnError::ClockUnavailable) => {
+                // Nothing began (the clock is disabled during a
+                // CM change, or not synchronised yet): not a
+                // transaction, so not recorded; wait a little.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                continue;
+            }
+            Err(e @ TxnError::Indeterminate { write_ts, .. }) => {
+                // Outcome unknown to the client: the checker
+                // decides, placing its writes at the write_ts
+                // recovery would commit them at.
+                rec.write_ts = write_ts.map(|t| t.0);
+                tracing::error!("bank: {e}");
+            }
+            Err(e) => {
+                // Any other failure came before the commit
+                // decision and released the locks: the
+                // transaction took no effect.
+                tracing::warn!("bank: {e}");
+                rec.outcome = Outcome::Aborted;
+                if fresh.is_audit() {
+                    tally.retry = Some(fresh);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
-    };
-    history.merge(h);
-    Ok(BankOutcome {
-        result,
-        history,
-        audits,
-        failures,
-    })
+        tally.local.push(rec);
+    }
+    if let Ok(mut g) = shared.lock() {
+        g.0.merge(tally.local);
+        g.1 += tally.audits;
+        g.2.extend(tally.failures);
+    }
+    tally.acc
+}
+
+/// A bank session's figures, history, audits and audit failures so far,
+/// and the audit to retry next.
+#[derive(Default)]
+struct BankTally {
+    /// Commits, aborts and latencies.
+    acc: Acc,
+    /// The session's history.
+    local: History,
+    /// Audits committed.
+    audits: u64,
+    /// Audits whose totals were wrong.
+    failures: Vec<String>,
+    /// An aborted audit, retried (a fresh copy of the same audit) until it
+    /// commits, so that audits are checked under load.
+    retry: Option<bank::BankTxn>,
+}
+
+impl BankTally {
+    /// Record `program`'s commit (`info`, begun at `t0`) in `rec` and the
+    /// figures; an audit's totals are checked.
+    fn committed(
+        &mut self,
+        program: &mut bank::BankTxn,
+        rec: &mut TxnRecord,
+        info: meridian_client::CommitInfo,
+        t0: u64,
+        count: &AtomicU64,
+    ) {
+        rec.outcome = Outcome::Committed;
+        rec.read_ts = Some(info.read_ts.0);
+        if info.wrote {
+            rec.write_ts = Some(info.write_ts.0);
+        }
+        self.acc.committed += 1;
+        count.fetch_add(1, Ordering::Relaxed);
+        self.acc.record(
+            if program.is_audit() {
+                "audit"
+            } else {
+                "transfer"
+            },
+            (rec.complete_ns - t0) / 1000,
+        );
+        if program.is_audit() {
+            self.audits += 1;
+        }
+        if let Err(e) = program.on_commit() {
+            self.failures.push(e);
+        }
+    }
 }
 
 async fn run_program(

@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+#[path = "../../cli/tests/support/mod.rs"]
+mod support;
+use support::{one_cluster, test_dir, watchdog};
+
 /// The last `n` lines of `text`.
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
@@ -34,32 +38,6 @@ fn server() -> PathBuf {
         None => near(),
     }
     .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// One local cluster at a time: on this 2-core machine, several clusters
-/// at once starve each other's lease renewals (50 ms leases) and cause
-/// false suspicions that are not what these tests are about.
-static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_cluster() -> std::sync::MutexGuard<'static, ()> {
-    ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn test_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("meridian-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-/// Stop the cluster and fail if the test runs longer than `secs`.
-fn watchdog(dir: &Path, secs: u64) {
-    let dir = dir.to_path_buf();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(secs));
-        eprintln!("watchdog: test exceeded {secs} s; stopping the cluster");
-        let _ = cluster::stop(&dir);
-        std::process::exit(101);
-    });
 }
 
 /// Read every key of `keys` in one transaction (retried by `Session::run`).

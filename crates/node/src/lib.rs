@@ -90,6 +90,7 @@ pub enum NodeError {
     },
 }
 
+mod start;
 pub mod wal;
 
 struct Shell {
@@ -468,59 +469,13 @@ impl Drop for ProcessGuard<'_> {
     }
 }
 
-/// Read, increment and durably store the node's incarnation counter in
-/// `dir/incarnation`. Without a data directory, the wall clock in seconds
-/// stands in (unique unless two starts fall in the same second).
-fn next_incarnation(dir: Option<&std::path::Path>) -> Result<u32, NodeError> {
-    use std::io::Write;
-    let Some(dir) = dir else {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(1);
-        tracing::warn!("no data_dir: incarnation taken from the wall clock");
-        return Ok((secs as u32).max(1));
-    };
-    let path = dir.join("incarnation");
-    let err = |source| NodeError::Incarnation {
-        path: path.display().to_string(),
-        source,
-    };
-    std::fs::create_dir_all(dir).map_err(err)?;
-    let prev: u32 = match std::fs::read_to_string(&path) {
-        Ok(s) => s.trim().parse().map_err(|e| {
-            err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("not a number: {e}"),
-            ))
-        })?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(err(e)),
-    };
-    let next = prev.checked_add(1).ok_or_else(|| {
-        err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "incarnation counter exhausted",
-        ))
-    })?;
-    let tmp = dir.join("incarnation.tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    f.write_all(next.to_string().as_bytes()).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    std::fs::rename(&tmp, &path).map_err(err)?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(next)
-}
-
 /// Run node `id` of `config` until the process is killed.
 ///
 /// Errors: [`NodeError`] if the node is unknown, cannot listen, or cannot
 /// keep its incarnation counter.
 pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
     let me = config.node(id)?.clone();
-    let incarnation = next_incarnation(me.data_dir.as_deref())?;
+    let incarnation = start::next_incarnation(me.data_dir.as_deref())?;
     let listener = TcpListener::bind(&me.addr)
         .await
         .map_err(|source| NodeError::Bind {
@@ -532,171 +487,22 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         addr: format!("{} (udp, leases)", me.addr),
         source,
     })?;
-    // Disk durability: the write-ahead log and checkpoint of the last run
-    // rebuild the node (NodeProcess::restore decides whether it rejoins
-    // with that data or empty). Memory durability (FaRM's non-volatile
-    // DRAM assumption): a node that ran before lost its memory with its
-    // process, so it comes back as a new, empty node and joins again (FaRM
-    // §5.2, §5.4).
-    let disk_dir = match (&config.durability.mode, me.data_dir.as_deref()) {
-        (meridian_config::DurabilityMode::Disk, Some(d)) => Some(d.to_path_buf()),
-        (meridian_config::DurabilityMode::Disk, None) => {
-            tracing::warn!("durability = \"disk\" needs a data_dir; running from memory");
-            None
-        }
-        _ => None,
-    };
-    let found = match &disk_dir {
-        Some(d) if incarnation > 1 => Some(wal::read(d).map_err(|e| NodeError::Durability {
-            path: d.display().to_string(),
-            why: e.to_string(),
-        })?),
-        Some(d) => {
-            wal::remove(d);
-            None
-        }
-        None => None,
-    };
-    let mut last_seq = 0;
-    let log_end = found.as_ref().map_or(0, |r| r.log_end);
-    let mut process = match &found {
-        Some(r) if r.checkpoint.is_some() || !r.records.is_empty() => {
-            let cp = r.checkpoint.as_ref().map(|(s, b)| (*s, b.as_slice()));
-            last_seq = r
-                .records
-                .last()
-                .map_or(0, |(s, _)| *s)
-                .max(cp.map_or(0, |(s, _)| s));
-            tracing::info!(
-                checkpoint = cp.map(|(s, _)| s),
-                records = r.records.len(),
-                "restoring from disk through record {last_seq}"
-            );
-            NodeProcess::restore(config.clone(), id, incarnation, cp, &r.records).map_err(|e| {
-                NodeError::Durability {
-                    path: disk_dir
-                        .as_ref()
-                        .map(|d| d.display().to_string())
-                        .unwrap_or_default(),
-                    why: e.to_string(),
-                }
-            })?
-        }
-        _ if incarnation > 1 => NodeProcess::restarted(config.clone(), id, incarnation)?,
-        // In the address book but not a member: a spare that asks the CM
-        // to join (FaRM §5.2), then gets regions by rebalancing (§5.4).
-        _ if !config.is_member(id) => NodeProcess::restarted(config.clone(), id, incarnation)?,
-        _ => NodeProcess::new(config.clone(), id, incarnation)?,
-    };
-    if disk_dir.is_none() {
-        process.participant_mut().disable_journal();
-    }
-    let wal = match &disk_dir {
-        Some(d) => Some(
-            wal::Wal::open(
-                d,
-                last_seq,
-                log_end,
-                config.limits.log_idle_sync_us,
-                config.limits.log_writers,
-            )
-            .map_err(|e| NodeError::Durability {
-                path: d.display().to_string(),
-                why: e.to_string(),
-            })?,
-        ),
-        None => None,
-    };
-    // The coordination replica's Raft state is always on disk.
-    let coordination_file = me.data_dir.as_ref().map(|d| d.join("coordination.state"));
-    if let (Some(path), Some(_)) = (&coordination_file, process.coordination()) {
-        match std::fs::read(path) {
-            Ok(state) => {
-                process
-                    .restore_coordination(&state)
-                    .map_err(|e| NodeError::Coordination {
-                        path: path.display().to_string(),
-                        why: e.to_string(),
-                    })?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(NodeError::Coordination {
-                    path: path.display().to_string(),
-                    why: e.to_string(),
-                })
-            }
-        }
-    }
+    let (mut process, wal) = start::restore_process(&config, id, &me, incarnation)?;
+    start::restore_coordination(&mut process, start::coordination_file(&me).as_deref())?;
     let is_master = process.is_clock_master();
     let depth = config.limits.max_inflight_per_connection.max(16);
     let batch = config.limits.max_batch_bytes;
-    let mut links = BTreeMap::new();
-    let mut receivers = Vec::new();
-    for n in config.nodes.iter().filter(|n| NodeId(n.id) != id) {
-        let (tx, rx) = mpsc::channel(depth);
-        links.insert(NodeId(n.id), tx);
-        receivers.push((NodeId(n.id), n.addr.clone(), rx));
-    }
-    let clock_link = if is_master {
-        None
-    } else {
-        let (tx, rx) = mpsc::channel(64);
-        let master = config.cm();
-        receivers.push((master, config.node(master)?.addr.clone(), rx));
-        Some((master, tx))
-    };
-    let shell = Arc::new(Shell {
+    let (links, receivers) = start::links(&config, id, is_master, depth)?;
+    let shell = Arc::new(Shell::new(
+        &config,
+        id,
+        &me,
+        process,
         wal,
-        process: Mutex::new(process),
-        conns: Mutex::new(BTreeMap::new()),
         links,
-        clock_link: Mutex::new(clock_link),
-        node_addrs: config
-            .nodes
-            .iter()
-            .map(|n| (NodeId(n.id), n.addr.clone()))
-            .collect(),
-        coordination_file,
-        events: Mutex::new(me.data_dir.as_ref().and_then(|d| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(d.join("events.jsonl"))
-                .map_err(|e| tracing::warn!("cannot open events.jsonl: {e}; markers not recorded"))
-                .ok()
-        })),
-        node_id: id,
-        next_conn: AtomicU64::new(1),
-        config: config.clone(),
-        lease_socket: lease_socket.try_clone().map_err(|source| NodeError::Bind {
-            addr: format!("{} (udp, leases)", me.addr),
-            source,
-        })?,
-        lease_addrs: resolve_nodes(config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str()))),
-        lock_replies_free: AtomicBool::new(false),
-        log_end: AtomicU64::new(0),
-        discards: spawn_freer(id).map_err(|source| NodeError::Thread {
-            name: "freeing",
-            source,
-        })?,
-    });
-    let leases = NodeLeases {
-        desk: lock(&shell.process).lease_desk(),
-        shell: Arc::downgrade(&shell),
-        rt: tokio::runtime::Handle::current(),
-        by_addr: shell.lease_addrs.iter().map(|(n, a)| (*a, *n)).collect(),
-        addrs: shell.lease_addrs.clone(),
-        stalls_seen: Default::default(),
-    };
-    // The lease thread listens from here on: the process's own lease
-    // ticks no longer count as looks (`LeaseDesk::attach_listener`).
-    leases.desk.attach_listener(mono_ns());
-    meridian_transport::lease_udp::spawn(&format!("lease-{id}"), lease_socket, leases, mono_ns)
-        .map_err(|source| NodeError::Bind {
-            addr: format!("{} (lease thread)", me.addr),
-            source,
-        })?;
+        &lease_socket,
+    )?);
+    start_lease_thread(&shell, lease_socket, id, &me.addr)?;
     tracing::info!(node = %id, addr = %me.addr, master = is_master, incarnation, "node listening");
     for (node, addr, rx) in receivers {
         tokio::spawn(link(Arc::downgrade(&shell), node, addr, rx, batch));
@@ -705,12 +511,101 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
         tokio::spawn(write_stats(Arc::downgrade(&shell), dir.join("stats.jsonl")));
     }
     tokio::spawn(stop_on_sigterm(Arc::downgrade(&shell)));
-    let effects = {
-        let mut p = lock_process(&shell, "first tick");
-        p.tick(mono_ns());
-        drain(&mut p, &shell)
+    step(&shell, "first tick", |p| p.tick(mono_ns())).await;
+    accept_connections(listener, shell).await;
+    Ok(())
+}
+
+impl Shell {
+    /// The shell around `process` of node `id` (`me` in `config`): its
+    /// log, its links, a clone of the lease thread's `lease_socket`, the
+    /// files of its data directory (the coordination state,
+    /// `events.jsonl`), and the thread that frees discarded replicas.
+    ///
+    /// Errors: the lease socket cannot be cloned, or the freeing thread
+    /// cannot start.
+    fn new(
+        config: &Configuration,
+        id: NodeId,
+        me: &meridian_config::NodeConfig,
+        process: NodeProcess,
+        wal: Option<wal::Wal>,
+        links: start::Links,
+        lease_socket: &std::net::UdpSocket,
+    ) -> Result<Shell, NodeError> {
+        Ok(Shell {
+            wal,
+            process: Mutex::new(process),
+            conns: Mutex::new(BTreeMap::new()),
+            links: links.nodes,
+            clock_link: Mutex::new(links.clock),
+            node_addrs: config
+                .nodes
+                .iter()
+                .map(|n| (NodeId(n.id), n.addr.clone()))
+                .collect(),
+            coordination_file: start::coordination_file(me),
+            events: Mutex::new(me.data_dir.as_ref().and_then(|d| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(d.join("events.jsonl"))
+                    .map_err(|e| {
+                        tracing::warn!("cannot open events.jsonl: {e}; markers not recorded")
+                    })
+                    .ok()
+            })),
+            node_id: id,
+            next_conn: AtomicU64::new(1),
+            config: config.clone(),
+            lease_socket: lease_socket.try_clone().map_err(|source| NodeError::Bind {
+                addr: format!("{} (udp, leases)", me.addr),
+                source,
+            })?,
+            lease_addrs: resolve_nodes(
+                config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str())),
+            ),
+            lock_replies_free: AtomicBool::new(false),
+            log_end: AtomicU64::new(0),
+            discards: spawn_freer(id).map_err(|source| NodeError::Thread {
+                name: "freeing",
+                source,
+            })?,
+        })
+    }
+}
+
+/// Start node `id`'s lease thread on `lease_socket` (FaRM §5.1), over the
+/// process's `LeaseDesk`. From here on the process's own lease ticks no
+/// longer count as looks (`LeaseDesk::attach_listener`).
+///
+/// Errors: the thread cannot start.
+fn start_lease_thread(
+    shell: &Arc<Shell>,
+    lease_socket: std::net::UdpSocket,
+    id: NodeId,
+    addr: &str,
+) -> Result<(), NodeError> {
+    let leases = NodeLeases {
+        desk: lock(&shell.process).lease_desk(),
+        shell: Arc::downgrade(shell),
+        rt: tokio::runtime::Handle::current(),
+        by_addr: shell.lease_addrs.iter().map(|(n, a)| (*a, *n)).collect(),
+        addrs: shell.lease_addrs.clone(),
+        stalls_seen: Default::default(),
     };
-    route(&shell, effects).await;
+    leases.desk.attach_listener(mono_ns());
+    meridian_transport::lease_udp::spawn(&format!("lease-{id}"), lease_socket, leases, mono_ns)
+        .map_err(|source| NodeError::Bind {
+            addr: format!("{addr} (lease thread)"),
+            source,
+        })?;
+    Ok(())
+}
+
+/// Accept connections for as long as the process runs, each served by a
+/// task of its own ([`serve`]).
+async fn accept_connections(listener: TcpListener, shell: Arc<Shell>) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -728,6 +623,17 @@ pub async fn run(config: Configuration, id: NodeId) -> Result<(), NodeError> {
             }
         });
     }
+}
+
+/// Run `f` on the process under its lock (held for `what`), then route
+/// the effects it queued.
+async fn step(shell: &Arc<Shell>, what: &'static str, f: impl FnOnce(&mut NodeProcess)) {
+    let effects = {
+        let mut p = lock_process(shell, what);
+        f(&mut p);
+        drain(&mut p, shell)
+    };
+    route(shell, effects).await;
 }
 
 /// A clean stop (`SIGTERM`, as `meridian cluster stop` sends): fsync the
@@ -870,72 +776,14 @@ async fn send_when_durable<F, Fut>(
     }
 }
 
+/// Carry out `effects`: frames batched per destination and sent, the
+/// other effects started (coordination answers, wake-ups) or done here
+/// (events, discards). The log's effects were carried out by `drain`.
 async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
-    let mut out: BTreeMap<Peer, Vec<u8>> = BTreeMap::new();
-    let mut clock: Vec<u8> = Vec::new();
-    let mut clock_to: Option<NodeId> = None;
+    let mut batches = Batches::default();
     for e in effects {
         match e {
-            NodeEffect::Send { to, frame } => {
-                // Lease messages to nodes go on the lease socket (FaRM
-                // §5.1), not behind transaction frames.
-                if let (
-                    Frame::OneWay {
-                        req: Request::Lease(_),
-                        ..
-                    },
-                    Peer::Node(n),
-                ) = (&frame, to)
-                {
-                    if let Some(a) = shell.lease_addrs.get(&n) {
-                        meridian_transport::lease_udp::send_frame(&shell.lease_socket, *a, &frame);
-                        continue;
-                    }
-                }
-                let sync = matches!(
-                    frame,
-                    Frame::Request {
-                        req: Request::Clock(ClockRequest::Sync),
-                        ..
-                    }
-                );
-                // This node's own CLOCK-SYNCs (its embedded coordinator's;
-                // they carry no truncations) go to the master's lease
-                // thread as datagrams, as clients' do: answered at once,
-                // without the master's process lock, so a node's samples
-                // are as tight as a client's. The node holds every read
-                // until its own clock shows `read_ts` past
-                // (`clock.reads_wait_at_server`), so its uncertainty is on
-                // every read's path.
-                if let (true, Peer::Node(m), Frame::Request { truncate, .. }) = (sync, to, &frame) {
-                    if truncate.is_empty() {
-                        if let Some(a) = shell.lease_addrs.get(&m) {
-                            meridian_transport::lease_udp::send_frame(
-                                &shell.lease_socket,
-                                *a,
-                                &frame,
-                            );
-                            continue;
-                        }
-                    }
-                }
-                let buf = match to {
-                    Peer::Node(m) if sync && shell.node_addrs.contains_key(&m) => {
-                        clock_to = Some(m);
-                        &mut clock
-                    }
-                    _ => out.entry(to).or_default(),
-                };
-                if let Err(e) = encode_frame(&frame, buf) {
-                    // A reply the codec refuses must not vanish: the peer
-                    // would wait out its timeout. Say why instead.
-                    tracing::error!("cannot encode a frame to {to:?}: {e}");
-                    if let Frame::Response { id, .. } = frame {
-                        let resp = Response::Error(format!("reply not encodable: {e}"));
-                        let _ = encode_frame(&Frame::Response { id, resp }, buf);
-                    }
-                }
-            }
+            NodeEffect::Send { to, frame } => batches.add(shell, to, frame),
             // Queued by `drain` and waited for by `route_now`; written by
             // `drain`, under the process lock.
             NodeEffect::AppendLog { .. }
@@ -952,13 +800,11 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                 );
                 let sh = shell.clone();
                 tokio::spawn(async move {
-                    let effects = {
-                        let mut p = lock_process(&sh, "coordination");
+                    step(&sh, "coordination", |p| {
                         let current = Box::new(p.config().clone());
                         p.on_cas_result(mono_ns(), Err(current));
-                        drain(&mut p, &sh)
-                    };
-                    route(&sh, effects).await;
+                    })
+                    .await;
                 });
             }
             NodeEffect::RaiseTimeBound { to_ns } => {
@@ -968,13 +814,11 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                 // node; the warning at the CAS above applies here too.
                 let sh = shell.clone();
                 tokio::spawn(async move {
-                    let effects = {
-                        let mut p = lock_process(&sh, "coordination");
+                    step(&sh, "coordination", |p| {
                         let me = p.id();
                         p.on_time_bound(mono_ns(), to_ns, me);
-                        drain(&mut p, &sh)
-                    };
-                    route(&sh, effects).await;
+                    })
+                    .await;
                 });
             }
             NodeEffect::Event(ev) => {
@@ -986,44 +830,121 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
                 let sh = shell.clone();
                 tokio::spawn(async move {
                     wait::wait_until(at_local_ns).await;
-                    let effects = {
-                        let mut p = lock_process(&sh, "wake");
-                        p.tick(mono_ns());
-                        drain(&mut p, &sh)
-                    };
-                    route(&sh, effects).await;
+                    step(&sh, "wake", |p| p.tick(mono_ns())).await;
                 });
             }
         }
     }
-    for (to, bytes) in out {
-        if bytes.is_empty() {
-            continue;
-        }
-        match to {
-            Peer::Conn(c) => {
-                let ob = lock(&shell.conns).get(&c).cloned();
-                if let Some(ob) = ob {
-                    if let Err(e) = ob.send(bytes).await {
-                        tracing::debug!("connection {c} gone: {e}");
-                    }
-                }
+    batches.send(shell).await;
+}
+
+/// Frames to send, encoded and batched per destination; clock syncs to
+/// the clock master apart, for its link of their own.
+#[derive(Default)]
+struct Batches {
+    /// Each destination's frames.
+    out: BTreeMap<Peer, Vec<u8>>,
+    /// Clock syncs for the clock link.
+    clock: Vec<u8>,
+    /// The master the clock syncs go to.
+    clock_to: Option<NodeId>,
+}
+
+impl Batches {
+    /// Add `frame` to `to`'s batch, unless it leaves at once as a datagram
+    /// ([`send_datagram`]). A frame the codec refuses is logged, and a
+    /// reply is replaced by an error reply saying why.
+    fn add(&mut self, shell: &Shell, to: Peer, frame: Frame) {
+        let sync = matches!(
+            frame,
+            Frame::Request {
+                req: Request::Clock(ClockRequest::Sync),
+                ..
             }
-            Peer::Node(n) => match shell.links.get(&n) {
-                Some(l) => {
-                    if let Err(e) = l.try_send(bytes) {
-                        tracing::warn!("link to {n} cannot take frames ({e}); they will time out");
+        );
+        if send_datagram(shell, to, &frame, sync) {
+            return;
+        }
+        let buf = match to {
+            Peer::Node(m) if sync && shell.node_addrs.contains_key(&m) => {
+                self.clock_to = Some(m);
+                &mut self.clock
+            }
+            _ => self.out.entry(to).or_default(),
+        };
+        if let Err(e) = encode_frame(&frame, buf) {
+            // A reply the codec refuses must not vanish: the peer
+            // would wait out its timeout. Say why instead.
+            tracing::error!("cannot encode a frame to {to:?}: {e}");
+            if let Frame::Response { id, .. } = frame {
+                let resp = Response::Error(format!("reply not encodable: {e}"));
+                let _ = encode_frame(&Frame::Response { id, resp }, buf);
+            }
+        }
+    }
+
+    /// Send every batch: to its connection's writer, to its node's link,
+    /// or (clock syncs) to the clock link.
+    async fn send(self, shell: &Arc<Shell>) {
+        for (to, bytes) in self.out {
+            if bytes.is_empty() {
+                continue;
+            }
+            match to {
+                Peer::Conn(c) => {
+                    let ob = lock(&shell.conns).get(&c).cloned();
+                    if let Some(ob) = ob {
+                        if let Err(e) = ob.send(bytes).await {
+                            tracing::debug!("connection {c} gone: {e}");
+                        }
                     }
                 }
-                None => tracing::warn!("no link to {n}; frames dropped"),
-            },
+                Peer::Node(n) => match shell.links.get(&n) {
+                    Some(l) => {
+                        if let Err(e) = l.try_send(bytes) {
+                            tracing::warn!(
+                                "link to {n} cannot take frames ({e}); they will time out"
+                            );
+                        }
+                    }
+                    None => tracing::warn!("no link to {n}; frames dropped"),
+                },
+            }
+        }
+        if let (false, Some(m)) = (self.clock.is_empty(), self.clock_to) {
+            if let Err(e) = clock_link_to(shell, m).try_send(self.clock) {
+                tracing::warn!("clock link cannot take a sync ({e}); it will time out");
+            }
         }
     }
-    if let (false, Some(m)) = (clock.is_empty(), clock_to) {
-        if let Err(e) = clock_link_to(shell, m).try_send(clock) {
-            tracing::warn!("clock link cannot take a sync ({e}); it will time out");
-        }
-    }
+}
+
+/// Send `frame` to `to` as a datagram on the lease socket if it goes
+/// there; true if it did. Lease messages to nodes go on the lease socket
+/// (FaRM §5.1), not behind transaction frames. So do this node's own
+/// CLOCK-SYNCs (`sync`; its embedded coordinator's, which carry no
+/// truncations): they go to the master's lease thread as datagrams, as
+/// clients' do, answered at once, without the master's process lock, so a
+/// node's samples are as tight as a client's. The node holds every read
+/// until its own clock shows `read_ts` past (`clock.reads_wait_at_server`),
+/// so its uncertainty is on every read's path.
+fn send_datagram(shell: &Shell, to: Peer, frame: &Frame, sync: bool) -> bool {
+    let Peer::Node(n) = to else {
+        return false;
+    };
+    let datagram = match frame {
+        Frame::OneWay {
+            req: Request::Lease(_),
+            ..
+        } => true,
+        Frame::Request { truncate, .. } => sync && truncate.is_empty(),
+        _ => false,
+    };
+    let Some(a) = shell.lease_addrs.get(&n).filter(|_| datagram) else {
+        return false;
+    };
+    meridian_transport::lease_udp::send_frame(&shell.lease_socket, *a, frame);
+    true
 }
 
 /// The dedicated clock link to `master`, started (and the link to the

@@ -70,8 +70,8 @@ use meridian_config::{Configuration, RegionInfo};
 use meridian_txn::recovery::{decide, recovery_coordinator, region_vote, Decision};
 use meridian_txn::Participant;
 use meridian_wire::{
-    ConfigId, Key, LockRecord, NodeId, RecoveringTx, RecoveryMessage, RecoveryVote, RegionId,
-    Timestamp, TxId, WriteOp,
+    ConfigId, FinishedIds, Key, LockRecord, NodeId, ObjectCopy, RecoveringTx, RecoveryMessage,
+    RecoveryVote, RegionId, Timestamp, TxId, WriteOp,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -437,9 +437,8 @@ impl RecoveryFlow {
     /// A recovery message. Messages of another configuration are ignored.
     ///
     /// One match over the message kinds of FaRM §5.3 and §5.4 recovery,
-    /// each arm a few lines of the step it belongs to; it stays one
-    /// function so that every message's configuration guard reads in one
-    /// place.
+    /// so that every message's configuration guard reads in one place;
+    /// each kind's step is a handler of its own, or a few lines here.
     pub fn on_message(&mut self, now: u64, msg: RecoveryMessage, p: &mut Participant) {
         if self.stopped {
             return;
@@ -451,22 +450,7 @@ impl RecoveryFlow {
                 region,
                 from,
                 txs,
-            } if c == config => {
-                let replicas = self.replicas(region);
-                if !replicas.contains(&from) {
-                    return;
-                }
-                self.send(from, RecoveryMessage::NeedRecoveryAck { config, region });
-                let Some(got) = self.gathering.get_mut(&region) else {
-                    return;
-                };
-                got.insert(from, txs);
-                if replicas.iter().all(|n| got.contains_key(n)) {
-                    if let Some(got) = self.gathering.remove(&region) {
-                        self.lock_recovery_done(region, got, p);
-                    }
-                }
-            }
+            } if c == config => self.on_need_recovery(region, from, txs, p),
             RecoveryMessage::NeedRecoveryAck { config: c, region } if c == config => {
                 self.need.remove(&region);
             }
@@ -475,22 +459,7 @@ impl RecoveryFlow {
                 region,
                 from,
                 tx,
-            } if c == config => {
-                if self.primary(region) != Some(from) || !self.replicas(region).contains(&me) {
-                    return;
-                }
-                let id = tx.record.tx;
-                p.replicate_tx_state(region, &tx);
-                self.send(
-                    from,
-                    RecoveryMessage::ReplicateTxStateAck {
-                        config,
-                        region,
-                        tx: id,
-                        from: me,
-                    },
-                );
-            }
+            } if c == config => self.on_replicate_tx_state(region, from, &tx, p),
             RecoveryMessage::ReplicateTxStateAck {
                 config: c,
                 region,
@@ -519,19 +488,7 @@ impl RecoveryFlow {
                 tx,
                 region,
                 ..
-            } if c == config => {
-                if self.primary(region) != Some(me) || self.gathering.contains_key(&region) {
-                    return; // not the primary, or lock recovery not done: asked again later
-                }
-                let v = self.votes.entry((tx, region)).or_insert_with(|| MyVote {
-                    vote: p.vote_without_records(tx, region),
-                    record: None,
-                    write_ts: None,
-                    decided: false,
-                });
-                let v = v.clone();
-                self.send_vote(tx, region, &v);
-            }
+            } if c == config => self.on_request_vote(tx, region, p),
             RecoveryMessage::CommitRecovery {
                 config: c,
                 tx,
@@ -595,43 +552,7 @@ impl RecoveryFlow {
                 region,
                 from,
                 after,
-            } if c == config => {
-                if self.primary(region) != Some(me) || !self.replicas(region).contains(&from) {
-                    return;
-                }
-                if self.gathering.contains_key(&region)
-                    || self.replicating.contains_key(&(region, from))
-                {
-                    // Before lock recovery and step 5 reached `from`: the
-                    // copy could be complete without a recovering
-                    // transaction's record. It asks again.
-                    return;
-                }
-                if let Some((objects, done, source_safe_point)) =
-                    p.copy_region(region, after.as_deref())
-                {
-                    // The last chunk carries what this replica knows of
-                    // finished transactions: the copy holds their writes
-                    // without their records.
-                    let finished = if done {
-                        p.finished_ids()
-                    } else {
-                        Default::default()
-                    };
-                    self.send(
-                        from,
-                        RecoveryMessage::Chunk {
-                            config,
-                            region,
-                            after,
-                            objects,
-                            done,
-                            source_safe_point,
-                            finished,
-                        },
-                    );
-                }
-            }
+            } if c == config => self.on_fetch(region, from, after, p),
             RecoveryMessage::Chunk {
                 config: c,
                 region,
@@ -640,38 +561,178 @@ impl RecoveryFlow {
                 done,
                 source_safe_point,
                 finished,
-            } if c == config => {
-                let Some(f) = self.filling.get_mut(&region) else {
-                    return;
-                };
-                if f.after != after {
-                    return; // a duplicate or a stale answer
-                }
-                p.merge_copies(region, after.as_deref(), &objects, done, source_safe_point);
-                self.stats.objects_copied += objects.len() as u64;
-                if done {
-                    p.learn_finished(&finished);
-                    p.mark_filled(region);
-                    self.filling.remove(&region);
-                    self.filled.insert(region);
-                    self.stats.regions_filled += 1;
-                    self.report_ready();
-                    return;
-                }
-                f.after = objects.last().map(|o| o.key.clone()).or(after);
-                // Full speed when the region is down to its last complete
-                // replica (FaRM §5.4); paced otherwise.
-                let complete = self.region(region).map_or(0, |i| {
-                    1 + i.backups.iter().filter(|b| !i.filling.contains(b)).count()
-                });
-                let pause = if complete <= 1 { 0 } else { self.pace_ns };
-                if let Some(f) = self.filling.get_mut(&region) {
-                    f.next_ns = now.saturating_add(pause);
-                }
-                self.fetch_due(now);
-            }
+            } if c == config => self.on_chunk(
+                now,
+                region,
+                after,
+                (objects, done, source_safe_point, finished),
+                p,
+            ),
             _ => {}
         }
+    }
+
+    /// Steps 2-4 at `region`'s primary: replica `from`'s records of
+    /// recovering transactions there, acknowledged; once every replica
+    /// reported, lock recovery runs.
+    fn on_need_recovery(
+        &mut self,
+        region: RegionId,
+        from: NodeId,
+        txs: Vec<RecoveringTx>,
+        p: &mut Participant,
+    ) {
+        let config = self.config;
+        let replicas = self.replicas(region);
+        if !replicas.contains(&from) {
+            return;
+        }
+        self.send(from, RecoveryMessage::NeedRecoveryAck { config, region });
+        let Some(got) = self.gathering.get_mut(&region) else {
+            return;
+        };
+        got.insert(from, txs);
+        if replicas.iter().all(|n| got.contains_key(n)) {
+            if let Some(got) = self.gathering.remove(&region) {
+                self.lock_recovery_done(region, got, p);
+            }
+        }
+    }
+
+    /// Step 5 at a replica of `region`: the record its primary `from` sends
+    /// of a recovering transaction is kept, and acknowledged.
+    fn on_replicate_tx_state(
+        &mut self,
+        region: RegionId,
+        from: NodeId,
+        tx: &RecoveringTx,
+        p: &mut Participant,
+    ) {
+        let (config, me) = (self.config, self.me);
+        if self.primary(region) != Some(from) || !self.replicas(region).contains(&me) {
+            return;
+        }
+        let id = tx.record.tx;
+        p.replicate_tx_state(region, tx);
+        self.send(
+            from,
+            RecoveryMessage::ReplicateTxStateAck {
+                config,
+                region,
+                tx: id,
+                from: me,
+            },
+        );
+    }
+
+    /// Step 6 at `region`'s primary: a recovery coordinator asks for the
+    /// region's vote on `tx`; a primary without records of it votes from
+    /// what it knows. Not answered before lock recovery is done there (the
+    /// coordinator asks again later).
+    fn on_request_vote(&mut self, tx: TxId, region: RegionId, p: &mut Participant) {
+        if self.primary(region) != Some(self.me) || self.gathering.contains_key(&region) {
+            return; // not the primary, or lock recovery not done: asked again later
+        }
+        let v = self.votes.entry((tx, region)).or_insert_with(|| MyVote {
+            vote: p.vote_without_records(tx, region),
+            record: None,
+            write_ts: None,
+            decided: false,
+        });
+        let v = v.clone();
+        self.send_vote(tx, region, &v);
+    }
+
+    /// §5.4 at `region`'s primary: new replica `from` asks for the chunk of
+    /// objects after `after`. Not answered before lock recovery and step 5
+    /// reached `from` (it asks again).
+    fn on_fetch(
+        &mut self,
+        region: RegionId,
+        from: NodeId,
+        after: Option<Key>,
+        p: &mut Participant,
+    ) {
+        let (config, me) = (self.config, self.me);
+        if self.primary(region) != Some(me) || !self.replicas(region).contains(&from) {
+            return;
+        }
+        if self.gathering.contains_key(&region) || self.replicating.contains_key(&(region, from)) {
+            // Before lock recovery and step 5 reached `from`: the
+            // copy could be complete without a recovering
+            // transaction's record. It asks again.
+            return;
+        }
+        if let Some((objects, done, source_safe_point)) = p.copy_region(region, after.as_deref()) {
+            // The last chunk carries what this replica knows of
+            // finished transactions: the copy holds their writes
+            // without their records.
+            let finished = if done {
+                p.finished_ids()
+            } else {
+                Default::default()
+            };
+            self.send(
+                from,
+                RecoveryMessage::Chunk {
+                    config,
+                    region,
+                    after,
+                    objects,
+                    done,
+                    source_safe_point,
+                    finished,
+                },
+            );
+        }
+    }
+
+    /// §5.4 at a new replica of `region`: the chunk answering the fetch
+    /// after `after` (its objects, whether it is the last, the source's
+    /// safe point and, on the last, the finished transactions it knows)
+    /// is merged; the last one fills the region, any other schedules the
+    /// next fetch.
+    fn on_chunk(
+        &mut self,
+        now: u64,
+        region: RegionId,
+        after: Option<Key>,
+        (objects, done, source_safe_point, finished): (
+            Vec<ObjectCopy>,
+            bool,
+            Timestamp,
+            FinishedIds,
+        ),
+        p: &mut Participant,
+    ) {
+        let Some(f) = self.filling.get_mut(&region) else {
+            return;
+        };
+        if f.after != after {
+            return; // a duplicate or a stale answer
+        }
+        p.merge_copies(region, after.as_deref(), &objects, done, source_safe_point);
+        self.stats.objects_copied += objects.len() as u64;
+        if done {
+            p.learn_finished(&finished);
+            p.mark_filled(region);
+            self.filling.remove(&region);
+            self.filled.insert(region);
+            self.stats.regions_filled += 1;
+            self.report_ready();
+            return;
+        }
+        f.after = objects.last().map(|o| o.key.clone()).or(after);
+        // Full speed when the region is down to its last complete
+        // replica (FaRM §5.4); paced otherwise.
+        let complete = self.region(region).map_or(0, |i| {
+            1 + i.backups.iter().filter(|b| !i.filling.contains(b)).count()
+        });
+        let pause = if complete <= 1 { 0 } else { self.pace_ns };
+        if let Some(f) = self.filling.get_mut(&region) {
+            f.next_ns = now.saturating_add(pause);
+        }
+        self.fetch_due(now);
     }
 
     fn decided_here(&mut self, tx: TxId) {

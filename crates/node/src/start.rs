@@ -1,0 +1,234 @@
+//! Starting a node: its incarnation, its state restored from the data
+//! directory (disk durability's log and checkpoint, the coordination
+//! replica's Raft state), and the channels of its links to the other
+//! nodes.
+
+use crate::{wal, NodeError};
+use meridian_config::{Configuration, NodeConfig};
+use meridian_process::node::NodeProcess;
+use meridian_wire::NodeId;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tokio::sync::mpsc;
+
+/// Read, increment and durably store the node's incarnation counter in
+/// `dir/incarnation`. Without a data directory, the wall clock in seconds
+/// stands in (unique unless two starts fall in the same second).
+pub(crate) fn next_incarnation(dir: Option<&Path>) -> Result<u32, NodeError> {
+    use std::io::Write;
+    let Some(dir) = dir else {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1);
+        tracing::warn!("no data_dir: incarnation taken from the wall clock");
+        return Ok((secs as u32).max(1));
+    };
+    let path = dir.join("incarnation");
+    let err = |source| NodeError::Incarnation {
+        path: path.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let prev: u32 = match std::fs::read_to_string(&path) {
+        Ok(s) => s.trim().parse().map_err(|e| {
+            err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not a number: {e}"),
+            ))
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(err(e)),
+    };
+    let next = prev.checked_add(1).ok_or_else(|| {
+        err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "incarnation counter exhausted",
+        ))
+    })?;
+    let tmp = dir.join("incarnation.tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(err)?;
+    f.write_all(next.to_string().as_bytes()).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    std::fs::rename(&tmp, &path).map_err(err)?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(next)
+}
+
+/// Where disk durability keeps the node's write-ahead log and checkpoint:
+/// its data directory under `durability = "disk"`. None in memory mode,
+/// nor (with a warning) without a data directory.
+fn disk_dir(config: &Configuration, me: &NodeConfig) -> Option<PathBuf> {
+    match (&config.durability.mode, me.data_dir.as_deref()) {
+        (meridian_config::DurabilityMode::Disk, Some(d)) => Some(d.to_path_buf()),
+        (meridian_config::DurabilityMode::Disk, None) => {
+            tracing::warn!("durability = \"disk\" needs a data_dir; running from memory");
+            None
+        }
+        _ => None,
+    }
+}
+
+/// The node's process at a start, and its write-ahead log under disk
+/// durability.
+///
+/// Disk durability: the write-ahead log and checkpoint of the last run
+/// rebuild the node (NodeProcess::restore decides whether it rejoins
+/// with that data or empty). Memory durability (FaRM's non-volatile
+/// DRAM assumption): a node that ran before lost its memory with its
+/// process, so it comes back as a new, empty node and joins again (FaRM
+/// §5.2, §5.4).
+pub(crate) fn restore_process(
+    config: &Configuration,
+    id: NodeId,
+    me: &NodeConfig,
+    incarnation: u32,
+) -> Result<(NodeProcess, Option<wal::Wal>), NodeError> {
+    let disk_dir = disk_dir(config, me);
+    let durability = |d: &Path, why: String| NodeError::Durability {
+        path: d.display().to_string(),
+        why,
+    };
+    let found = match &disk_dir {
+        Some(d) if incarnation > 1 => Some(wal::read(d).map_err(|e| durability(d, e.to_string()))?),
+        Some(d) => {
+            wal::remove(d);
+            None
+        }
+        None => None,
+    };
+    let log_end = found.as_ref().map_or(0, |r| r.log_end);
+    let (mut process, last_seq) =
+        process_at_start(config, id, incarnation, found.as_ref(), disk_dir.as_deref())?;
+    if disk_dir.is_none() {
+        process.participant_mut().disable_journal();
+    }
+    let wal = match &disk_dir {
+        Some(d) => Some(
+            wal::Wal::open(
+                d,
+                last_seq,
+                log_end,
+                config.limits.log_idle_sync_us,
+                config.limits.log_writers,
+            )
+            .map_err(|e| durability(d, e.to_string()))?,
+        ),
+        None => None,
+    };
+    Ok((process, wal))
+}
+
+/// The process rebuilt from what the log and checkpoint in `disk_dir`
+/// hold (`found`), with the last record it restored through; or, with
+/// nothing found, a restarted process (a later incarnation, or a spare
+/// that asks the CM to join) or a new one, through record 0.
+fn process_at_start(
+    config: &Configuration,
+    id: NodeId,
+    incarnation: u32,
+    found: Option<&wal::Recovered>,
+    disk_dir: Option<&Path>,
+) -> Result<(NodeProcess, u64), NodeError> {
+    let process = match found {
+        Some(r) if r.checkpoint.is_some() || !r.records.is_empty() => {
+            let cp = r.checkpoint.as_ref().map(|(s, b)| (*s, b.as_slice()));
+            let last_seq = r
+                .records
+                .last()
+                .map_or(0, |(s, _)| *s)
+                .max(cp.map_or(0, |(s, _)| s));
+            tracing::info!(
+                checkpoint = cp.map(|(s, _)| s),
+                records = r.records.len(),
+                "restoring from disk through record {last_seq}"
+            );
+            let p = NodeProcess::restore(config.clone(), id, incarnation, cp, &r.records).map_err(
+                |e| NodeError::Durability {
+                    path: disk_dir
+                        .map(|d| d.display().to_string())
+                        .unwrap_or_default(),
+                    why: e.to_string(),
+                },
+            )?;
+            return Ok((p, last_seq));
+        }
+        _ if incarnation > 1 => NodeProcess::restarted(config.clone(), id, incarnation)?,
+        // In the address book but not a member: a spare that asks the CM
+        // to join (FaRM §5.2), then gets regions by rebalancing (§5.4).
+        _ if !config.is_member(id) => NodeProcess::restarted(config.clone(), id, incarnation)?,
+        _ => NodeProcess::new(config.clone(), id, incarnation)?,
+    };
+    Ok((process, 0))
+}
+
+/// Where the coordination replica's Raft state is kept: in the data
+/// directory (none without one: it lives in memory only).
+pub(crate) fn coordination_file(me: &NodeConfig) -> Option<PathBuf> {
+    me.data_dir.as_ref().map(|d| d.join("coordination.state"))
+}
+
+/// Restores the coordination replica's Raft state from `path`, if the
+/// process runs a replica and the file exists (the state is always on
+/// disk).
+pub(crate) fn restore_coordination(
+    process: &mut NodeProcess,
+    path: Option<&Path>,
+) -> Result<(), NodeError> {
+    let (Some(path), Some(_)) = (path, process.coordination()) else {
+        return Ok(());
+    };
+    let err = |why: String| NodeError::Coordination {
+        path: path.display().to_string(),
+        why,
+    };
+    match std::fs::read(path) {
+        Ok(state) => process
+            .restore_coordination(&state)
+            .map_err(|e| err(e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(err(e.to_string())),
+    }
+}
+
+/// The sending ends of a node's links.
+pub(crate) struct Links {
+    /// A link to each other node (the embedded coordinator's requests).
+    pub(crate) nodes: BTreeMap<NodeId, mpsc::Sender<Vec<u8>>>,
+    /// The link to the clock master for clock syncs (none while this node
+    /// is the master).
+    pub(crate) clock: Option<(NodeId, mpsc::Sender<Vec<u8>>)>,
+}
+
+/// A link's receiving end, with the node and address it carries frames to.
+pub(crate) type LinkEnd = (NodeId, String, mpsc::Receiver<Vec<u8>>);
+
+/// The channels of node `id`'s links: one to each other node, `depth`
+/// batches deep, and one to the clock master unless `is_master`.
+///
+/// Errors: the clock master is not in the configuration.
+pub(crate) fn links(
+    config: &Configuration,
+    id: NodeId,
+    is_master: bool,
+    depth: usize,
+) -> Result<(Links, Vec<LinkEnd>), NodeError> {
+    let mut nodes = BTreeMap::new();
+    let mut receivers = Vec::new();
+    for n in config.nodes.iter().filter(|n| NodeId(n.id) != id) {
+        let (tx, rx) = mpsc::channel(depth);
+        nodes.insert(NodeId(n.id), tx);
+        receivers.push((NodeId(n.id), n.addr.clone(), rx));
+    }
+    let clock = if is_master {
+        None
+    } else {
+        let (tx, rx) = mpsc::channel(64);
+        let master = config.cm();
+        receivers.push((master, config.node(master)?.addr.clone(), rx));
+        Some((master, tx))
+    };
+    Ok((Links { nodes, clock }, receivers))
+}
