@@ -661,6 +661,7 @@ impl RecoveryFlow {
             // Before lock recovery and step 5 reached `from`: the
             // copy could be complete without a recovering
             // transaction's record. It asks again.
+            meridian_bugs::mark!("a FETCH waits for lock recovery and step 5");
             return;
         }
         if let Some((objects, done, source_safe_point)) = p.copy_region(region, after.as_deref()) {
@@ -1129,6 +1130,7 @@ mod tests {
     /// promoted it votes unknown for a committed transaction.
     #[test]
     fn lock_recovery_replicates_records_before_the_copy() {
+        let waited = meridian_bugs::marks::watch("a FETCH waits for lock recovery and step 5");
         let (c2, region, primary, old, fill) = refilled();
         let mut p = Participant::new(primary, &c2);
         p.reconfigure(&c2);
@@ -1188,6 +1190,7 @@ mod tests {
         );
         assert!(fetch(&mut flow, &mut p), "no copy after step 5");
         flow.check_invariants();
+        waited.assert_hit();
     }
 
     /// A primary that applied an earlier configuration's COMMIT-RECOVERY

@@ -942,7 +942,11 @@ fn a_cas_in_flight_defers_an_older_new_config_and_the_run_finishes() {
 /// lost: n4 goes before n2 is filled, beyond the fault model.)
 #[test]
 fn a_new_replica_is_filled_only_after_lock_recovery_and_step_5() {
-    run_and_check(SimConfig::swarm(3935)).unwrap_or_else(|e| panic!("{e}"));
+    reaches(
+        "a FETCH waits for lock recovery and step 5",
+        SimConfig::swarm(3935),
+        false,
+    );
 }
 
 /// Liveness, swarm seed 3234, with the read lock wait on (5 ms) and the

@@ -119,6 +119,22 @@ impl Participant {
             || self.durable.finished.contains_key(&tx)
     }
 
+    /// Coverage: holds of `tx` outlive a COMMIT-RECOVERY (they are in
+    /// regions whose writes are not in place here yet).
+    fn mark_holds_kept(&self, tx: TxId) {
+        if self
+            .durable
+            .recovery_held
+            .range((tx, RegionId(0))..=(tx, RegionId(u32::MAX)))
+            .next()
+            .is_some()
+        {
+            meridian_bugs::mark!(
+                "a COMMIT-RECOVERY keeps other regions' holds until their writes are in place"
+            );
+        }
+    }
+
     /// FaRM §5.3 step 7: COMMIT-RECOVERY of `record` (writes in `region`)
     /// at `write_ts`: apply the writes at their place in each chain,
     /// release the transaction's locks in the region. Idempotent; a no-op
@@ -220,17 +236,7 @@ impl Participant {
             }
             self.durable.recovered_regions.insert((tx, *r));
         }
-        if self
-            .durable
-            .recovery_held
-            .range((tx, RegionId(0))..=(tx, RegionId(u32::MAX)))
-            .next()
-            .is_some()
-        {
-            meridian_bugs::mark!(
-                "a COMMIT-RECOVERY keeps other regions' holds until their writes are in place"
-            );
-        }
+        self.mark_holds_kept(tx);
         if let Some((_, st)) = self.durable.log.primary.get_mut(&tx) {
             *st = LockState::Committed(write_ts);
         }
