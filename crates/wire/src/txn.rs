@@ -167,6 +167,18 @@ pub enum Rejection {
     /// participant without being held (nodes unwrap it). Appended last, as
     /// the variant it checks.
     MalformedHold,
+    /// A COMMIT-PRIMARY whose `write_ts` is not above the newest version
+    /// of a key it would install (a coordinator that ignored a
+    /// [`TxnResponse::LockedAbove`], or a forged request). Refused before
+    /// anything is logged. Appended last.
+    WriteTsNotAboveHead {
+        /// The key.
+        key: Key,
+        /// Its newest version's `write_ts`.
+        head: Timestamp,
+        /// The `write_ts` sent.
+        write_ts: Timestamp,
+    },
 }
 
 impl fmt::Display for Rejection {
@@ -200,6 +212,14 @@ impl fmt::Display for Rejection {
             Rejection::MalformedHold => f.write_str(
                 "a request held until its write_ts passed must be a VALIDATE or a \
                  COMMIT-BACKUP at that write_ts, and is unwrapped by the node",
+            ),
+            Rejection::WriteTsNotAboveHead {
+                key,
+                head,
+                write_ts,
+            } => write!(
+                f,
+                "write_ts {write_ts} is not above key {key:?}'s newest version at {head}"
             ),
         }
     }
@@ -476,6 +496,14 @@ pub enum TxnResponse {
     /// version when the primary served it. Appended last, so older
     /// replies decode as before.
     ReadLatest(Result<LatestRead, Conflict>),
+    /// LOCK-REPLY of a [`TxnRequest::LockBlind`] whose blind writes met a
+    /// version newer than the record's `read_ts` (a blind lock skips the
+    /// version check): every lock is granted, and the newest such
+    /// version's `write_ts` is this. The coordinator takes `write_ts` above
+    /// it, so the primary installs above every head (an install at or
+    /// below a head would break the version order). Appended last, so older
+    /// replies decode as before.
+    LockedAbove(Timestamp),
 }
 
 /// A [`TxnRequest::ReadLatest`]'s answer: the newest version of a key.

@@ -53,20 +53,21 @@ impl ClientProcess {
                 return Err(TxnError::ClockUnavailable);
             }
         };
-        // `clock.reads_wait_at_server`: the nodes hold each read until
-        // `read_ts` has passed, so the coordinator hands `read_ts` out now.
-        // Its clock may not yet show `read_ts` as past, and a tighter
-        // sample may have lowered its upper bound since, so a `write_ts`
-        // is raised above `read_ts` if need be (FaRMv2 needs
-        // `write_ts > read_ts`; a larger `write_ts` is as safe, its wait
-        // below covers it).
+        // A `write_ts` is raised to the transaction's floor if need be: above
+        // `read_ts` (FaRMv2 needs `write_ts > read_ts`; with
+        // `clock.reads_wait_at_server` the coordinator hands `read_ts` out
+        // before its clock shows it past, and a tighter sample may have
+        // lowered its upper bound since), and above every version a blind
+        // LOCK met (`TxnResponse::LockedAbove`), so that each primary
+        // installs above its keys' heads. A larger `write_ts` is as safe:
+        // its wait below covers it.
         let mut ticket = ticket;
-        if write && self.reads_wait_at_server {
+        if write {
             let floor = self
                 .txns
                 .get(&txn)
                 .and_then(|t| t.engine.as_ref())
-                .map(|e| Timestamp(e.read_ts().0 + 1));
+                .map(|e| e.write_ts_floor());
             if let Some(floor) = floor.filter(|f| *f > ticket.ts) {
                 match self.clock.passed_at(now, floor) {
                     Ok(ready) => {

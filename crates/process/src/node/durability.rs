@@ -53,6 +53,7 @@ pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
                 resp:
                     Response::Txn(
                         TxnResponse::Lock(_)
+                        | TxnResponse::LockedAbove(_)
                         | TxnResponse::Read(_)
                         | TxnResponse::ReadLatest(_)
                         | TxnResponse::Scan(_)

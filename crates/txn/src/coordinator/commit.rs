@@ -12,7 +12,10 @@ use meridian_wire::{
 use std::collections::{BTreeMap, BTreeSet};
 
 fn is_lock_outcome(r: &Response) -> bool {
-    matches!(r, Response::Txn(TxnResponse::Lock(_))) || refused_for_configuration(r)
+    matches!(
+        r,
+        Response::Txn(TxnResponse::Lock(_) | TxnResponse::LockedAbove(_))
+    ) || refused_for_configuration(r)
 }
 
 fn is_validate_outcome(r: &Response) -> bool {
@@ -142,10 +145,13 @@ impl Transaction {
                 detail: format!("write_ts in phase {:?}", self.phase),
             });
         }
+        // The driver raises GET_TS to the floor (`write_ts_floor`).
         assert!(
-            write_ts > self.read_ts,
-            "write_ts {write_ts} not after read_ts {} for {}",
+            write_ts >= self.write_ts_floor(),
+            "write_ts {write_ts} below the floor {} (read_ts {}, blind heads {}) for {}",
+            self.write_ts_floor(),
             self.read_ts,
+            self.blind_head,
             self.id
         );
         self.write_ts = Some(write_ts);
@@ -305,6 +311,9 @@ impl Transaction {
                         self.failure.get_or_insert(AbortReason::Lock(c));
                     }
                     Response::Txn(TxnResponse::Lock(Ok(()))) => {}
+                    Response::Txn(TxnResponse::LockedAbove(head)) => {
+                        self.blind_head = self.blind_head.max(head);
+                    }
                     _ => {
                         // Refused for the configuration: this node logged
                         // nothing; the others' LOCKs get ABORT.

@@ -355,6 +355,10 @@ pub struct Transaction {
     /// ([`Transaction::on_write_ts_unwaited`]): the first messages that
     /// need it past carry it to be held (`TxnRequest::AfterWriteTs`).
     write_ts_unwaited: bool,
+    /// The newest version a blind LOCK met above `read_ts`
+    /// ([`TxnResponse::LockedAbove`]; `Timestamp::ZERO` if none):
+    /// `write_ts` must exceed it.
+    blind_head: Timestamp,
     reported: bool,
     /// A single-read transaction's read: `None` before it is sent,
     /// `Some(None)` while in flight, `Some(Some(v))` once answered with the
@@ -389,6 +393,7 @@ impl Transaction {
             failure: None,
             write_ts: None,
             write_ts_unwaited: false,
+            blind_head: Timestamp::ZERO,
             reported: false,
             single_read: None,
         }
@@ -411,6 +416,15 @@ impl Transaction {
     /// The snapshot timestamp.
     pub fn read_ts(&self) -> Timestamp {
         self.read_ts
+    }
+
+    /// The least `write_ts` this transaction may take: above `read_ts`
+    /// (FaRMv2) and above every version its blind locks met
+    /// ([`TxnResponse::LockedAbove`]), so that each primary installs above
+    /// its keys' heads. The driver raises a GET_TS below it to it, and
+    /// waits it out like any `write_ts`.
+    pub fn write_ts_floor(&self) -> Timestamp {
+        Timestamp(self.read_ts.0.max(self.blind_head.0).saturating_add(1))
     }
 
     /// The write timestamp, once taken.

@@ -280,3 +280,40 @@ fn a_lock_refused_for_the_configuration_aborts_and_releases_the_others() {
         .unwrap_err();
     assert_eq!(err, TxnError::Aborted(AbortReason::Reconfigured));
 }
+
+/// A blind write to a key whose newest version lies above the
+/// transaction's `read_ts` is locked (`LockBlind` skips the version check)
+/// and answered `LockedAbove(head)`: the transaction's `write_ts` floor
+/// rises above the head, and a commit at the floor installs above it.
+#[test]
+fn a_blind_write_over_a_newer_version_takes_write_ts_above_it() {
+    let c = config(100);
+    let mut net = Net::new(&c, &c);
+    net.write(&[b"k"], 1000);
+    let mut t = net.begin(1);
+    t.put(b"k".to_vec(), b"blind".to_vec()).unwrap();
+    assert_eq!(t.write_ts_floor(), Timestamp(2));
+    let mut step = t.commit().expect("commit starts");
+    let mut floor = None;
+    let result = loop {
+        step = match step {
+            CommitStep::Done(r) => break r,
+            CommitStep::GetWriteTs => {
+                floor = Some(t.write_ts_floor());
+                t.on_write_ts(t.write_ts_floor()).unwrap()
+            }
+            CommitStep::Send(msgs) => {
+                let mut next = None;
+                for (n, req) in msgs {
+                    let resp = net.call(n, &req);
+                    if let Some(s) = t.on_reply(n, resp).unwrap() {
+                        next.get_or_insert(s);
+                    }
+                }
+                next.expect("phase decided")
+            }
+        };
+    };
+    assert_eq!(floor, Some(Timestamp(1001)));
+    assert_eq!(result, Ok(Timestamp(1001)));
+}

@@ -104,6 +104,14 @@ impl Participant {
     /// [`Response::Rejected`] before it touches any state.
     pub fn handle(&mut self, truncate: &[TxId], req: &TxnRequest) -> Response {
         self.stats.requests += 1;
+        if let TxnRequest::CommitPrimary { tx, write_ts } = req {
+            // Refused before it is logged: a logged COMMIT-PRIMARY below a
+            // head would be refused again at every replay.
+            if let Err(r) = self.check_above_heads(*tx, *write_ts) {
+                self.stats.refused_below_head += 1;
+                return Response::Rejected(r);
+            }
+        }
         let mutates = !truncate.is_empty()
             || matches!(
                 req,
@@ -151,7 +159,13 @@ impl Participant {
                     })
                 };
                 match self.check_record(record, true).and(flags) {
-                    Ok(()) => ok(TxnResponse::Lock(self.lock(record, blind))),
+                    Ok(()) => match self.lock(record, blind) {
+                        Ok(()) => match self.blind_head(record, blind) {
+                            head if head > record.read_ts => ok(TxnResponse::LockedAbove(head)),
+                            _ => ok(TxnResponse::Lock(Ok(()))),
+                        },
+                        Err(c) => ok(TxnResponse::Lock(Err(c))),
+                    },
                     Err(r) => Response::Rejected(r),
                 }
             }
@@ -446,6 +460,51 @@ impl Participant {
         self.stats.backup_applied += 1;
     }
 
+    /// The newest version's `write_ts` among the keys of `rec` written
+    /// blind (`Timestamp::ZERO` if none): a blind lock skips the check
+    /// against `read_ts`, so a head may lie above it. Stable while `rec`'s
+    /// transaction holds the locks (only it installs there), so a resent
+    /// LOCK is answered the same.
+    fn blind_head(&self, rec: &meridian_wire::LockRecord, blind: &[bool]) -> Timestamp {
+        rec.writes
+            .iter()
+            .zip(blind)
+            .filter(|(_, b)| **b)
+            .filter_map(|(w, _)| self.durable.stores.get(&w.region)?.object(&w.key))
+            .map(|o| o.head_ts())
+            .max()
+            .unwrap_or(Timestamp::ZERO)
+    }
+
+    /// A COMMIT-PRIMARY of `tx` at `write_ts` installs above every head of
+    /// the keys it writes here (the version order the store asserts): an
+    /// honest coordinator takes `write_ts` above every head a
+    /// [`TxnResponse::LockedAbove`] reported. Errors:
+    /// [`Rejection::WriteTsNotAfterReadTs`], [`Rejection::WriteTsNotAboveHead`].
+    /// No LOCK record, or one already committed: nothing to check.
+    fn check_above_heads(&self, tx: TxId, write_ts: Timestamp) -> Result<(), Rejection> {
+        let Some((rec, LockState::Locked)) = self.durable.log.primary.get(&tx) else {
+            return Ok(());
+        };
+        check_write_ts(rec.read_ts, write_ts)?;
+        for w in &rec.writes {
+            let head = self
+                .durable
+                .stores
+                .get(&w.region)
+                .and_then(|s| s.object(&w.key))
+                .map_or(Timestamp::ZERO, |o| o.head_ts());
+            if head >= write_ts {
+                return Err(Rejection::WriteTsNotAboveHead {
+                    key: w.key.clone(),
+                    head,
+                    write_ts,
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn commit_primary(&mut self, tx: TxId, write_ts: Timestamp) -> Result<(), Rejection> {
         let Some((rec, state)) = self.durable.log.primary.get_mut(&tx) else {
             return Err(Rejection::NoLockRecord);
@@ -453,8 +512,9 @@ impl Participant {
         if *state != LockState::Locked {
             return Ok(()); // duplicate
         }
-        // Checked before any install: the lock guarantees every head is at or
-        // below read_ts, so write_ts > read_ts makes every install legal.
+        // Checked before it was logged too (`check_above_heads`): a checked
+        // lock keeps every head at or below read_ts, and a blind one's
+        // heads are below write_ts by that check.
         check_write_ts(rec.read_ts, write_ts)?;
         *state = LockState::Committed(write_ts);
         for w in &rec.writes {
@@ -625,6 +685,60 @@ mod tests {
             },
         );
         assert_eq!(r, Response::Rejected(Rejection::NoLockRecord));
+        p.check_invariants();
+    }
+
+    /// A blind LOCK (no version check) on a key whose head lies above
+    /// `read_ts` is granted and answered `LockedAbove(head)`, so an honest
+    /// coordinator takes `write_ts` above the head. A COMMIT-PRIMARY below
+    /// the head (a coordinator that ignored it, or a forged one) is refused
+    /// before it is logged and counted, and nothing panics; one above the
+    /// head installs.
+    #[test]
+    fn a_blind_lock_reports_the_head_and_a_commit_below_it_is_refused_unlogged() {
+        let mut p = Participant::new(NodeId(0), &cfg());
+        let w = record(&p, tx(1), 900, &[b"k"]);
+        p.handle(&[], &TxnRequest::Lock(w));
+        let at_1000 = TxnRequest::CommitPrimary {
+            tx: tx(1),
+            write_ts: Timestamp(1000),
+        };
+        assert_eq!(p.handle(&[], &at_1000), Response::Txn(TxnResponse::Ack));
+        p.enable_journal();
+        let blind = TxnRequest::LockBlind {
+            record: record(&p, tx(2), 1, &[b"k"]),
+            blind: vec![true],
+        };
+        assert_eq!(
+            p.handle(&[], &blind),
+            Response::Txn(TxnResponse::LockedAbove(Timestamp(1000)))
+        );
+        // A resent LOCK is answered the same.
+        assert_eq!(
+            p.handle(&[], &blind),
+            Response::Txn(TxnResponse::LockedAbove(Timestamp(1000)))
+        );
+        let logged = p.drain_journal().len();
+        let below = TxnRequest::CommitPrimary {
+            tx: tx(2),
+            write_ts: Timestamp(2),
+        };
+        assert_eq!(
+            p.handle(&[], &below),
+            Response::Rejected(Rejection::WriteTsNotAboveHead {
+                key: b"k".to_vec(),
+                head: Timestamp(1000),
+                write_ts: Timestamp(2),
+            })
+        );
+        assert!(p.drain_journal().is_empty(), "refused before it is logged");
+        assert_eq!(p.stats().refused_below_head, 1);
+        assert!(logged > 0);
+        let above = TxnRequest::CommitPrimary {
+            tx: tx(2),
+            write_ts: Timestamp(1001),
+        };
+        assert_eq!(p.handle(&[], &above), Response::Txn(TxnResponse::Ack));
         p.check_invariants();
     }
 

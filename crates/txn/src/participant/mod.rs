@@ -82,6 +82,10 @@ pub struct ParticipantStats {
     /// copies carried to a new replica as keys with no versions (a
     /// recovering insert; [`RegionStore::copy_after`], the fill fence).
     pub copied_recovery_holds: u64,
+    /// COMMIT-PRIMARYs refused because their `write_ts` was not above a
+    /// key's newest version ([`Rejection::WriteTsNotAboveHead`]): only a
+    /// faulty or forged coordinator sends one.
+    pub refused_below_head: u64,
 }
 
 /// Add `w` to `rec`'s writes unless `rec` already writes its key.
