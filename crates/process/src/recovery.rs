@@ -124,6 +124,10 @@ pub struct RecoveryStats {
     pub objects_copied: u64,
     /// Regions this node finished filling.
     pub regions_filled: u64,
+    /// Votes refused as malformed: a commit vote (`CommitPrimary`,
+    /// `CommitBackup`) without the `write_ts` its record carries. Only a
+    /// faulty or forged sender sends one.
+    pub malformed_votes: u64,
 }
 
 /// One node's recovery engine (see the module essay).
@@ -868,6 +872,17 @@ impl RecoveryFlow {
         if recovery_coordinator(tx, &self.members) != Some(self.me) || self.done.contains(&tx) {
             return;
         }
+        // A commit vote comes from a COMMIT-BACKUP or COMMIT-PRIMARY record,
+        // which carries `write_ts`; one without it would let `drive` decide
+        // a commit it cannot send.
+        if matches!(
+            vote,
+            RecoveryVote::CommitPrimary | RecoveryVote::CommitBackup
+        ) && write_ts.is_none()
+        {
+            self.stats.malformed_votes += 1;
+            return;
+        }
         if !self.coord.contains_key(&tx) && self.coord.len() >= self.max_txns {
             return; // bounded: the primary resends, and the next configuration retries
         }
@@ -917,11 +932,12 @@ impl RecoveryFlow {
             match decide(&t.regions, &t.votes) {
                 None => {}
                 Some(d) => {
-                    if d == Decision::Commit && t.write_ts.is_none() {
-                        // Cannot happen: a commit needs a COMMIT-BACKUP or
-                        // COMMIT-PRIMARY somewhere, which carries write_ts.
-                        panic!("recovery decided to commit {tx} without a write_ts");
-                    }
+                    // A commit needs a COMMIT-BACKUP or COMMIT-PRIMARY vote,
+                    // and `on_vote` takes those only with their write_ts.
+                    assert!(
+                        d == Decision::Abort || t.write_ts.is_some(),
+                        "recovery decided to commit {tx} without a write_ts"
+                    );
                     match d {
                         Decision::Commit => self.stats.committed += 1,
                         Decision::Abort => self.stats.aborted += 1,
@@ -1120,6 +1136,41 @@ mod tests {
             evidence: Evidence::CommitBackup,
             write_ts: Some(Timestamp(20)),
         }
+    }
+
+    /// A crafted VOTE claiming `CommitPrimary` with no `write_ts` (no
+    /// honest replica sends one: the record it votes from carries it) is
+    /// refused and counted at the recovery coordinator, instead of letting
+    /// `drive` decide a commit it cannot send and panic.
+    #[test]
+    fn a_commit_vote_without_write_ts_is_refused() {
+        let (c2, region, _, _, _) = refilled();
+        let rt = committed_backup_record(region);
+        let tx = rt.record.tx;
+        let members = c2.members();
+        let coordinator =
+            meridian_txn::recovery::recovery_coordinator(tx, &members).expect("a coordinator");
+        let mut p = Participant::new(coordinator, &c2);
+        p.reconfigure(&c2);
+        let mut flow = RecoveryFlow::new(coordinator, &c2);
+        flow.start(0, &c2, &mut p);
+        flow.drain();
+        let vote = |write_ts| RecoveryMessage::Vote {
+            config: c2.id(),
+            tx,
+            region,
+            vote: RecoveryVote::CommitPrimary,
+            regions: vec![region],
+            writes: rt.record.writes.clone(),
+            read_ts: rt.record.read_ts,
+            write_ts,
+        };
+        flow.on_message(0, vote(None), &mut p);
+        assert_eq!(flow.stats().malformed_votes, 1);
+        assert_eq!(flow.stats().committed, 0, "nothing decided");
+        // The same vote with its write_ts decides the commit.
+        flow.on_message(0, vote(Some(Timestamp(20))), &mut p);
+        assert_eq!(flow.stats().committed, 1);
     }
 
     /// FaRM §5.3 step 5: after lock recovery the primary
