@@ -41,6 +41,13 @@ pub enum ClusterError {
     /// A cluster is already running in this directory.
     #[error("a cluster is already running in {0} (stop it first)")]
     AlreadyRunning(String),
+    /// The cluster in this directory keeps no data on disk
+    /// (`durability.mode = "memory"`), so it cannot start again with it.
+    #[error(
+        "the cluster in {0} runs in memory and kept no data to restart from; \
+         start a new one with --fresh"
+    )]
+    NothingToRestart(String),
     /// The `meridian` binary that nodes run from is not there.
     #[error(
         "the server binary {path} is missing: build it with `{build}` \
@@ -194,6 +201,39 @@ pub fn restart_nodes_with_exe(dir: &Path, exe: &Path, ids: &[u32]) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// Whether `dir` holds a cluster: its `cluster.toml`.
+pub fn exists(dir: &Path) -> bool {
+    config_path(dir).exists()
+}
+
+/// Start the stopped (or crashed) cluster in `dir` again from its disks:
+/// every node of its address book that ran before (a member of its first
+/// configuration, or a node with an incarnation file: a spare that joined)
+/// restores from its write-ahead log and checkpoint, and the restored CM
+/// renews the configuration (FaRM §5.2). Returns the configuration file
+/// and the nodes started.
+///
+/// Errors: [`ClusterError::AlreadyRunning`] if a node of it runs,
+/// [`ClusterError::NothingToRestart`] for a memory-mode cluster, and as
+/// [`restart_nodes`].
+pub fn restart_all(dir: &Path, exe: &Path) -> Result<(Configuration, Vec<u32>), ClusterError> {
+    refuse_running(dir)?;
+    let cfg = Configuration::load(&config_path(dir))?;
+    if cfg.durability.mode == meridian_config::DurabilityMode::Memory {
+        return Err(ClusterError::NothingToRestart(dir.display().to_string()));
+    }
+    let ids: Vec<u32> = cfg
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .filter(|id| {
+            cfg.is_member(NodeId(*id)) || node_dir(&cfg, dir, *id).join("incarnation").exists()
+        })
+        .collect();
+    restart_nodes_with_exe(dir, exe, &ids)?;
+    Ok((cfg, ids))
 }
 
 /// Start the spare nodes of the cluster in `dir`: nodes in its address

@@ -245,7 +245,10 @@ enum FaultCmd {
 
 #[derive(Subcommand)]
 enum ClusterCmd {
-    /// Start N node processes with a fresh configuration.
+    /// Start a cluster. In a directory that holds a stopped cluster, start
+    /// it again from its disks, with its data and its configuration (the
+    /// size flags are ignored then); `--fresh` wipes it and starts a new
+    /// one with N nodes.
     Start {
         /// Cluster directory.
         #[arg(long, default_value = ".meridian")]
@@ -275,6 +278,16 @@ enum ClusterCmd {
         /// `2-3`), restarts included; default: every CPU.
         #[arg(long, value_name = "LIST")]
         node_cpus: Option<String>,
+        /// Wipe a cluster this directory holds and start a new one.
+        #[arg(long)]
+        fresh: bool,
+    },
+    /// Stop the cluster in the directory (if it runs) and start it again
+    /// from its disks, with its data.
+    Restart {
+        /// Cluster directory.
+        #[arg(long, default_value = ".meridian")]
+        dir: PathBuf,
     },
     /// Start the cluster's spare nodes (`start --spares`): each asks the CM
     /// to join, and the CM moves replicas onto it in paced
@@ -413,6 +426,21 @@ fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
+/// Start the stopped cluster in `dir` again from its disks, and say so.
+fn restart_existing(dir: &std::path::Path) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    println!(
+        "{} holds a cluster: starting it again from its disks (--fresh starts a new one)",
+        dir.display()
+    );
+    let (cfg, ids) = cluster::restart_all(dir, &exe).map_err(|e| e.to_string())?;
+    println!("restarted {} nodes in {}", ids.len(), dir.display());
+    for n in cfg.nodes.iter().filter(|n| ids.contains(&n.id)) {
+        println!("  node {} at {}", n.id, n.addr);
+    }
+    Ok(())
+}
+
 fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
     match cmd {
         ClusterCmd::Start {
@@ -424,7 +452,18 @@ fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
             netns,
             spares,
             node_cpus,
+            fresh,
         } => {
+            if cluster::exists(&dir) && !fresh {
+                cluster::refuse_running(&dir).map_err(|e| e.to_string())?;
+                if netns {
+                    return Err(format!(
+                        "{} holds a cluster: --netns starts only a new one (add --fresh)",
+                        dir.display()
+                    ));
+                }
+                return restart_existing(&dir);
+            }
             if spares > 0 && netns {
                 return Err("--spares and --netns cannot be combined yet".into());
             }
@@ -471,6 +510,19 @@ fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
                 println!("  node {} at {}{spare}", n.id, n.addr);
             }
             Ok(())
+        }
+        ClusterCmd::Restart { dir } => {
+            if !cluster::exists(&dir) {
+                return Err(format!(
+                    "no cluster in {} (start one with `meridian cluster start`)",
+                    dir.display()
+                ));
+            }
+            let stopped = cluster::stop(&dir).map_err(|e| e.to_string())?;
+            if !stopped.is_empty() {
+                println!("stopped nodes {stopped:?}");
+            }
+            restart_existing(&dir)
         }
         ClusterCmd::Join { dir, wait_secs } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
