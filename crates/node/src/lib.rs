@@ -46,6 +46,15 @@ use tokio::sync::mpsc;
 /// Node errors.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
+    /// `durability.mode = "disk"` and this node has no `data_dir`.
+    #[error(
+        "node {node}: durability.mode = \"disk\" needs a data_dir for the node \
+         (set [[nodes]] data_dir, or durability.mode = \"memory\")"
+    )]
+    NoDataDir {
+        /// The node.
+        node: u32,
+    },
     /// The node id is not in the configuration.
     #[error(transparent)]
     Config(#[from] meridian_config::ConfigError),

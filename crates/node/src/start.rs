@@ -58,16 +58,16 @@ pub(crate) fn next_incarnation(dir: Option<&Path>) -> Result<u32, NodeError> {
 }
 
 /// Where disk durability keeps the node's write-ahead log and checkpoint:
-/// its data directory under `durability = "disk"`. None in memory mode,
-/// nor (with a warning) without a data directory.
-fn disk_dir(config: &Configuration, me: &NodeConfig) -> Option<PathBuf> {
+/// its data directory under `durability = "disk"`; none in memory mode.
+///
+/// Errors: [`NodeError::NoDataDir`] under disk durability without a data
+/// directory (running from memory instead would lose what the operator
+/// asked to keep).
+fn disk_dir(config: &Configuration, me: &NodeConfig) -> Result<Option<PathBuf>, NodeError> {
     match (&config.durability.mode, me.data_dir.as_deref()) {
-        (meridian_config::DurabilityMode::Disk, Some(d)) => Some(d.to_path_buf()),
-        (meridian_config::DurabilityMode::Disk, None) => {
-            tracing::warn!("durability = \"disk\" needs a data_dir; running from memory");
-            None
-        }
-        _ => None,
+        (meridian_config::DurabilityMode::Disk, Some(d)) => Ok(Some(d.to_path_buf())),
+        (meridian_config::DurabilityMode::Disk, None) => Err(NodeError::NoDataDir { node: me.id }),
+        _ => Ok(None),
     }
 }
 
@@ -86,7 +86,7 @@ pub(crate) fn restore_process(
     me: &NodeConfig,
     incarnation: u32,
 ) -> Result<(NodeProcess, Option<wal::Wal>), NodeError> {
-    let disk_dir = disk_dir(config, me);
+    let disk_dir = disk_dir(config, me)?;
     let durability = |d: &Path, why: String| NodeError::Durability {
         path: d.display().to_string(),
         why,
@@ -231,4 +231,29 @@ pub(crate) fn links(
         Some((master, tx))
     };
     Ok((Links { nodes, clock }, receivers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Disk durability without a data directory is a clear error at the
+    /// start, not a node that quietly runs from memory.
+    #[test]
+    fn disk_durability_without_a_data_dir_refuses_to_start() {
+        let mut c = Configuration::local(3, 7000, 3, 6, Path::new("/tmp/meridian-unused"));
+        c.durability.mode = meridian_config::DurabilityMode::Disk;
+        c.nodes[1].data_dir = None;
+        let me = c.nodes[1].clone();
+        match disk_dir(&c, &me) {
+            Err(e @ NodeError::NoDataDir { node: 1 }) => {
+                assert!(e.to_string().contains("needs a data_dir"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let with_dir = c.nodes[0].clone();
+        assert!(matches!(disk_dir(&c, &with_dir), Ok(Some(_))));
+        c.durability.mode = meridian_config::DurabilityMode::Memory;
+        assert!(matches!(disk_dir(&c, &me), Ok(None)));
+    }
 }
