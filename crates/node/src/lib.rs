@@ -415,7 +415,13 @@ fn write_durably_with(
     fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
+    // Readable too: a checkpoint's checksum is taken by reading it back.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
     fill(&mut f)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;

@@ -92,16 +92,37 @@ pub(crate) fn restore_process(
         why,
     };
     let found = match &disk_dir {
-        Some(d) if incarnation > 1 => Some(wal::read(d).map_err(|e| durability(d, e.to_string()))?),
+        Some(d) if incarnation > 1 => match wal::read(d) {
+            Ok(r) => Some(r),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                lose_disk(d, incarnation, &e.to_string())?;
+                None
+            }
+            Err(e) => return Err(durability(d, e.to_string())),
+        },
         Some(d) => {
             wal::remove(d);
             None
         }
         None => None,
     };
-    let log_end = found.as_ref().map_or(0, |r| r.log_end);
-    let (mut process, last_seq) =
-        process_at_start(config, id, incarnation, found.as_ref(), disk_dir.as_deref())?;
+    let (mut process, last_seq, log_end) =
+        match process_at_start(config, id, incarnation, found.as_ref(), disk_dir.as_deref()) {
+            Ok((p, seq)) => (p, seq, found.as_ref().map_or(0, |r| r.log_end)),
+            // Records that passed their checksums but do not rebuild a
+            // node: as damaged as a failed checksum.
+            Err(NodeError::Durability { why, .. }) if found.is_some() => {
+                if let Some(d) = &disk_dir {
+                    lose_disk(d, incarnation, &why)?;
+                }
+                (
+                    NodeProcess::restarted(config.clone(), id, incarnation)?,
+                    0,
+                    0,
+                )
+            }
+            Err(e) => return Err(e),
+        };
     if disk_dir.is_none() {
         process.participant_mut().disable_journal();
     }
@@ -119,6 +140,28 @@ pub(crate) fn restore_process(
         None => None,
     };
     Ok((process, wal))
+}
+
+/// Data on disk that was fsynced, and so may have been acknowledged, is
+/// damaged (`why`, naming the file and offset): the disk counts as lost.
+/// Its files move to `damaged-<incarnation>/` for the operator, and the
+/// node comes back empty and joins again like a node whose disk is gone
+/// (FaRM §5.2): the other replicas hold its regions, and it serves nothing
+/// it cannot vouch for.
+///
+/// Errors: the files cannot be moved aside ([`NodeError::Durability`]).
+fn lose_disk(dir: &Path, incarnation: u32, why: &str) -> Result<(), NodeError> {
+    let into = format!("damaged-{incarnation}");
+    let moved = wal::quarantine(dir, &into).map_err(|e| NodeError::Durability {
+        path: dir.display().to_string(),
+        why: format!("{why}; moving it aside failed: {e}"),
+    })?;
+    tracing::error!(
+        damaged = why,
+        moved_to = %moved.display(),
+        "the data on disk is damaged: the node starts empty and joins again"
+    );
+    Ok(())
 }
 
 /// The process rebuilt from what the log and checkpoint in `disk_dir`
@@ -236,6 +279,35 @@ pub(crate) fn links(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Damaged data on disk (a checkpoint failing its checksum) makes the
+    /// node come back empty, as a node whose disk is gone (it joins again),
+    /// with the damaged files moved to `damaged-<incarnation>/`; it does
+    /// not panic and does not refuse to start.
+    #[test]
+    fn a_damaged_disk_comes_back_empty_with_its_files_moved_aside() {
+        let root = std::env::temp_dir().join(format!("meridian-lost-disk-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut c = Configuration::local(3, 7000, 3, 6, &root);
+        c.durability.mode = meridian_config::DurabilityMode::Disk;
+        let me = c.nodes[0].clone();
+        let d = me.data_dir.clone().expect("a data dir");
+        std::fs::create_dir_all(&d).expect("data dir");
+        let mut bad = b"MRDNCKP2".to_vec();
+        bad.extend_from_slice(&5u64.to_le_bytes());
+        bad.extend_from_slice(b"not a snapshot");
+        bad.extend_from_slice(&0u64.to_le_bytes());
+        std::fs::write(d.join("checkpoint.bin"), &bad).expect("write");
+        let (p, wal) = restore_process(&c, NodeId(0), &me, 2).expect("starts");
+        assert!(
+            !p.is_member(),
+            "comes back empty, outside the configuration"
+        );
+        assert!(d.join("damaged-2").join("checkpoint.bin").exists());
+        assert!(!d.join("checkpoint.bin").exists());
+        drop(wal);
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     /// Disk durability without a data directory is a clear error at the
     /// start, not a node that quietly runs from memory.

@@ -160,12 +160,77 @@ pub struct Recovered {
 }
 
 fn fnv64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv64_update(0xcbf2_9ce4_8422_2325, bytes)
+}
+
+/// FNV-1a over `bytes`, continuing from `h`.
+fn fnv64_update(mut h: u64, bytes: &[u8]) -> u64 {
     for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+/// The first bytes of a checkpoint with a checksum:
+/// `[magic][seq u64 LE][state][fnv64(state) u64 LE]`. A file without them
+/// is the older `[seq u64 LE][state]`, read without a check.
+const CHECKPOINT_MAGIC: [u8; 8] = *b"MRDNCKP2";
+
+/// The checksum of what `f` holds from byte `from` to its end, read back;
+/// leaves the cursor at the end.
+fn checksum_from(f: &mut std::fs::File, from: u64) -> std::io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    f.seek(SeekFrom::Start(from))?;
+    let mut h = 0xcbf2_9ce4_8422_2325;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(h);
+        }
+        h = fnv64_update(h, &buf[..n]);
+    }
+}
+
+/// A checkpoint file's sequence number and state.
+///
+/// Errors: `InvalidData` naming `path` when the file is cut short or its
+/// state fails the checksum (damage to data that was fsynced).
+fn parse_checkpoint(b: Vec<u8>, path: &Path) -> std::io::Result<Option<(u64, Vec<u8>)>> {
+    let u64_at = |b: &[u8], at: usize| {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(x)
+    };
+    if b.starts_with(&CHECKPOINT_MAGIC) {
+        if b.len() < 24 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "checkpoint {} is cut short at byte {}",
+                    path.display(),
+                    b.len()
+                ),
+            ));
+        }
+        let seq = u64_at(&b, 8);
+        let end = b.len() - 8;
+        if fnv64(&b[16..end]) != u64_at(&b, end) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "checkpoint {} fails its checksum (bytes 16 to {end})",
+                    path.display()
+                ),
+            ));
+        }
+        return Ok(Some((seq, b[16..end].to_vec())));
+    }
+    if b.len() < 8 {
+        return Ok(None);
+    }
+    Ok(Some((u64_at(&b, 0), b[8..].to_vec())))
 }
 
 /// Encode `records` (numbered from `first_seq`) into the log format.
@@ -214,6 +279,29 @@ fn segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
+/// Move the log, segments and checkpoint in `dir` into `dir/<into>`: data
+/// found damaged is kept for the operator, and the node starts without it.
+/// Returns the directory they went to.
+///
+/// Errors: the directory cannot be made or a file cannot be moved.
+pub fn quarantine(dir: &Path, into: &str) -> std::io::Result<PathBuf> {
+    let to = dir.join(into);
+    std::fs::create_dir_all(&to)?;
+    let mut files = vec![log_path(dir), checkpoint_path(dir)];
+    files.extend(segments(dir)?.into_iter().map(|(_, p)| p));
+    for f in files {
+        if let Some(name) = f.file_name() {
+            match std::fs::rename(&f, to.join(name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    sync_dir(dir)?;
+    Ok(to)
+}
+
 /// Remove a previous cluster's log, segments and checkpoint (a fresh
 /// start).
 pub fn remove(dir: &Path) {
@@ -255,12 +343,7 @@ fn decode(bytes: &[u8]) -> (Vec<(u64, DurableRecord)>, usize) {
 /// Errors: I/O errors other than a missing file.
 pub fn read(dir: &Path) -> std::io::Result<Recovered> {
     let checkpoint = match std::fs::read(checkpoint_path(dir)) {
-        Ok(b) if b.len() >= 8 => {
-            let mut seq = [0u8; 8];
-            seq.copy_from_slice(&b[..8]);
-            Some((u64::from_le_bytes(seq), b[8..].to_vec()))
-        }
-        Ok(_) => None,
+        Ok(b) => parse_checkpoint(b, &checkpoint_path(dir))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
     };
@@ -683,14 +766,16 @@ fn checkpointer(dir: PathBuf, pending: &PendingCheckpoint) {
     while let Some((through_seq, snapshot)) = pending.take() {
         let started = std::time::Instant::now();
         let objects = snapshot.objects();
-        let header = through_seq.to_le_bytes();
         let mut bytes = 0u64;
         // Streamed into the file (`NodeSnapshot::encode_into`), not built
-        // in memory first.
+        // in memory first; the checksum is taken by reading it back.
         let written = crate::write_durably_with(&checkpoint_path(&dir), |f| {
             use std::io::Write;
-            f.write_all(&header)?;
+            f.write_all(&CHECKPOINT_MAGIC)?;
+            f.write_all(&through_seq.to_le_bytes())?;
             bytes = snapshot.encode_into(f)?;
+            let sum = checksum_from(f, 16)?;
+            f.write_all(&sum.to_le_bytes())?;
             Ok(())
         });
         drop(snapshot);
@@ -736,6 +821,43 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("temp dir");
         d
+    }
+
+    /// A checkpoint carries a checksum of its state: read back intact it
+    /// restores; one flipped byte makes the read fail as damaged data,
+    /// naming the file; a checkpoint of the older format (no magic, no
+    /// checksum) still reads.
+    #[test]
+    fn a_damaged_checkpoint_fails_its_checksum() {
+        let d = dir("ckpt");
+        crate::write_durably_with(&checkpoint_path(&d), |f| {
+            use std::io::Write;
+            f.write_all(&CHECKPOINT_MAGIC)?;
+            f.write_all(&7u64.to_le_bytes())?;
+            f.write_all(b"state bytes")?;
+            let sum = checksum_from(f, 16)?;
+            f.write_all(&sum.to_le_bytes())
+        })
+        .expect("write");
+        let r = read(&d).expect("an intact checkpoint reads");
+        assert_eq!(r.checkpoint, Some((7, b"state bytes".to_vec())));
+        let mut b = std::fs::read(checkpoint_path(&d)).expect("read back");
+        b[20] ^= 0x40;
+        std::fs::write(checkpoint_path(&d), &b).expect("damage");
+        let e = read(&d).err().expect("damage is detected");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(
+            e.to_string().contains("checkpoint.bin fails its checksum"),
+            "{e}"
+        );
+        let mut legacy = 9u64.to_le_bytes().to_vec();
+        legacy.extend_from_slice(b"old");
+        std::fs::write(checkpoint_path(&d), &legacy).expect("legacy");
+        assert_eq!(
+            read(&d).expect("legacy").checkpoint,
+            Some((9, b"old".to_vec()))
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[tokio::test]
