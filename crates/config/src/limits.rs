@@ -29,6 +29,10 @@ pub struct Limits {
     pub max_txn_ops: usize,
     /// Most requests outstanding on one connection before senders wait.
     pub max_inflight_per_connection: usize,
+    /// How long a node waits for a frame a peer began to complete, ms
+    /// (default 10 s; `0`: no bound). A stalled or trickling sender's
+    /// connection is closed past it.
+    pub frame_timeout_ms: u64,
     /// Bytes a connection writer coalesces into one system call.
     pub max_batch_bytes: usize,
     /// Pending truncations per node before they are flushed explicitly.
@@ -153,6 +157,7 @@ impl Default for Limits {
             max_scan_rows: 10_000,
             max_txn_ops: 100_000,
             max_inflight_per_connection: 16_384,
+            frame_timeout_ms: 10_000,
             max_batch_bytes: 256 << 10,
             max_pending_truncations: 256,
             retry_attempts: 64,

@@ -56,12 +56,24 @@ pub enum TransportError {
         /// Timeout, ms.
         ms: u64,
     },
+    /// A frame the peer began did not complete within the limit
+    /// (`limits.frame_timeout_ms`): a stalled or trickling sender, whose
+    /// connection is closed so it holds no buffer for good.
+    #[error("a frame did not complete within {ms} ms")]
+    FrameTimeout {
+        /// The limit, ms.
+        ms: u64,
+    },
 }
 
 /// Reads frames in batches from a byte stream.
 pub struct FrameReader<R> {
     inner: R,
     buf: bytes::BytesMut,
+    /// How long a begun frame may take to complete; `None`: no bound.
+    frame_timeout: Option<std::time::Duration>,
+    /// When the bytes of the incomplete frame in `buf` began to arrive.
+    frame_started: Option<tokio::time::Instant>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -70,7 +82,18 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         FrameReader {
             inner,
             buf: bytes::BytesMut::with_capacity(64 << 10),
+            frame_timeout: None,
+            frame_started: None,
         }
+    }
+
+    /// Bound how long a frame may take from its first byte to its last
+    /// (`0`: no bound): past it, [`FrameReader::next_batch`] fails with
+    /// [`TransportError::FrameTimeout`]. A connection idle between frames
+    /// is not bounded.
+    pub fn with_frame_timeout_ms(mut self, ms: u64) -> Self {
+        self.frame_timeout = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+        self
     }
 
     /// Wait for at least one frame, then append every complete frame in the
@@ -86,17 +109,35 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             }
             if consumed > 0 {
                 let _ = self.buf.split_to(consumed);
+                self.frame_started = (!self.buf.is_empty()).then(tokio::time::Instant::now);
                 return Ok(true);
             }
             if self.buf.capacity() - self.buf.len() < 16 << 10 {
                 self.buf.reserve(64 << 10);
             }
-            if self.inner.read_buf(&mut self.buf).await? == 0 {
+            let read = self.inner.read_buf(&mut self.buf);
+            let n = match (self.frame_timeout, self.frame_started) {
+                (Some(limit), Some(started)) => {
+                    match tokio::time::timeout_at(started + limit, read).await {
+                        Ok(r) => r?,
+                        Err(_) => {
+                            return Err(TransportError::FrameTimeout {
+                                ms: limit.as_millis() as u64,
+                            })
+                        }
+                    }
+                }
+                _ => read.await?,
+            };
+            if n == 0 {
                 return if self.buf.is_empty() {
                     Ok(false)
                 } else {
                     Err(TransportError::Closed("peer (mid-frame)".into()))
                 };
+            }
+            if self.frame_started.is_none() {
+                self.frame_started = Some(tokio::time::Instant::now());
             }
         }
     }
@@ -510,6 +551,60 @@ mod tests {
 
     /// A request that times out must not stay in the
     /// pending map forever.
+    /// A frame that never completes (a stalled or trickling sender) ends
+    /// the read with `FrameTimeout` once the limit passed since its first
+    /// byte, while a connection idle between frames is not bounded, and
+    /// whole frames still decode.
+    #[tokio::test]
+    async fn a_frame_that_never_completes_times_out_but_idleness_does_not() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let mut reader = FrameReader::new(server).with_frame_timeout_ms(100);
+        let mut out = Vec::new();
+        // Idle for longer than the limit: still waiting, no error.
+        let idle = tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            reader.next_batch(&mut out),
+        )
+        .await;
+        assert!(idle.is_err(), "an idle connection was cut: {idle:?}");
+        // A whole frame decodes.
+        let mut buf = Vec::new();
+        encode_frame(
+            &Frame::Request {
+                id: 1,
+                config: meridian_wire::ConfigId(1),
+                truncate: meridian_wire::Truncation::default(),
+                req: Request::Admin(AdminRequest::Ping),
+            },
+            &mut buf,
+        )
+        .unwrap();
+        client.write_all(&buf).await.unwrap();
+        assert!(reader.next_batch(&mut out).await.unwrap());
+        assert_eq!(out.len(), 1);
+        // Half a frame, then one byte a while: cut at the limit.
+        client.write_all(&buf[..6]).await.unwrap();
+        let trickle = tokio::spawn(async move {
+            for b in &buf[6..9] {
+                tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+                let _ = client.write_all(&[*b]).await;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        });
+        let started = std::time::Instant::now();
+        let r = reader.next_batch(&mut out).await;
+        assert!(
+            matches!(r, Err(TransportError::FrameTimeout { ms: 100 })),
+            "{r:?}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        trickle.abort();
+    }
+
     #[tokio::test]
     async fn a_timed_out_request_leaves_the_pending_map() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
