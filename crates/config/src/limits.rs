@@ -29,10 +29,6 @@ pub struct Limits {
     pub max_txn_ops: usize,
     /// Most requests outstanding on one connection before senders wait.
     pub max_inflight_per_connection: usize,
-    /// How long a node waits for a frame a peer began to complete, ms
-    /// (default 10 s; `0`: no bound). A stalled or trickling sender's
-    /// connection is closed past it.
-    pub frame_timeout_ms: u64,
     /// Bytes a connection writer coalesces into one system call.
     pub max_batch_bytes: usize,
     /// Pending truncations per node before they are flushed explicitly.
@@ -142,6 +138,13 @@ pub struct Limits {
 /// The most log writer threads (`limits.log_writers`) a node may run.
 pub const MAX_LOG_WRITERS: usize = 4;
 
+/// How long a node waits for a frame a peer began to complete, ms,
+/// counted from its first byte: a stalled or trickling sender's connection
+/// is closed past it, so it holds no buffer for good. A constant, not a
+/// configurable limit, so that configurations and checkpoints written
+/// before it still read byte for byte.
+pub const FRAME_TIMEOUT_MS: u64 = 10_000;
+
 /// The largest `limits.ticker_spin_us` a configuration may set, µs: an
 /// uncertainty is tens of microseconds, and a larger margin only spins.
 pub const MAX_TICKER_SPIN_US: u64 = 1_000;
@@ -157,7 +160,6 @@ impl Default for Limits {
             max_scan_rows: 10_000,
             max_txn_ops: 100_000,
             max_inflight_per_connection: 16_384,
-            frame_timeout_ms: 10_000,
             max_batch_bytes: 256 << 10,
             max_pending_truncations: 256,
             retry_attempts: 64,

@@ -1000,7 +1000,7 @@ async fn serve(
     );
     let conn = shell.next_conn.fetch_add(1, Ordering::Relaxed);
     lock(&shell.conns).insert(conn, outbox);
-    let mut reader = FrameReader::new(r).with_frame_timeout_ms(limits.frame_timeout_ms);
+    let mut reader = FrameReader::new(r).with_frame_timeout_ms(meridian_config::FRAME_TIMEOUT_MS);
     let mut frames = Vec::with_capacity(64);
     let (held, held_rx) = mpsc::channel(limits.max_inflight_per_connection.max(1));
     let sender = {

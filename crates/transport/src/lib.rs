@@ -57,7 +57,7 @@ pub enum TransportError {
         ms: u64,
     },
     /// A frame the peer began did not complete within the limit
-    /// (`limits.frame_timeout_ms`): a stalled or trickling sender, whose
+    /// (`meridian_config::FRAME_TIMEOUT_MS` at a node): a stalled or trickling sender, whose
     /// connection is closed so it holds no buffer for good.
     #[error("a frame did not complete within {ms} ms")]
     FrameTimeout {
