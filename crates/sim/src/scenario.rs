@@ -235,20 +235,7 @@ impl Scenario {
     /// Run events until the hold `id` has parked at least one event.
     /// Errors as [`Scenario::run_until`] does.
     pub fn run_until_held(&mut self, id: HoldId, what: &str) -> Result<(), String> {
-        loop {
-            if self.parked(id) > 0 {
-                return Ok(());
-            }
-            match self.sim.advance() {
-                crate::Advance::Ran => {}
-                crate::Advance::Finished => {
-                    return Err(format!("the run finished before {what}"));
-                }
-                crate::Advance::TimeLimit => {
-                    return Err(format!("the run reached its time limit before {what}"));
-                }
-            }
-        }
+        self.run_until(what, |sim| sim.holds.parked.iter().any(|(r, ..)| *r == id))
     }
 
     /// Crash node `n` now: its process and whatever it had not fsynced are

@@ -79,27 +79,35 @@ fn a_pair_whose_cm_restarts_empty_is_replaced_by_the_survivor() {
 /// Script: node 4 of five crashes; the CM's NEW-CONFIG-COMMITs are held;
 /// once one is held, the CM crashes and they are lost.
 fn cm_dies_before_its_commit(seed: u64) -> Result<(), String> {
+    crash_at_a_held_commit(seed, 0, |_, from| from == Endpoint::Node(0))
+}
+
+/// Node 4 of five crashes; the NEW-CONFIG-COMMITs `held(to, from)` picks
+/// are held; once one is, node `victim` crashes and they are lost. The
+/// others must replace the configuration without the two, and the run
+/// must finish once both restart.
+fn crash_at_a_held_commit(
+    seed: u64,
+    victim: u32,
+    held: fn(Endpoint, Endpoint) -> bool,
+) -> Result<(), String> {
     let mut s = Scenario::new(bank_on(seed, 5));
     warm_up(&mut s, 20)?;
-    let commits = s.hold(|e| {
+    let commits = s.hold(move |e| {
         matches!(
             reconfig_message(e),
-            Some((
-                _,
-                Endpoint::Node(0),
-                ReconfigMessage::NewConfigCommit { .. }
-            ))
+            Some((to, from, ReconfigMessage::NewConfigCommit { .. })) if held(to, from)
         )
     });
     s.crash_node(4);
     // Every member has answered NEW-CONFIG once the CM sends its commit.
-    s.run_until_held(commits, "the CM's NEW-CONFIG-COMMIT")?;
-    s.crash_node(0);
+    s.run_until_held(commits, "a held NEW-CONFIG-COMMIT")?;
+    s.crash_node(victim);
     s.discard(commits);
-    s.run_until("a configuration without nodes 0 and 4", |sim| {
-        config_without(sim, 1, &[0, 4])
+    s.run_until("a configuration without the two crashed nodes", |sim| {
+        config_without(sim, 1, &[victim, 4])
     })?;
-    s.restart_node(0);
+    s.restart_node(victim);
     s.restart_node(4);
     finish_live(s).map(|_| ())
 }
@@ -120,28 +128,7 @@ fn a_cm_dying_between_new_config_and_its_commit_is_replaced() {
 /// Script: node 4 of five crashes; NEW-CONFIG-COMMITs to node 3 are
 /// held; once one is held, node 3 crashes and they are lost.
 fn member_dies_before_the_commit(seed: u64) -> Result<(), String> {
-    let mut s = Scenario::new(bank_on(seed, 5));
-    warm_up(&mut s, 20)?;
-    let commits = s.hold(|e| {
-        matches!(
-            reconfig_message(e),
-            Some((
-                Endpoint::Node(3),
-                _,
-                ReconfigMessage::NewConfigCommit { .. }
-            ))
-        )
-    });
-    s.crash_node(4);
-    s.run_until_held(commits, "a NEW-CONFIG-COMMIT to node 3")?;
-    s.crash_node(3);
-    s.discard(commits);
-    s.run_until("a configuration without nodes 3 and 4", |sim| {
-        config_without(sim, 1, &[3, 4])
-    })?;
-    s.restart_node(3);
-    s.restart_node(4);
-    finish_live(s).map(|_| ())
+    crash_at_a_held_commit(seed, 3, |to, _| to == Endpoint::Node(3))
 }
 
 #[test]

@@ -1,0 +1,62 @@
+//! The search for seeds that reach a window: which coverage marks each
+//! swarm seed reaches. When a seed test in `seeds.rs` fails with "seed N
+//! no longer reaches <mark>", this finds seeds that do.
+
+use meridian_bugs::marks;
+use meridian_sim::{run_and_check, SimConfig};
+use std::collections::BTreeMap;
+
+/// Which coverage marks each swarm seed reaches: the search that finds a
+/// seed for a window when its old one moved off it. Run with
+/// `MERIDIAN_MARK_SEEDS=from..to cargo test --release -p meridian-sim
+/// --test mark_search -- --ignored --nocapture marks_reached_by_swarm_seeds`
+/// (`MERIDIAN_MARK_VARIANT=early` for the early COMMIT-PRIMARY answer).
+#[test]
+#[ignore]
+fn marks_reached_by_swarm_seeds() {
+    let range = std::env::var("MERIDIAN_MARK_SEEDS").unwrap_or_else(|_| "0..200".into());
+    let (from, to) = range.split_once("..").expect("from..to");
+    let (from, to): (u64, u64) = (from.parse().unwrap(), to.parse().unwrap());
+    let early = std::env::var("MERIDIAN_MARK_VARIANT").is_ok_and(|v| v == "early");
+    let threads = 2u64;
+    let found: Vec<BTreeMap<&'static str, Vec<u64>>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                sc.spawn(move || {
+                    let mut found: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+                    for seed in (from..to).filter(|s| s % threads == t) {
+                        let before = marks::snapshot();
+                        let cfg = if early {
+                            SimConfig {
+                                report_after_primary_fsync: false,
+                                ..SimConfig::swarm(seed)
+                            }
+                        } else {
+                            SimConfig::swarm(seed)
+                        };
+                        let ok = run_and_check(cfg).is_ok();
+                        for (m, n) in marks::snapshot() {
+                            if ok && n > before.get(m).copied().unwrap_or(0) {
+                                found.entry(m).or_default().push(seed);
+                            }
+                        }
+                    }
+                    found
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    for f in found {
+        for (m, seeds) in f {
+            all.entry(m).or_default().extend(seeds);
+        }
+    }
+    for (m, mut seeds) in all {
+        seeds.sort();
+        let n = seeds.len();
+        seeds.truncate(8);
+        println!("{n:5} {m:?}: {seeds:?}");
+    }
+}
