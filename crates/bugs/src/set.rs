@@ -24,9 +24,6 @@ bugs! {
     /// record it depends on is durable (the node shells' fsync-before-reply
     /// rule).
     AckBeforeFsync,
-    /// Simulator shell: LOCK-REPLYs go before their fsync even when a
-    /// region has no complete backup.
-    LockBeforeFsync,
     /// Simulator shell: a COMMIT-PRIMARY's early `Installed` answer is
     /// taken as its durable Ack.
     InstalledIsAck,
@@ -36,9 +33,18 @@ bugs! {
     /// Simulator shell: clients leave the `read_ts` uncertainty wait to the
     /// nodes, and the nodes do not wait either (FaRMv2 §4.2).
     ReadsUnwaited,
-    /// Simulator shell: replies that need the log's end to be durable
-    /// (no complete backup) go out before it is.
-    ReadsBeforeLogEnd,
+    /// Simulator shell: READ, SCAN, single-read and VALIDATE replies go
+    /// before the record that changed what they show is durable at the
+    /// primary (`NodeEffect::HoldReads` ignored): the rule before
+    /// whole-cluster crashes were considered, when the backups'
+    /// COMMIT-BACKUP records were taken for the durable copies.
+    ReadsBeforeInstallDurable,
+    /// Simulator shell: a granted LOCK's `LockDurable` goes with its
+    /// LOCK-REPLY, before the LOCK record is durable, so the coordinator
+    /// sends COMMIT-PRIMARY with the record only in memory at the primary
+    /// (with `ReadsBeforeInstallDurable`, the rule before whole-cluster
+    /// crashes were considered).
+    LockDurableEarly,
     /// `NodeProcess`: a READ that waited for a lock reads past it
     /// (`RegionStore::read_past_locks`), missing a holder that commits at
     /// or below `read_ts`.

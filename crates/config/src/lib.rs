@@ -42,7 +42,7 @@ mod placement;
 mod settings;
 
 pub use configuration::{Configuration, NodeConfig, RebalanceMove, RegionInfo};
-pub use limits::{Limits, FRAME_TIMEOUT_MS, MAX_LOG_WRITERS, MAX_TICKER_SPIN_US};
+pub use limits::{Limits, FRAME_TIMEOUT_MS, MAX_LOG_WRITERS, MAX_READ_DEPS, MAX_TICKER_SPIN_US};
 pub use placement::RegionMap;
 pub use settings::{
     ClockConfig, CoordinationConfig, DurabilityConfig, DurabilityMode, LeaseConfig,

@@ -145,6 +145,12 @@ pub const MAX_LOG_WRITERS: usize = 4;
 /// before it still read byte for byte.
 pub const FRAME_TIMEOUT_MS: u64 = 10_000;
 
+/// The most keys a node remembers the changing log record of, for the
+/// read replies that must wait for it (`meridian_process::node::ReadDeps`):
+/// older entries go, and a key without one waits for the newest record
+/// that went (conservative). About 64 bytes and a key each.
+pub const MAX_READ_DEPS: usize = 65_536;
+
 /// The largest `limits.ticker_spin_us` a configuration may set, µs: an
 /// uncertainty is tens of microseconds, and a larger margin only spins.
 pub const MAX_TICKER_SPIN_US: u64 = 1_000;

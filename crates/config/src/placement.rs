@@ -400,6 +400,10 @@ pub(crate) fn region_bounds(r: usize, n: usize) -> (Key, Option<Key>) {
 pub struct RegionMap {
     regions: Vec<RegionInfo>,
     by_first_byte: Vec<u32>,
+    /// `durability.mode = "disk"`: primaries journal, and answer a granted
+    /// LOCK a second time once its record is durable
+    /// (`TxnResponse::LockDurable`).
+    disk: bool,
 }
 
 impl RegionMap {
@@ -416,7 +420,14 @@ impl RegionMap {
         RegionMap {
             regions,
             by_first_byte,
+            disk: cfg.durability.mode == crate::DurabilityMode::Disk,
         }
+    }
+
+    /// True under disk durability: a coordinator sends COMMIT-PRIMARY only
+    /// after every primary's `TxnResponse::LockDurable`.
+    pub fn disk_durable(&self) -> bool {
+        self.disk
     }
 
     /// The region holding `key`.

@@ -37,7 +37,7 @@ use meridian_transport::lease_udp::{lease_frame, resolve_nodes, LeaseEndpoint, O
 use meridian_transport::{FrameReader, Outbox};
 use meridian_wire::{encode_frame, ClockRequest, Frame, NodeId, Request, Response};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -132,12 +132,6 @@ struct Shell {
     lease_socket: std::net::UdpSocket,
     /// Every node's lease address (its `addr`, resolved).
     lease_addrs: BTreeMap<NodeId, std::net::SocketAddr>,
-    /// [`NodeProcess::lock_replies_skip_fsync`] as of the last drain.
-    lock_replies_free: AtomicBool,
-    /// [`NodeProcess::log_end_seq`] as of the last drain: a drain that
-    /// logged nothing holds its replies until the log is durable through
-    /// it while a region has no complete backup ([`split_held`]).
-    log_end: AtomicU64,
     /// Replicas the process let go of, to the thread that frees them
     /// ([`NodeEffect::Discard`], [`spawn_freer`]).
     discards: std::sync::mpsc::SyncSender<Discarded>,
@@ -580,8 +574,6 @@ impl Shell {
             lease_addrs: resolve_nodes(
                 config.nodes.iter().map(|n| (NodeId(n.id), n.addr.as_str())),
             ),
-            lock_replies_free: AtomicBool::new(false),
-            log_end: AtomicU64::new(0),
             discards: spawn_freer(id).map_err(|source| NodeError::Thread {
                 name: "freeing",
                 source,
@@ -697,9 +689,8 @@ fn route(
 }
 
 async fn route_now(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
-    let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
-    let log_end = shell.log_end.load(Ordering::Acquire);
-    match split_held(effects, shell.wal.is_some(), lock_free, log_end) {
+    let durable = shell.wal.as_ref().map_or(0, |w| w.durable_seq());
+    match split_held(effects, shell.wal.is_some(), durable) {
         (free, Some((seq, held))) if held_waits_for_log(&held) => {
             let ask = held_asks_fsync(&free, &held);
             send_effects(shell, free).await;
@@ -731,9 +722,8 @@ type HeldQueue = mpsc::Sender<(u64, Vec<NodeEffect>)>;
 /// second fsync could be asked for on a connection while one is in
 /// progress (group commit would see one batch per client at a time).
 async fn route_queued(shell: &Arc<Shell>, effects: Vec<NodeEffect>, held: &HeldQueue) {
-    let lock_free = shell.lock_replies_free.load(Ordering::Acquire);
-    let log_end = shell.log_end.load(Ordering::Acquire);
-    match split_held(effects, shell.wal.is_some(), lock_free, log_end) {
+    let durable = shell.wal.as_ref().map_or(0, |w| w.durable_seq());
+    match split_held(effects, shell.wal.is_some(), durable) {
         (free, Some(h)) if held_waits_for_log(&h.1) => {
             // Asked here, not when the queue reaches the batch: a batch
             // that asks for no fsync (`held_asks_fsync`) must not keep
@@ -804,6 +794,8 @@ async fn send_effects(shell: &Arc<Shell>, effects: Vec<NodeEffect>) {
             NodeEffect::AppendLog { .. }
             | NodeEffect::PersistCoordination(_)
             | NodeEffect::Checkpoint { .. } => {}
+            // Consumed by `split_held`.
+            NodeEffect::HoldReads { .. } => {}
             NodeEffect::Cas { expected, proposed } => {
                 // `[coordination] replicas = 0` names an outside service,
                 // which the tokio node does not speak to: no configuration
@@ -1062,10 +1054,6 @@ fn feed(shell: &Shell, from: Peer, frames: &mut Vec<Frame>) -> Vec<NodeEffect> {
 /// (under the process lock, so states land on disk in the order the
 /// process produced them, before any frame that depends on them).
 fn drain(p: &mut NodeProcess, shell: &Shell) -> Vec<NodeEffect> {
-    shell
-        .lock_replies_free
-        .store(p.lock_replies_skip_fsync(), Ordering::Release);
-    shell.log_end.store(p.log_end_seq(), Ordering::Release);
     let mut effects = p.drain_effects();
     effects.retain_mut(|e| match e {
         NodeEffect::AppendLog { first_seq, records } => {
@@ -1226,10 +1214,10 @@ mod tests {
         // Every region has a complete backup. Batch 1: a COMMIT-BACKUP
         // logged as record 5. Batch 2: a READ, and a COMMIT-BACKUP logged
         // as record 6.
-        let (free1, held1) = split_held(vec![append(5), ack_reply(1)], true, true, 5);
+        let (free1, held1) = split_held(vec![append(5), ack_reply(1)], true, 4);
         assert!(ids(&free1).is_empty());
         let (free2, held2) =
-            split_held(vec![read_reply(2), append(6), ack_reply(3)], true, true, 6);
+            split_held(vec![read_reply(2), append(6), ack_reply(3)], true, 4);
         assert_eq!(ids(&free2), vec![2], "the READ goes at once");
         let (tx, rx) = mpsc::channel(4);
         tx.send(held1.expect("held")).await.expect("queue");
@@ -1267,19 +1255,19 @@ mod tests {
         task.await.expect("sender");
         assert_eq!(*lock(&sent), vec![1, 3]);
         // Memory mode (no log): nothing is held.
-        let (all, held) = split_held(vec![append(7), lock_reply(4)], false, false, 7);
+        let (all, held) = split_held(vec![append(7), lock_reply(4)], false, 7);
         assert!(held.is_none());
         assert_eq!(ids(&all), vec![4]);
     }
 
     /// Disk durability: replies that report only already-durable state go
     /// at once; every acknowledgement of a log record (the ACK of
-    /// COMMIT-BACKUP, COMMIT-PRIMARY, ABORT, TRUNCATE) waits for the fsync,
-    /// and so do a LOCK-REPLY and the replies to READ, SCAN and VALIDATE
-    /// unless every region has a complete backup (without one, a value
-    /// COMMIT-PRIMARY installed is durable only in the primary's own log).
-    /// Freeing an ACK early would let a commit be reported that a crash of
-    /// every replica could lose.
+    /// COMMIT-BACKUP, COMMIT-PRIMARY, ABORT, TRUNCATE, and a LOCK's
+    /// `LockDurable`) and COMMIT-PRIMARY's `Installed` wait for the fsync.
+    /// A LOCK-REPLY goes at once (COMMIT-PRIMARY waits for `LockDurable`),
+    /// and the replies to READ, SCAN and VALIDATE wait unless what they
+    /// show is durable here. Freeing an ACK early would let a commit be
+    /// reported that a crash of every replica could lose.
     #[test]
     fn only_replies_that_log_nothing_skip_the_fsync_wait() {
         use meridian_process::node::independent_of_log;
@@ -1287,7 +1275,7 @@ mod tests {
             version: meridian_wire::Timestamp(3),
             value: vec![1],
         };
-        for lock_free in [false, true] {
+        for reads_free in [false, true] {
             for read in [
                 TxnResponse::Read(Ok(Some(v.clone()))),
                 TxnResponse::Read(Err(Conflict::Locked)),
@@ -1295,8 +1283,8 @@ mod tests {
                 TxnResponse::Validate(Ok(())),
             ] {
                 assert_eq!(
-                    independent_of_log(&reply(read.clone()), lock_free),
-                    lock_free,
+                    independent_of_log(&reply(read.clone()), reads_free),
+                    reads_free,
                     "{read:?}"
                 );
             }
@@ -1304,13 +1292,15 @@ mod tests {
                 TxnResponse::Lock(Ok(())),
                 TxnResponse::Lock(Err(Conflict::Changed)),
             ] {
-                assert_eq!(
-                    independent_of_log(&reply(lock.clone()), lock_free),
-                    lock_free,
-                    "{lock:?}"
-                );
+                assert!(independent_of_log(&reply(lock.clone()), reads_free), "{lock:?}");
             }
-            assert!(!independent_of_log(&reply(TxnResponse::Ack), lock_free));
+            for waits in [
+                TxnResponse::Ack,
+                TxnResponse::Installed,
+                TxnResponse::LockDurable,
+            ] {
+                assert!(!independent_of_log(&reply(waits), reads_free));
+            }
         }
     }
 }

@@ -18,9 +18,10 @@
 //! **Fsyncs on demand.** A record is written at once but fsynced only
 //! when someone waits for it ([`Wal::durable`], [`Wal::sync`]) or when it
 //! has waited [`Limits::log_idle_sync_us`] with no one asking. Many
-//! records have no reply waiting for them: a LOCK record whose
-//! LOCK-REPLY went before its fsync (`NodeProcess::lock_replies_skip_fsync`
-//! argues why that is safe), a backup's apply at TRUNCATE. Their loss in
+//! records have no reply waiting for them: a backup's apply at TRUNCATE,
+//! a failed LOCK. (A granted LOCK's record has one: its `LockDurable`,
+//! which COMMIT-PRIMARY waits for; `meridian_process::node::split_held`.)
+//! Their loss in
 //! a crash is already allowed for, so they need no fsync of their own;
 //! the next fsync a reply needs covers them (the log is written in
 //! order). Eager fsyncs gave each read-write TATP transaction about five

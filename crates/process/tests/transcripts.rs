@@ -274,6 +274,9 @@ fn node_effects(n: &mut NodeProcess, net: &mut Net) -> String {
             NodeEffect::Checkpoint { through_seq, .. } => {
                 let _ = writeln!(s, "{} checkpoint through #{through_seq}", n.id());
             }
+            NodeEffect::HoldReads { through_seq } => {
+                let _ = writeln!(s, "{} reads wait for #{through_seq}", n.id());
+            }
             NodeEffect::Discard(d) => {
                 let _ = writeln!(
                     s,

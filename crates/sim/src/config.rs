@@ -220,9 +220,9 @@ pub struct SimConfig {
     /// in the address book): they join, and the CM rebalances onto them.
     pub spare_nodes: u32,
     /// Injected bugs (`meridian_bugs`; feature `sim-bugs` only): rules of
-    /// the simulator's shell (`AckBeforeFsync`, `LockBeforeFsync`,
+    /// the simulator's shell (`AckBeforeFsync`, `LockDurableEarly`,
     /// `InstalledIsAck`, `MasterClockKept`, `ReadsUnwaited`,
-    /// `ReadsBeforeLogEnd`) and of the node processes, which are given
+    /// `ReadsBeforeInstallDurable`) and of the node processes, which are given
     /// this set at construction ([`NodeProcess::with_bugs`]). Every clone
     /// shares the hit counters, so after a run `bugs.hits(bug)` tells how
     /// often a broken branch ran.

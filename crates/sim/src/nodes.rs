@@ -72,6 +72,11 @@ pub(crate) struct NodeSlot {
 }
 
 impl NodeSlot {
+    /// The sequence numbers the held effects wait for, in queue order.
+    pub(crate) fn held_seqs(&self) -> Vec<u64> {
+        self.held.iter().map(|(s, _)| *s).collect()
+    }
+
     /// Node `n` at the start of a run: a member of `config`, or a spare
     /// outside it that joins.
     pub(crate) fn new(cfg: &SimConfig, config: &Configuration, n: u32, clock: SimClock) -> Self {
@@ -107,18 +112,24 @@ impl Sim {
     /// [`split_held`] frees at once; the rest waits for that fsync. A crash
     /// before it loses both the records and the held effects.
     fn route_node(&mut self, n: u32) {
-        let (effects, lock_free, log_end) = match self.nodes[n as usize].process.as_mut() {
-            Some(p) => (
-                p.drain_effects(),
-                p.lock_replies_skip_fsync() || meridian_bugs::bug!(self.cfg.bugs, LockBeforeFsync),
-                if meridian_bugs::bug!(self.cfg.bugs, ReadsBeforeLogEnd, if p.log_end_seq() > 0) {
-                    0
-                } else {
-                    p.log_end_seq()
-                },
-            ),
+        #[cfg_attr(not(feature = "sim-bugs"), allow(unused_mut))]
+        let mut effects = match self.nodes[n as usize].process.as_mut() {
+            Some(p) => p.drain_effects(),
             None => return,
         };
+        let durable = self.durable_seq(n);
+        #[cfg(feature = "sim-bugs")]
+        if self.cfg.bugs.on(meridian_bugs::Bug::ReadsBeforeInstallDurable) {
+            let held_reads = effects.iter().any(
+                |e| matches!(e, NodeEffect::HoldReads { through_seq } if *through_seq > durable),
+            );
+            effects.retain(|e| !matches!(e, NodeEffect::HoldReads { .. }));
+            if held_reads {
+                self.cfg
+                    .bugs
+                    .count(meridian_bugs::Bug::ReadsBeforeInstallDurable);
+            }
+        }
         #[cfg(feature = "sim-bugs")]
         if self.cfg.bugs.on(meridian_bugs::Bug::MasterClockKept) {
             let slot = &mut self.nodes[n as usize];
@@ -161,7 +172,7 @@ impl Sim {
             }
         }
         #[cfg_attr(not(feature = "sim-bugs"), allow(unused_mut))]
-        let (mut free, held) = split_held(rest, self.cfg.faults.disk, lock_free, log_end);
+        let (mut free, held) = split_held(rest, self.cfg.faults.disk, durable);
         if let (Some((last, _)), None) = (appended, &held) {
             self.schedule_fsync(n, last);
         }
@@ -187,7 +198,7 @@ impl Sim {
 
     /// The injected bugs of the simulator's shell that move effects from
     /// `held` (waiting for an fsync) to `free` (`AckBeforeFsync`,
-    /// `InstalledIsAck`); returns what stays held.
+    /// `InstalledIsAck`, `LockDurableEarly`); returns what stays held.
     #[cfg(feature = "sim-bugs")]
     fn shell_bugs(
         &mut self,
@@ -214,33 +225,61 @@ impl Sim {
             held = rest;
         }
         if self.cfg.bugs.on(meridian_bugs::Bug::InstalledIsAck) {
-            // The durable ACK of a COMMIT-PRIMARY is dropped, and its
-            // early `Installed` answer goes as that ACK.
-            let mut early: BTreeSet<(Peer, u64)> = BTreeSet::new();
-            for e in free.iter_mut() {
-                if let Some((to, id)) = meridian_process::node::installed_reply(e) {
-                    self.cfg.bugs.count(meridian_bugs::Bug::InstalledIsAck);
-                    early.insert((to, id));
-                    *e = NodeEffect::Send {
-                        to,
-                        frame: Frame::Response {
-                            id,
-                            resp: Response::Txn(TxnResponse::Ack),
-                        },
-                    };
-                }
+            // A COMMIT-PRIMARY's `Installed` answer goes at once, as its
+            // durable ACK, and the real ACK is dropped.
+            let early: BTreeSet<(Peer, u64)> = held
+                .iter()
+                .filter_map(meridian_process::node::installed_reply)
+                .collect();
+            if !early.is_empty() {
+                self.cfg.bugs.count(meridian_bugs::Bug::InstalledIsAck);
+                held.retain(|e| {
+                    !matches!(e, NodeEffect::Send { to, frame: Frame::Response { id, .. } }
+                        if early.contains(&(*to, *id)))
+                });
+                free.extend(early.into_iter().map(|(to, id)| NodeEffect::Send {
+                    to,
+                    frame: Frame::Response {
+                        id,
+                        resp: Response::Txn(TxnResponse::Ack),
+                    },
+                }));
             }
-            held.retain(|e| {
-                !matches!(e, NodeEffect::Send { to, frame: Frame::Response { id, .. } }
-                    if early.contains(&(*to, *id)))
+        }
+        if self.cfg.bugs.on(meridian_bugs::Bug::LockDurableEarly) {
+            let (early, rest): (Vec<_>, Vec<_>) = held.into_iter().partition(|e| {
+                matches!(
+                    e,
+                    NodeEffect::Send {
+                        frame: Frame::Response {
+                            resp: Response::Txn(TxnResponse::LockDurable),
+                            ..
+                        },
+                        ..
+                    }
+                )
             });
+            if !early.is_empty() {
+                self.cfg.bugs.count(meridian_bugs::Bug::LockDurableEarly);
+            }
+            free.extend(early);
+            held = rest;
         }
         held
+    }
+
+    /// The last record of node `n`'s log that is durable (fsynced).
+    fn durable_seq(&self, n: u32) -> u64 {
+        let slot = &self.nodes[n as usize];
+        let logged = slot.wal.last().map_or(0, |(s, _)| *s);
+        let checkpointed = slot.checkpoint.as_ref().map_or(0, |(s, _)| *s);
+        logged.max(checkpointed)
     }
 
     /// Node `n`'s records through `seq` that no one waits for are fsynced
     /// `limits.log_idle_sync_us` later unless an fsync asked for covers
     /// them first (the shell's idle sync, `meridian_node::wal`).
+
     fn schedule_idle_fsync(&mut self, n: u32, seq: u64) {
         let at = self.now() + self.config.limits.log_idle_sync_us * 1000;
         let inc = self.nodes[n as usize].inc;
@@ -306,6 +345,8 @@ impl Sim {
                     self.discarded_stale_fill_writes += d.stale_fill_writes();
                 }
                 NodeEffect::Event(ev) => self.node_event(now, n, ev),
+                // Consumed by `split_held`.
+                NodeEffect::HoldReads { .. } => {}
                 NodeEffect::Wake { at_local_ns } => {
                     let slot = &mut self.nodes[n as usize];
                     let at = slot.clock.true_at(at_local_ns).max(now);

@@ -101,7 +101,7 @@ impl Sim {
             match &n.process {
                 Some(p) => {
                     out.push(format!(
-                        "node {i} (inc {}): member {} config {} (cm {}, members {:?}) recovering {} ({}) gateway {}",
+                        "node {i} (inc {}): member {} config {} (cm {}, members {:?}) recovering {} ({}) held {:?} durable {} gateway {}",
                         n.inc,
                         p.is_member(),
                         p.config().id().0,
@@ -109,6 +109,8 @@ impl Sim {
                         p.config().members(),
                         p.recovering(),
                         p.describe_recovery(),
+                        n.held_seqs(),
+                        n.wal.last().map_or(0, |(s, _)| *s),
                         p.gateway().describe_pending()
                     ));
                 }

@@ -590,39 +590,6 @@ fn a_whole_cluster_crash_loses_no_acknowledged_commit() {
     assert!(crashes > 0 && committed_after > 0);
 }
 
-/// The early COMMIT-PRIMARY answer (`report_after_primary_fsync =
-/// false`, opt-in) can lose a reported commit: after a whole-cluster
-/// crash the primary comes back without its COMMIT-PRIMARY record, the
-/// next configuration leaves out the backups whose COMMIT-BACKUP records
-/// were the commit's only durable evidence (they did not answer its
-/// CM's probe in time), and recovery aborts it from the primary's LOCK
-/// record, so a write reported to one reader is missing for a later one.
-/// FaRM's rule, the nodes' default, keeps both seeds' commits. These
-/// seeds reach the loss with one-read transactions at `read_ts`
-/// ([`before_single_reads`]).
-#[test]
-fn the_early_commit_primary_answer_can_lose_a_commit() {
-    for seed in [31030, 35413] {
-        let base = before_single_reads(SimConfig::swarm(seed));
-        let early = SimConfig {
-            report_after_primary_fsync: false,
-            ..base.clone()
-        };
-        let err = run_and_check(early).expect_err("the early answer's lost commit must be caught");
-        // G-single, or (where reads without a complete backup wait for the
-        // log's end) a G2-item cycle through the lost write.
-        assert!(
-            err.contains("strict-serializability violation"),
-            "seed {seed}: {err}"
-        );
-        run_and_check(SimConfig {
-            report_after_primary_fsync: true,
-            ..base
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-    }
-}
-
 /// With the early COMMIT-PRIMARY answer (`report_after_primary_fsync =
 /// false`, opt-in) a plain whole-cluster crash, every node restarting
 /// from its disk into the same configuration, loses nothing either: the
@@ -690,36 +657,6 @@ fn truncating_before_the_primarys_fsync_loses_writes_the_checker_sees() {
     assert!(
         !caught.is_empty(),
         "no seed caught a truncation before the primary's fsync"
-    );
-}
-
-/// A LOCK-REPLY may leave before its fsync only when every region has a
-/// complete backup (`NodeProcess::lock_replies_skip_fsync`). With one
-/// copy per region there is none: the LOCK record is the only durable
-/// copy of a region's writes until COMMIT-PRIMARY, and a whole-cluster
-/// crash after the report loses them unless the LOCK-REPLY waited. The
-/// real rule passes these runs; a rule that always frees LOCK-REPLYs is
-/// caught by the checker.
-#[test]
-fn lock_replies_wait_for_their_fsync_without_backups() {
-    let cfg = |seed: u64| SimConfig {
-        replication: 1,
-        ..cluster_crash_bank(seed)
-    };
-    let mut caught = Vec::new();
-    for seed in 0..40u64 {
-        let (broken, bugs) = inject(Bug::LockBeforeFsync, cfg(seed));
-        if run_and_check(broken).is_err() {
-            assert_hit(&bugs, Bug::LockBeforeFsync);
-            caught.push(seed);
-            if let Err(e) = run_and_check(cfg(seed)) {
-                panic!("seed {seed} fails with the real rule too: {e}");
-            }
-        }
-    }
-    assert!(
-        !caught.is_empty(),
-        "no run caught LOCK-REPLYs freed without backups"
     );
 }
 
@@ -1413,7 +1350,7 @@ fn single_reads_pass_and_reads_past_a_lock_are_caught() {
 /// write a reader already saw. Replies of a drain that logged nothing wait
 /// until the log is durable through its end while a region has no complete
 /// backup (`split_held`'s `log_end`); the rule without that wait
-/// (`Bug::ReadsBeforeLogEnd`) is caught. Seeds 130 and 750 reach the window
+/// (`Bug::ReadsBeforeInstallDurable`) is caught. Seeds 130 and 750 reach the window
 /// under that rule; 456, 1254 and 4981 run schedules where a plain READ or
 /// a single read meets a write whose COMMIT-PRIMARY is not yet durable, and
 /// all five pass under the real rule.
@@ -1432,9 +1369,9 @@ fn without_a_backup_reads_wait_for_the_log() {
     let mut caught = 0;
     for seed in [456u64, 1254, 4981, 130, 750] {
         run_and_check(cfg(seed)).unwrap_or_else(|e| panic!("{e}"));
-        let (broken, bugs) = inject(Bug::ReadsBeforeLogEnd, cfg(seed));
+        let (broken, bugs) = inject(Bug::ReadsBeforeInstallDurable, cfg(seed));
         if let Err(e) = run_and_check(broken) {
-            assert_hit(&bugs, Bug::ReadsBeforeLogEnd);
+            assert_hit(&bugs, Bug::ReadsBeforeInstallDurable);
             assert!(e.contains("violation"), "seed {seed}: {e}");
             caught += 1;
         }

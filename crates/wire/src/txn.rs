@@ -486,11 +486,10 @@ pub enum TxnResponse {
     /// answer and truncates only after every primary's `Ack` (a backup
     /// applies at TRUNCATE, so truncating earlier could leave a backup
     /// newer than a primary that then lost its install in a crash). It
-    /// leaves before the fsync only while every region has a complete
-    /// backup, whose COMMIT-BACKUP records are then the durable copies
-    /// (`meridian_process::node::independent_of_log`). An extension of
-    /// FaRM §4 step 4 for disks; appended last, so older replies decode as
-    /// before.
+    /// waits for the record like the `Ack`
+    /// (`meridian_process::node::independent_of_log`), so both arrive
+    /// together. An extension of FaRM §4 step 4 for disks; appended last,
+    /// so older replies decode as before.
     Installed,
     /// Reply to [`TxnRequest::ReadLatest`]: the key's newest committed
     /// version when the primary served it. Appended last, so older
@@ -504,6 +503,15 @@ pub enum TxnResponse {
     /// below a head would break the version order). Appended last, so older
     /// replies decode as before.
     LockedAbove(Timestamp),
+    /// Second answer to a granted LOCK under disk durability: the LOCK
+    /// record is durable at this primary. The LOCK-REPLY
+    /// ([`TxnResponse::Lock`] or [`TxnResponse::LockedAbove`]) may go
+    /// before the fsync; the coordinator sends COMMIT-PRIMARY only after
+    /// every written region's primary answered this, so whatever replicas
+    /// form the next configuration hold the writes once any of them is
+    /// exposed (`docs/internals/durability.md`). Appended last, so older
+    /// replies decode as before.
+    LockDurable,
 }
 
 /// A [`TxnRequest::ReadLatest`]'s answer: the newest version of a key.

@@ -331,6 +331,12 @@ struct Rpc {
     /// ([`ClientProcess::lagging_commit_participant`]): at most
     /// `rpc_attempts` of them, so the resends stay bounded.
     lag_refusals: u32,
+    /// A granted LOCK's `LockDurable` came before its LOCK-REPLY (frames
+    /// may arrive out of order): the RPC ends with the reply.
+    durable_first: bool,
+    /// A granted LOCK's LOCK-REPLY came, and the RPC waits for its
+    /// `LockDurable`.
+    answered_once: bool,
     purpose: Purpose,
 }
 
@@ -725,8 +731,14 @@ impl ClientProcess {
             .take(8)
             .map(|r| format!("{:?}->{}#{}", r.purpose, r.to, r.attempt))
             .collect();
+        let stages: Vec<String> = self
+            .txns
+            .values()
+            .take(4)
+            .map(|t| format!("{:?}", t.engine.as_ref().map(|e| e.stage())))
+            .collect();
         format!(
-            "config {} cm {} synced {} (syncs {} rejected {} inconsistent {}) txns {} finishing {} rpcs [{}] waits {} (first {:?}) truncations {} closing {}",
+            "config {} cm {} synced {} (syncs {} rejected {} inconsistent {}) txns {} {stages:?} finishing {} rpcs [{}] waits {} (first {:?}) truncations {} closing {}",
             self.config_id.0,
             self.cm,
             self.clock.is_synchronised(),

@@ -58,11 +58,18 @@ impl ClientProcess {
                     wrote: !engine.is_read_only(),
                 };
                 // Re-tag the outstanding COMMIT-PRIMARY acks before ending
-                // the transaction, so they are collected, not dropped.
+                // the transaction, so they are collected, not dropped. A
+                // resent LOCK still waiting for its answers is done with:
+                // COMMIT-PRIMARY went after every `LockDurable`.
+                let mut done_with = Vec::new();
                 for id in &t.rpcs {
                     if let Some(r) = self.rpcs.get_mut(id) {
                         if r.purpose == Purpose::Commit(txn) {
-                            r.purpose = Purpose::PostCommit(info.tx);
+                            if matches!(r.req, Request::Txn(TxnRequest::CommitPrimary { .. })) {
+                                r.purpose = Purpose::PostCommit(info.tx);
+                            } else {
+                                done_with.push(*id);
+                            }
                         }
                     }
                 }
@@ -78,6 +85,9 @@ impl ClientProcess {
                     }
                 }
                 self.answer(txn, CallResult::Committed(info), true);
+                for id in done_with {
+                    self.remove_rpc(id);
+                }
             }
             CommitStep::Done(Err(reason)) => {
                 let aborts = self
@@ -113,6 +123,40 @@ impl ClientProcess {
             // RPC stays for it (and for its timeout), and the engine
             // reports the commit now (`Coordinator::on_reply`).
             return self.on_installed(now, from, id);
+        }
+        let granted = matches!(
+            resp,
+            Response::Txn(
+                meridian_wire::TxnResponse::Lock(Ok(()))
+                    | meridian_wire::TxnResponse::LockedAbove(_)
+            )
+        );
+        if self.map.disk_durable() && granted {
+            // Disk durability: the primary's `LockDurable` follows once
+            // the LOCK record is durable; the RPC stays for it (and for
+            // its timeout), and the engine goes on now. If it came first,
+            // the RPC ends here. Frames may come twice or out of order.
+            if let Some(r) = self.rpcs.get_mut(&id) {
+                if r.answered_once {
+                    return; // a duplicate
+                }
+                r.answered_once = true;
+                if !r.durable_first {
+                    return self.on_first_answer(now, from, id, resp);
+                }
+            }
+        }
+        if matches!(resp, Response::Txn(meridian_wire::TxnResponse::LockDurable)) {
+            if let Some(r) = self.rpcs.get_mut(&id) {
+                if r.durable_first {
+                    return; // a duplicate
+                }
+                if !r.answered_once {
+                    // Ahead of its LOCK-REPLY: the RPC waits for that.
+                    r.durable_first = true;
+                    return self.on_first_answer(now, from, id, resp);
+                }
+            }
         }
         let Some(rpc) = self.remove_rpc(id) else {
             return;
@@ -292,9 +336,16 @@ impl ClientProcess {
     /// durable `Ack`. After the report (`Purpose::PostCommit`) there is
     /// nothing more to do with it.
     pub(super) fn on_installed(&mut self, now: u64, from: NodeId, id: u64) {
+        let installed = Response::Txn(meridian_wire::TxnResponse::Installed);
+        self.on_first_answer(now, from, id, installed);
+    }
+
+    /// The first of a request's two answers (COMMIT-PRIMARY's `Installed`,
+    /// a granted LOCK's reply under disk durability): the engine gets it,
+    /// and the RPC stays for the second.
+    fn on_first_answer(&mut self, now: u64, from: NodeId, id: u64, resp: Response) {
         if let Some(Purpose::Commit(txn)) = self.rpcs.get(&id).map(|r| r.purpose) {
-            let installed = Response::Txn(meridian_wire::TxnResponse::Installed);
-            self.commit_reply(now, txn, from, installed);
+            self.commit_reply(now, txn, from, resp);
         }
     }
 

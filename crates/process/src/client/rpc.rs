@@ -62,6 +62,8 @@ impl ClientProcess {
                 deadline_ns,
                 attempt: 1,
                 lag_refusals: 0,
+                durable_first: false,
+                answered_once: false,
                 purpose,
             }),
         );

@@ -142,15 +142,23 @@ pub(super) fn committing_backups(p: &mut ClientProcess) -> Vec<(NodeId, u64, Req
     backups
 }
 
-/// [`locking`], every LOCK granted at 200.4 µs: what is sent then.
+/// [`locking`], every LOCK granted at 200.4 µs and its record durable
+/// (`LockDurable`) at once: what is sent then.
 pub(super) fn locks_granted(p: &mut ClientProcess) -> Vec<(NodeId, u64, Request, Vec<TxId>)> {
     let locks = locking(p);
-    sent(&answer(
+    let mut out = sent(&answer(
         p,
         200_400,
         &locks,
         Response::Txn(TxnResponse::Lock(Ok(()))),
-    ))
+    ));
+    out.extend(sent(&answer(
+        p,
+        200_400,
+        &locks,
+        Response::Txn(TxnResponse::LockDurable),
+    )));
+    out
 }
 
 /// The transaction request `r` carries, unwrapped if it was sent to be

@@ -12,29 +12,34 @@ use std::collections::BTreeSet;
 /// Disk durability: whether effect `e`, from a drain that appended log
 /// records, may be carried out before those records are durable.
 ///
-/// Lease and clock traffic never depends on the log (a slow fsync must
-/// neither expire leases nor age clock samples). The replies to READ,
-/// SCAN and VALIDATE log nothing and, while every region has a complete
-/// backup (`lock_replies_free`, [`NodeProcess::lock_replies_skip_fsync`]),
-/// report only state that is already durable where it must be: a value a
-/// read can see was installed by COMMIT-PRIMARY, which the coordinator
-/// sends only after every backup acknowledged its COMMIT-BACKUP record,
-/// each after its fsync (FaRM §4); a lock a read or validation reports as
-/// held makes the reader abort or retry, whatever becomes of the lock.
-/// A region without a complete backup breaks that argument: COMMIT-PRIMARY
-/// went to it with no COMMIT-BACKUP anywhere, so the value it installed is
-/// durable only once the primary's own record is, and a reader that saw it
-/// before a crash would have seen a write recovery then aborts (with
-/// replication 1, the read lock wait serves reads in the very drain of the
-/// COMMIT-PRIMARY that released them). Those replies then wait like the
-/// rest. LOCK-REPLYs go at once on the same
-/// condition, and so does a COMMIT-PRIMARY's first answer,
-/// [`TxnResponse::Installed`]: the writes it reports installed are in
-/// every backup's durable COMMIT-BACKUP record, which recovery commits
-/// from (FaRM §5.3) if a crash takes the primary's install.
-/// Everything else waits: the ACKs of COMMIT-BACKUP, COMMIT-PRIMARY,
-/// ABORT and TRUNCATE, and any frame the embedded coordinator sends.
-pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
+/// The rule (`docs/internals/durability.md`): no reply that depends on a
+/// record goes out before every configuration that can form next must
+/// recover that record. After a whole-cluster crash a configuration may
+/// form without a region's backups (they restart late and are suspected),
+/// so a record counts only once it is durable *here*; the backups'
+/// COMMIT-BACKUP records do not stand in for the primary's own.
+///
+/// - Lease and clock traffic never depends on the log (a slow fsync must
+///   neither expire leases nor age clock samples).
+/// - READ, SCAN, single-read and VALIDATE replies log nothing; what they
+///   depend on is the record that last changed what they report
+///   ([`super::ReadDeps`]): they go at once when that is durable
+///   (`reads_free`), and otherwise wait for it.
+/// - LOCK-REPLYs go at once: they expose nothing, and the coordinator
+///   sends no COMMIT-PRIMARY
+///   before this node's [`TxnResponse::LockDurable`], which waits for the
+///   LOCK record like every other acknowledgement. So when anything of
+///   the transaction is exposed, every written region's primary holds its
+///   LOCK record durably and every backup its COMMIT-BACKUP record, and
+///   recovery finds the writes in whatever replicas form the next
+///   configuration.
+/// - Everything else waits: the ACKs of COMMIT-BACKUP, COMMIT-PRIMARY,
+///   ABORT and TRUNCATE, `LockDurable`, COMMIT-PRIMARY's
+///   [`TxnResponse::Installed`] (a commit reported before the primary's
+///   install is durable could be aborted by a recovery that sees only
+///   primaries' LOCK records), and any frame the embedded coordinator
+///   sends.
+pub fn independent_of_log(e: &NodeEffect, reads_free: bool) -> bool {
     match e {
         NodeEffect::Send { frame, .. } => match frame {
             Frame::OneWay {
@@ -52,16 +57,20 @@ pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
             Frame::Response {
                 resp:
                     Response::Txn(
-                        TxnResponse::Lock(_)
-                        | TxnResponse::LockedAbove(_)
-                        | TxnResponse::Read(_)
-                        | TxnResponse::ReadLatest(_)
-                        | TxnResponse::Scan(_)
-                        | TxnResponse::Validate(_)
-                        | TxnResponse::Installed,
+                        TxnResponse::Lock(_) | TxnResponse::LockedAbove(_),
                     ),
                 ..
-            } => lock_replies_free,
+            } => true,
+            Frame::Response {
+                resp:
+                    Response::Txn(
+                        TxnResponse::Read(_)
+                        | TxnResponse::ReadLatest(_)
+                        | TxnResponse::Scan(_)
+                        | TxnResponse::Validate(_),
+                    ),
+                ..
+            } => reads_free,
             _ => false,
         },
         NodeEffect::Wake { .. } | NodeEffect::Event(_) | NodeEffect::Discard(_) => true,
@@ -70,46 +79,58 @@ pub fn independent_of_log(e: &NodeEffect, lock_replies_free: bool) -> bool {
 }
 
 /// Disk durability: split a drain's effects into those carried out at
-/// once and those that wait until its last log record is durable: `(free,
-/// Some((last_seq, held)))`, or `(all, None)` if nothing waits or
-/// `logging` is false (memory mode). The log effects themselves
-/// (`AppendLog`, `Checkpoint`, `PersistCoordination`) are the shell's to
-/// carry out before this split; any left in `effects` land in `held`.
-/// Both the tokio shell and the simulator use this one rule.
-///
-/// A drain that logged nothing still holds its replies while a region
-/// has no complete backup (`lock_replies_free` false): they wait until the
-/// log is durable through `log_end`, the last record appended so far
-/// ([`NodeProcess::log_end_seq`]). A READ (or a single read) served in
-/// such a drain may return a value an earlier drain's COMMIT-PRIMARY
-/// installed whose record is not durable yet, and with no backup holding
-/// a COMMIT-BACKUP, a crash of the primary would let recovery abort the
-/// write the reader saw (single reads and plain READs alike, with
-/// replication 1, a whole-cluster crash and disk durability).
+/// once and those that wait until the log is durable through a sequence
+/// number: `(free, Some((seq, held)))`, or `(all, None)` if nothing waits
+/// or `logging` is false (memory mode). `durable_seq` is the last record
+/// the log has made durable. The log effects themselves (`AppendLog`,
+/// `Checkpoint`, `PersistCoordination`) are the shell's to carry out
+/// before this split; any left in `effects` land in `held`. A
+/// [`NodeEffect::HoldReads`] is consumed here: the read replies wait for
+/// its record unless `durable_seq` covers it. Both the tokio shell and
+/// the simulator use this one rule ([`independent_of_log`]).
 #[allow(clippy::type_complexity)]
 pub fn split_held(
     effects: Vec<NodeEffect>,
     logging: bool,
-    lock_replies_free: bool,
-    log_end: u64,
+    durable_seq: u64,
 ) -> (Vec<NodeEffect>, Option<(u64, Vec<NodeEffect>)>) {
-    let last = effects.iter().find_map(|e| match e {
-        NodeEffect::AppendLog { first_seq, records } => {
-            Some(*first_seq + records.len().saturating_sub(1) as u64)
-        }
-        _ => None,
-    });
+    let mut read_dep = 0;
+    let mut last = None;
+    let mut effects: Vec<NodeEffect> = effects
+        .into_iter()
+        .filter(|e| match e {
+            NodeEffect::HoldReads { through_seq } => {
+                read_dep = read_dep.max(*through_seq);
+                false
+            }
+            NodeEffect::AppendLog { first_seq, records } => {
+                last = Some(*first_seq + records.len().saturating_sub(1) as u64);
+                true
+            }
+            _ => true,
+        })
+        .collect();
     if !logging {
         return (effects, None);
     }
-    let seq = match last {
-        Some(seq) => seq,
-        None if !lock_replies_free && log_end > 0 => log_end,
-        None => return (effects, None),
+    let reads_free = read_dep <= durable_seq;
+    let seq = match (last, reads_free) {
+        (Some(l), true) => l,
+        (Some(l), false) => l.max(read_dep),
+        (None, false) => read_dep,
+        (None, true) => return (effects, None),
     };
-    let (free, held): (Vec<NodeEffect>, Vec<NodeEffect>) = effects
+    let (free, held): (Vec<NodeEffect>, Vec<NodeEffect>) = std::mem::take(&mut effects)
         .into_iter()
-        .partition(|e| independent_of_log(e, lock_replies_free));
+        .partition(|e| independent_of_log(e, reads_free));
+    // A held effect that would go if reads were free is a read reply.
+    if !reads_free
+        && held
+            .iter()
+            .any(|e| independent_of_log(e, true))
+    {
+        meridian_bugs::mark!("a read reply waits for the record that changed what it shows");
+    }
     if last.is_none() && held.is_empty() {
         return (free, None);
     }
@@ -208,6 +229,8 @@ pub(super) struct Wal {
     pub(super) force_checkpoint: bool,
     /// Node-level records not yet drained.
     pub(super) node_records: Vec<DurableRecord>,
+    /// The records read replies depend on.
+    pub(super) read_deps: super::ReadDeps,
 }
 
 /// A node checkpoint: the participant's and the clock master's state.
@@ -412,7 +435,15 @@ impl NodeProcess {
             self.effects.push(NodeEffect::Discard(Discarded(discarded)));
         }
         let mutations = self.participant.drain_journal();
+        self.absorb_installed();
         if mutations.is_empty() && self.wal.node_records.is_empty() && !self.wal.force_checkpoint {
+            let dep = self
+                .wal
+                .read_deps
+                .resolve(self.wal.log_seq, meridian_config::MAX_READ_DEPS);
+            if dep > 0 {
+                self.effects.push(NodeEffect::HoldReads { through_seq: dep });
+            }
             return std::mem::take(&mut self.effects);
         }
         let mut records = std::mem::take(&mut self.wal.node_records);
@@ -420,9 +451,16 @@ impl NodeProcess {
         let first_seq = self.wal.log_seq + 1;
         self.wal.log_seq += records.len() as u64;
         self.wal.since_checkpoint += records.len() as u64;
-        let mut out = Vec::with_capacity(self.effects.len() + 2);
+        let mut out = Vec::with_capacity(self.effects.len() + 3);
         if !records.is_empty() {
             out.push(NodeEffect::AppendLog { first_seq, records });
+        }
+        let dep = self
+            .wal
+            .read_deps
+            .resolve(self.wal.log_seq, meridian_config::MAX_READ_DEPS);
+        if dep > 0 {
+            out.push(NodeEffect::HoldReads { through_seq: dep });
         }
         if self.wal.force_checkpoint
             || self.wal.since_checkpoint
@@ -515,54 +553,42 @@ impl NodeProcess {
         }
     }
 
+    /// Disk durability: a granted LOCK was just answered (request `id`
+    /// from `to`); its [`TxnResponse::LockDurable`] follows, held until
+    /// the log is durable through the drain's end, which covers the LOCK
+    /// record (a resent LOCK logs nothing new, but its first record may
+    /// not be durable yet).
+    pub(super) fn lock_durable_follows(&mut self, to: Peer, id: u64) {
+        if self.participant.journaling() {
+            self.wal.read_deps.depend_on_drain();
+            self.reply(to, Some(id), TxnResponse::LockDurable.into());
+        }
+    }
+
+    /// Move the keys the participant changed into the read dependencies
+    /// (disk durability: a read reply showing them waits for their record).
+    pub(super) fn absorb_installed(&mut self) {
+        let changed = self.participant.take_installed();
+        if !changed.is_empty() {
+            self.wal.read_deps.changed(changed);
+        }
+    }
+
+    /// A reply to `r` is about to go: note the records it depends on
+    /// ([`super::ReadDeps`]).
+    pub(super) fn note_read_reply(&mut self, r: &TxnRequest) {
+        if self.participant.journaling() {
+            self.absorb_installed();
+            self.wal.read_deps.note_reply(r);
+        }
+    }
+
     /// The sequence number of the last log record this process appended
     /// (0: none yet); [`split_held`] holds the replies of a drain that
     /// logged nothing until the log is durable through it, while a region
     /// has no complete backup.
     pub fn log_end_seq(&self) -> u64 {
         self.wal.log_seq
-    }
-
-    /// Disk durability: whether this node's LOCK-REPLYs may leave before
-    /// the LOCK record is durable ([`independent_of_log`]). True when
-    /// every region of the current configuration has a complete backup
-    /// (one not still being filled by data recovery).
-    ///
-    /// Why that is enough (FaRM §4, §5.3): a transaction is reported
-    /// committed only after every backup of every region it writes has
-    /// made its COMMIT-BACKUP record durable (those ACKs wait for their
-    /// fsync) and one primary has installed its writes (its
-    /// [`TxnResponse::Installed`] goes on this same condition; with
-    /// `durability.report_after_primary_fsync`, once its COMMIT-PRIMARY
-    /// is durable). If
-    /// every node then loses what it had not fsynced, each written region
-    /// still votes commit-backup from its backups, whose records carry
-    /// the writes, so recovery commits the transaction; the LOCK record
-    /// adds nothing. Before that point nothing was reported, and no other
-    /// transaction could see the writes (COMMIT-PRIMARY exposes them, and
-    /// it is sent only after the COMMIT-BACKUP ACKs). The log is written
-    /// in order, so COMMIT-PRIMARY's fsync at a primary covers its LOCK;
-    /// coordinators truncate only after that fsync (the COMMIT-PRIMARY
-    /// ACK), so a backup never applies a write a primary could still lose.
-    /// A region with no complete backup keeps the LOCK record as the only
-    /// durable copy of the writes until COMMIT-PRIMARY: then every
-    /// LOCK-REPLY waits for its fsync. The simulator loses
-    /// un-fsynced records at every crash, so this argument is tested, not
-    /// only argued.
-    pub fn lock_replies_skip_fsync(&mut self) -> bool {
-        let id = self.config.id();
-        match self.lock_replies_free {
-            Some((c, free)) if c == id => free,
-            _ => {
-                let free = self
-                    .config
-                    .regions()
-                    .iter()
-                    .all(|r| r.backups.iter().any(|b| !r.filling.contains(b)));
-                self.lock_replies_free = Some((id, free));
-                free
-            }
-        }
     }
 }
 
@@ -572,22 +598,10 @@ mod tests {
     use crate::node::tests::config;
     use meridian_wire::Timestamp;
 
-    /// LOCK-REPLYs skip the fsync wait only while every region has a
-    /// complete backup: yes with 3 copies, no with 1, and no once a
-    /// region's only backup is still being filled.
-    #[test]
-    fn lock_replies_skip_the_fsync_only_with_a_complete_backup_everywhere() {
-        let mut p = NodeProcess::new(config(), NodeId(0), 1).unwrap();
-        assert!(p.lock_replies_skip_fsync(), "3 copies of every region");
-        let one = Configuration::local(3, 7000, 1, 6, std::path::Path::new("/nonexistent"));
-        let mut q = NodeProcess::new(one, NodeId(0), 1).unwrap();
-        assert!(!q.lock_replies_skip_fsync(), "1 copy: no backup");
-    }
-
     /// A drain's records need an fsync of their own only when something
     /// held waits for them: its log markers alone wait for nothing, a
-    /// COMMIT-BACKUP's ACK does, and a LOCK-REPLY that goes before its
-    /// fsync leaves only the marker held.
+    /// COMMIT-BACKUP's ACK does, and a LOCK-REPLY goes before its fsync
+    /// (its `LockDurable`, not here, waits).
     #[test]
     fn only_held_replies_ask_for_an_fsync() {
         let marker = || NodeEffect::AppendLog {
@@ -602,17 +616,11 @@ mod tests {
             },
         };
         let lock = reply(TxnResponse::Lock(Ok(())));
-        let (free, held) = split_held(vec![marker(), lock], true, true, 7);
+        let (free, held) = split_held(vec![marker(), lock], true, 6);
         let (seq, held) = held.expect("logged");
         assert_eq!((seq, free.len()), (7, 1), "the LOCK-REPLY goes at once");
         assert!(!held_waits_for_log(&held), "nothing waits: no fsync asked");
-        let lock = reply(TxnResponse::Lock(Ok(())));
-        let (_, held) = split_held(vec![marker(), lock], true, false, 7);
-        assert!(
-            held_waits_for_log(&held.expect("logged").1),
-            "no complete backup: the reply waits"
-        );
-        let (_, held) = split_held(vec![marker(), reply(TxnResponse::Ack)], true, true, 7);
+        let (_, held) = split_held(vec![marker(), reply(TxnResponse::Ack)], true, 6);
         assert!(
             held_waits_for_log(&held.expect("logged").1),
             "an ACK waits for its record"
@@ -624,12 +632,11 @@ mod tests {
         );
     }
 
-    /// A drain that logged nothing: its READ reply goes at once while
-    /// every region has a complete backup (or nothing was ever logged),
-    /// and otherwise waits until the log is durable through its end, since
-    /// it may show a write whose COMMIT-PRIMARY record is not durable yet.
+    /// A drain that logged nothing: its READ reply goes at once unless
+    /// it shows a key changed by a record that is not durable yet
+    /// (`HoldReads` above the durable end); then it waits for that record.
     #[test]
-    fn without_a_complete_backup_a_read_waits_for_the_logs_end() {
+    fn a_read_waits_for_the_record_that_changed_what_it_shows() {
         let read = || NodeEffect::Send {
             to: Peer::Conn(1),
             frame: Frame::Response {
@@ -641,29 +648,27 @@ mod tests {
             },
         };
         let wake = || NodeEffect::Wake { at_local_ns: 1 };
-        let (free, held) = split_held(vec![read(), wake()], true, true, 12);
-        assert_eq!((free.len(), held), (2, None), "complete backups: at once");
-        let (free, held) = split_held(vec![read(), wake()], true, false, 0);
-        assert_eq!((free.len(), held), (2, None), "nothing logged yet: at once");
-        let (free, held) = split_held(vec![read(), wake()], false, false, 12);
+        let hold = || NodeEffect::HoldReads { through_seq: 12 };
+        let (free, held) = split_held(vec![read(), wake()], true, 0);
+        assert_eq!((free.len(), held), (2, None), "depends on nothing: at once");
+        let (free, held) = split_held(vec![read(), wake(), hold()], true, 12);
+        assert_eq!((free.len(), held), (2, None), "durable already: at once");
+        let (free, held) = split_held(vec![read(), wake(), hold()], false, 0);
         assert_eq!((free.len(), held), (2, None), "memory mode: at once");
-        let (free, held) = split_held(vec![read(), wake()], true, false, 12);
+        let (free, held) = split_held(vec![read(), wake(), hold()], true, 11);
         assert_eq!(free, vec![wake()], "the wake-up goes");
         let (seq, held) = held.expect("the read waits");
-        assert_eq!((seq, held), (12, vec![read()]), "for the log's end");
+        assert_eq!((seq, held), (12, vec![read()]), "for its record");
         assert!(held_waits_for_log(&[read()]));
-        let (free, held) = split_held(vec![wake()], true, false, 12);
+        let (free, held) = split_held(vec![wake(), hold()], true, 11);
         assert_eq!((free.len(), held), (1, None), "nothing to hold");
     }
 
-    /// A COMMIT-PRIMARY's two answers: `Installed` goes before the fsync
-    /// while every region has a complete backup, and the `Ack` after it
-    /// without asking for one (it only lets the coordinator truncate).
-    /// Without a complete backup both wait, and the drain asks for the
-    /// fsync; an `Ack` with no `Installed` ahead of it (COMMIT-BACKUP's)
-    /// always asks.
+    /// A COMMIT-PRIMARY's answers (`Installed` if asked for, then the
+    /// `Ack`) and a granted LOCK's `LockDurable` wait for the record and
+    /// ask for the fsync; the LOCK-REPLY itself goes at once.
     #[test]
-    fn a_commit_primarys_durable_ack_asks_for_no_fsync_of_its_own() {
+    fn commit_primary_answers_and_lock_durable_wait_for_the_record() {
         let marker = || NodeEffect::AppendLog {
             first_seq: 9,
             records: Vec::new(),
@@ -675,40 +680,25 @@ mod tests {
                 resp: Response::Txn(resp),
             },
         };
-        let drain = || {
-            vec![
-                marker(),
-                reply(3, TxnResponse::Installed),
-                reply(3, TxnResponse::Ack),
-            ]
-        };
-        let (free, held) = split_held(drain(), true, true, 9);
-        let (_, held) = held.expect("logged");
+        let drain = vec![
+            marker(),
+            reply(3, TxnResponse::Installed),
+            reply(3, TxnResponse::Ack),
+            reply(4, TxnResponse::Lock(Ok(()))),
+            reply(4, TxnResponse::LockDurable),
+        ];
+        let (free, held) = split_held(drain, true, 8);
+        let (seq, held) = held.expect("logged");
+        assert_eq!(seq, 9);
         assert_eq!(
             free,
-            vec![reply(3, TxnResponse::Installed)],
-            "Installed goes"
+            vec![reply(4, TxnResponse::Lock(Ok(())))],
+            "the LOCK-REPLY goes"
         );
-        assert!(held_waits_for_log(&held), "the Ack waits for the record");
-        assert!(!held_asks_fsync(&free, &held), "but asks no fsync");
-        let (free, held) = split_held(drain(), true, false, 9);
-        let (_, held) = held.expect("logged");
-        assert!(free.is_empty(), "no complete backup: both wait");
+        assert!(held.contains(&reply(3, TxnResponse::Installed)));
+        assert!(held.contains(&reply(4, TxnResponse::LockDurable)));
+        assert!(held_waits_for_log(&held));
         assert!(held_asks_fsync(&free, &held), "and the fsync is asked for");
-        let (free, held) = split_held(
-            vec![
-                marker(),
-                reply(3, TxnResponse::Installed),
-                reply(4, TxnResponse::Ack),
-            ],
-            true,
-            true,
-            9,
-        );
-        assert!(
-            held_asks_fsync(&free, &held.expect("logged").1),
-            "another request's Ack asks"
-        );
     }
 
     /// The streamed checkpoint is `encode`'s bytes exactly, written from

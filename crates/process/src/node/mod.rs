@@ -89,6 +89,7 @@ mod clock;
 mod durability;
 mod leases;
 mod membership;
+mod read_deps;
 mod serve;
 mod service;
 mod thin;
@@ -103,6 +104,7 @@ pub use durability::{
     held_asks_fsync, held_waits_for_log, independent_of_log, installed_reply, split_held,
     DurableRecord, NodeSnapshot, RestoreError,
 };
+pub use read_deps::ReadDeps;
 pub use serve::{ReadHoldStats, READ_HOLD_LONG_NS};
 pub use thin::embedded_coordinator_id;
 
@@ -179,6 +181,14 @@ pub enum NodeEffect {
         /// ([`NodeProcess::restore`] reads it). Encode it off the process
         /// lock: that is why it is a snapshot and not bytes.
         state: NodeSnapshot,
+    },
+    /// Disk durability: the drain's read replies (READ, single read,
+    /// SCAN, VALIDATE) show keys changed by records through `through_seq`:
+    /// they wait until the log is durable that far ([`split_held`],
+    /// [`ReadDeps`]). At most one per drain, after its `AppendLog`.
+    HoldReads {
+        /// The last record they depend on.
+        through_seq: u64,
     },
     /// Something an operator or a timeline wants to see (FaRM Figure 9's
     /// markers).
@@ -400,9 +410,6 @@ pub struct NodeProcess {
     /// proposes a fresh configuration at once (so every transaction of the
     /// one it crashed in recovers).
     restored: bool,
-    /// [`NodeProcess::lock_replies_skip_fsync`] for the configuration it
-    /// was computed in.
-    lock_replies_free: Option<(ConfigId, bool)>,
     effects: Vec<NodeEffect>,
 }
 
@@ -517,7 +524,6 @@ impl NodeProcess {
             wal: Wal::default(),
             master_offset_ns: 0,
             restored: false,
-            lock_replies_free: None,
             effects: Vec::new(),
             config,
         })
@@ -589,7 +595,14 @@ impl NodeProcess {
 
     fn reply(&mut self, to: Peer, id: Option<u64>, resp: Response) {
         if let Some(id) = id {
+            let granted = matches!(
+                resp,
+                Response::Txn(meridian_wire::TxnResponse::Lock(Ok(())) | meridian_wire::TxnResponse::LockedAbove(_))
+            );
             self.send(to, Frame::Response { id, resp });
+            if granted {
+                self.lock_durable_follows(to, id);
+            }
         }
     }
 

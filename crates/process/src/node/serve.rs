@@ -211,7 +211,9 @@ impl NodeProcess {
                 return resp;
             }
         }
-        self.participant.handle(&[], r)
+        let resp = self.participant.handle(&[], r);
+        self.note_read_reply(r);
+        resp
     }
 
     /// Serve a READ or SCAN whose `read_ts` has passed, or a LOCK that may

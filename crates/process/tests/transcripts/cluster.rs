@@ -259,6 +259,7 @@ impl Cluster {
                 }
                 NodeEffect::PersistCoordination(_)
                 | NodeEffect::AppendLog { .. }
+                | NodeEffect::HoldReads { .. }
                 | NodeEffect::Checkpoint { .. } => {}
                 NodeEffect::Discard(d) => {
                     let _ = writeln!(out, "@{at} {me} discard {} replicas", d.replicas());

@@ -6,6 +6,7 @@
 //! code, the bug is both hit and caught.
 
 mod clients;
+mod durability;
 mod reconfig;
 mod restart;
 mod restore;

@@ -87,6 +87,9 @@ impl Transaction {
             .collect();
         self.lock_targets = msgs.iter().map(|(n, _)| *n).collect();
         self.pending = self.lock_targets.clone();
+        if self.map.disk_durable() {
+            self.lock_undurable = self.lock_targets.clone();
+        }
         self.phase = CommitStage::Locking;
         Ok(CommitStep::Send(msgs))
     }
@@ -251,7 +254,21 @@ impl Transaction {
         )
     }
 
+    /// COMMIT-PRIMARY exposes the writes: under disk durability it goes
+    /// only once every primary's LOCK record is durable
+    /// ([`TxnResponse::LockDurable`]), so that whatever replicas form the
+    /// configuration after a whole-cluster crash hold the writes (every
+    /// backup's COMMIT-BACKUP record is durable too: its ACK waited).
+    /// Until then nothing is sent.
     fn start_commit_primary(&mut self) -> CommitStep {
+        if !self.lock_undurable.is_empty() {
+            meridian_bugs::mark!("COMMIT-PRIMARY waits for a LOCK record to be durable");
+            self.phase = CommitStage::CommittingBackups;
+            self.pending.clear();
+            self.primary_waits = true;
+            return CommitStep::Send(Vec::new());
+        }
+        self.primary_waits = false;
         let Some(write_ts) = self.write_ts else {
             return CommitStep::Done(Err(self.failure.unwrap_or(AbortReason::User)));
         };
@@ -297,6 +314,20 @@ impl Transaction {
     ) -> Result<Option<CommitStep>, TxnError> {
         if matches!(resp, Response::Txn(TxnResponse::Installed)) {
             return self.on_installed(from);
+        }
+        if matches!(resp, Response::Txn(TxnResponse::LockDurable)) {
+            return Ok(self.on_lock_durable(from));
+        }
+        if self.phase != CommitStage::Locking
+            && self.lock_targets.contains(&from)
+            && matches!(
+                resp,
+                Response::Txn(TxnResponse::Lock(Ok(())) | TxnResponse::LockedAbove(_))
+            )
+        {
+            // A resent LOCK's answer again (its RPC waits for the
+            // `LockDurable`): the grant was counted the first time.
+            return Ok(None);
         }
         if !self.pending.remove(&from) {
             return Err(TxnError::Protocol {
@@ -393,6 +424,18 @@ impl Transaction {
         }
         self.reported = true;
         Ok(self.write_ts.map(|ts| CommitStep::Done(Ok(ts))))
+    }
+
+    /// A primary's second answer to LOCK under disk durability
+    /// ([`TxnResponse::LockDurable`]): its LOCK record is durable. The
+    /// last one lets a waiting COMMIT-PRIMARY go. Late or repeated ones
+    /// (a resent LOCK, an aborted transaction) change nothing.
+    fn on_lock_durable(&mut self, from: NodeId) -> Option<CommitStep> {
+        self.lock_undurable.remove(&from);
+        if self.primary_waits && self.lock_undurable.is_empty() {
+            return Some(self.start_commit_primary());
+        }
+        None
     }
 
     /// ABORT records to send (one-way) after an aborted commit: every primary

@@ -360,6 +360,13 @@ pub struct Transaction {
     /// `write_ts` must exceed it.
     blind_head: Timestamp,
     reported: bool,
+    /// Disk durability: the primaries whose granted LOCK is not yet known
+    /// durable ([`TxnResponse::LockDurable`]). COMMIT-PRIMARY waits until
+    /// it is empty.
+    lock_undurable: BTreeSet<NodeId>,
+    /// Every COMMIT-BACKUP is acknowledged and COMMIT-PRIMARY waits only
+    /// for `lock_undurable`.
+    primary_waits: bool,
     /// A single-read transaction's read: `None` before it is sent,
     /// `Some(None)` while in flight, `Some(Some(v))` once answered with the
     /// newest version's `write_ts` `v`.
@@ -395,6 +402,8 @@ impl Transaction {
             write_ts_unwaited: false,
             blind_head: Timestamp::ZERO,
             reported: false,
+            lock_undurable: BTreeSet::new(),
+            primary_waits: false,
             single_read: None,
         }
     }
@@ -560,5 +569,15 @@ impl Transaction {
                     .all(|n| self.lock_targets.contains(n) || self.backup_targets.contains(n)),
             "awaiting a node that is neither a lock nor a backup target"
         );
+        // COMMIT-PRIMARY exposes the writes only once every LOCK record
+        // is durable (disk durability).
+        assert!(
+            !matches!(
+                self.phase,
+                CommitStage::CommittingPrimaries | CommitStage::Committed
+            ) || self.lock_undurable.is_empty(),
+            "COMMIT-PRIMARY before every LOCK record was durable"
+        );
+        assert!(self.lock_undurable.is_subset(&self.lock_targets));
     }
 }

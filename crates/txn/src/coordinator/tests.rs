@@ -23,6 +23,13 @@ fn tx(l: u64) -> TxId {
     }
 }
 
+fn granted(r: &Response) -> bool {
+    matches!(
+        r,
+        Response::Txn(TxnResponse::Lock(Ok(())) | TxnResponse::LockedAbove(_))
+    )
+}
+
 struct Net {
     parts: BTreeMap<NodeId, Participant>,
     map: Arc<RegionMap>,
@@ -78,8 +85,19 @@ impl Net {
                 CommitStep::GetWriteTs => t.on_write_ts(Timestamp(write_ts)).unwrap(),
                 CommitStep::Send(msgs) => {
                     let mut next = None;
+                    let mut durable = Vec::new();
                     for (n, req) in msgs {
                         let resp = self.call(n, &req);
+                        if granted(&resp) && self.map.disk_durable() {
+                            durable.push(n);
+                        }
+                        if let Some(s) = t.on_reply(n, resp).unwrap() {
+                            next.get_or_insert(s);
+                        }
+                    }
+                    // A disk-mode primary's second answer to a granted LOCK.
+                    for n in durable {
+                        let resp = Response::Txn(TxnResponse::LockDurable);
                         if let Some(s) = t.on_reply(n, resp).unwrap() {
                             next.get_or_insert(s);
                         }
@@ -316,4 +334,64 @@ fn a_blind_write_over_a_newer_version_takes_write_ts_above_it() {
     };
     assert_eq!(floor, Some(Timestamp(1001)));
     assert_eq!(result, Ok(Timestamp(1001)));
+}
+
+/// Disk durability: COMMIT-PRIMARY exposes the writes, so it goes only
+/// once every written region's primary said its LOCK record is durable
+/// (`TxnResponse::LockDurable`); until then the commit sends nothing, and
+/// the last `LockDurable` sends it.
+#[test]
+fn commit_primary_waits_for_every_lock_record_to_be_durable() {
+    let c = config(100);
+    let mut net = Net::new(&c, &c);
+    assert!(net.map.disk_durable());
+    let mut t = net.begin(10);
+    t.put(vec![0x10], b"a".to_vec()).unwrap();
+    t.put(vec![0x90], b"b".to_vec()).unwrap();
+    let CommitStep::Send(locks) = t.commit().unwrap() else {
+        panic!("LOCKs first");
+    };
+    assert_eq!(locks.len(), 2);
+    let mut step = None;
+    for (n, req) in &locks {
+        let resp = net.call(*n, req);
+        assert!(granted(&resp));
+        if let Some(s) = t.on_reply(*n, resp).unwrap() {
+            step = Some(s);
+        }
+    }
+    assert!(matches!(step, Some(CommitStep::GetWriteTs)));
+    // n0's LOCK record is durable, n1's not yet.
+    assert!(t
+        .on_reply(NodeId(0), Response::Txn(TxnResponse::LockDurable))
+        .unwrap()
+        .is_none());
+    // One copy: no COMMIT-BACKUP, so COMMIT-PRIMARY would be next.
+    match t.on_write_ts(Timestamp(20)).unwrap() {
+        CommitStep::Send(m) => assert!(m.is_empty(), "nothing before n1's LockDurable: {m:?}"),
+        other => panic!("{other:?}"),
+    }
+    t.check_invariants();
+    match t
+        .on_reply(NodeId(1), Response::Txn(TxnResponse::LockDurable))
+        .unwrap()
+    {
+        Some(CommitStep::Send(m)) => {
+            assert_eq!(m.len(), 2);
+            assert!(m
+                .iter()
+                .all(|(_, r)| matches!(r, TxnRequest::CommitPrimary { .. })));
+        }
+        other => panic!("COMMIT-PRIMARY after the last LockDurable: {other:?}"),
+    }
+    // A repeated LOCK answer or LockDurable changes nothing.
+    assert!(t
+        .on_reply(NodeId(0), Response::Txn(TxnResponse::Lock(Ok(()))))
+        .unwrap()
+        .is_none());
+    assert!(t
+        .on_reply(NodeId(0), Response::Txn(TxnResponse::LockDurable))
+        .unwrap()
+        .is_none());
+    t.check_invariants();
 }

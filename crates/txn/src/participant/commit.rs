@@ -455,7 +455,10 @@ impl Participant {
         for w in &record.writes {
             if let Some(s) = self.durable.stores.get_mut(&w.region) {
                 s.apply_backup(&w.key, write_ts, w.value.clone());
+            } else {
+                continue;
             }
+            self.note_installed(w.region, &w.key);
         }
         self.stats.backup_applied += 1;
     }
@@ -517,10 +520,15 @@ impl Participant {
         // heads are below write_ts by that check.
         check_write_ts(rec.read_ts, write_ts)?;
         *state = LockState::Committed(write_ts);
+        let mut changed = Vec::with_capacity(rec.writes.len());
         for w in &rec.writes {
             if let Some(s) = self.durable.stores.get_mut(&w.region) {
                 s.install(tx, &w.key, write_ts, w.value.clone());
+                changed.push((w.region, w.key.clone()));
             }
+        }
+        for (region, key) in changed {
+            self.note_installed(region, &key);
         }
         self.stats.commits += 1;
         Ok(())

@@ -238,6 +238,7 @@ impl Participant {
                     limits: config.limits.clone(),
                     durable: c.durable,
                     discarded: Vec::new(),
+                    installed: Vec::new(),
                     stats: ParticipantStats::default(),
                     config,
                     journal: None,

@@ -43,7 +43,7 @@ pub use journal::{DurabilityError, Mutation, ParticipantSnapshot};
 use meridian_config::{Configuration, Limits, RegionMap};
 use meridian_storage::log::{LockState, TxLog};
 use meridian_storage::RegionStore;
-use meridian_wire::{NodeId, RegionId, Timestamp, TxId};
+use meridian_wire::{Key, NodeId, RegionId, Timestamp, TxId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -114,6 +114,12 @@ pub struct Participant {
     /// freeing a replica of millions of objects takes seconds, long enough
     /// for the node's leases to lapse.
     discarded: Vec<RegionStore>,
+    /// Disk durability: the keys whose newest version changed since the
+    /// shell last took them ([`Participant::take_installed`]), by
+    /// COMMIT-PRIMARY, a backup's apply or COMMIT-RECOVERY; empty when not
+    /// journaling. A reply that shows such a key waits for the record that
+    /// changed it (`meridian_process::node::ReadDeps`).
+    installed: Vec<(RegionId, Key)>,
     stats: ParticipantStats,
     /// The configuration last applied ([`Participant::reconfigure`]), kept
     /// for checkpoints.
@@ -194,6 +200,22 @@ impl Participant {
         std::mem::take(&mut self.discarded)
     }
 
+    /// The keys whose newest version changed since the last call, as
+    /// `(region, key)` in the order they changed (empty when not
+    /// journaling): COMMIT-PRIMARY installs, backup applies and
+    /// COMMIT-RECOVERY. Their records were journaled before this returns.
+    pub fn take_installed(&mut self) -> Vec<(RegionId, Key)> {
+        std::mem::take(&mut self.installed)
+    }
+
+    /// Note that `key` of `region` changed, if journaling
+    /// ([`Participant::take_installed`]).
+    pub(super) fn note_installed(&mut self, region: RegionId, key: &[u8]) {
+        if self.journal.is_some() {
+            self.installed.push((region, key.to_vec()));
+        }
+    }
+
     /// Every replica this participant holds or let go of, taking them out
     /// (a participant about to be replaced by an empty one; see
     /// [`Participant::take_discarded`]).
@@ -244,6 +266,7 @@ impl Participant {
                 filled: Default::default(),
             },
             discarded: Vec::new(),
+            installed: Vec::new(),
             stats: ParticipantStats::default(),
             config: cfg.clone(),
             journal: None,

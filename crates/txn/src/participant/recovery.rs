@@ -218,7 +218,10 @@ impl Participant {
             if let Some(store) = self.durable.stores.get_mut(&w.region) {
                 store.apply_backup(&w.key, write_ts, w.value.clone());
                 store.recovery_unlock(tx, &w.key);
+            } else {
+                continue;
             }
+            self.note_installed(w.region, &w.key);
         }
         // Release only the holds of regions whose writes are in place now:
         // a hold lock recovery took from another replica's report for a
