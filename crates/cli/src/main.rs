@@ -115,10 +115,9 @@ enum Cmd {
         /// §4.7). Default: the limit's default.
         #[arg(long)]
         read_lock_wait_us: Option<u64>,
-        /// The nodes' `durability.report_after_primary_fsync` (`true`: a
-        /// commit is reported once a primary's COMMIT-PRIMARY record is
-        /// durable, the nodes' default; `false`: at its early `Installed`
-        /// answer). Default: `true`, as the nodes'.
+        /// The nodes' `durability.report_after_primary_fsync` (`false`: a
+        /// primary also answers `Installed` before the `Ack`; both wait for
+        /// the record either way). Default: `true`, as the nodes'.
         #[arg(long, value_name = "BOOL")]
         report_after_primary_fsync: Option<bool>,
         /// Whether the register workload's one-read transactions run as

@@ -170,12 +170,13 @@ fn a_stopped_cluster_starts_again_with_its_data() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `meridian sim --report-after-primary-fsync` picks the commit rule the
-/// simulated nodes run: swarm seed 31030 loses a reported commit with the
-/// early COMMIT-PRIMARY answer (`false`) and the checker says so, while
-/// the default rule (`true`) passes it.
+/// `meridian sim --report-after-primary-fsync` sets the simulated nodes'
+/// commit answers: swarm seed 31030 once lost a reported commit with the
+/// early COMMIT-PRIMARY answer (`false`); that answer now waits for the
+/// record too, so both settings pass the checker, and a bad value is
+/// refused.
 #[test]
-fn sim_report_after_primary_fsync_picks_the_commit_rule() {
+fn sim_report_after_primary_fsync_is_safe_either_way() {
     let run = |rule: &str| {
         meridian(&[
             "sim",
@@ -193,11 +194,7 @@ fn sim_report_after_primary_fsync_picks_the_commit_rule() {
         ])
     };
     let (ok, out, err) = run("false");
-    assert!(!ok, "the early answer's lost commit passed: {out}{err}");
-    assert!(
-        format!("{out}{err}").contains("G-single"),
-        "no checker verdict: {out}{err}"
-    );
+    assert!(ok, "the early answer failed: {out}{err}");
     let (ok, out, err) = run("true");
     assert!(ok, "the default rule failed: {out}{err}");
     let (ok, _, err) = run("maybe");

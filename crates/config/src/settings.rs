@@ -109,22 +109,14 @@ pub struct DurabilityConfig {
     pub checkpoint_records: u64,
     /// Disk mode: whether a commit is reported only once a primary's
     /// COMMIT-PRIMARY record is durable (default true, FaRM §4's rule).
-    /// With `false` a primary answers COMMIT-PRIMARY as soon as it
-    /// installed the writes ([`meridian_wire::TxnResponse::Installed`],
-    /// while every region has a complete backup), so a read-write
-    /// transaction waits for one fsync stage, its backups' COMMIT-BACKUP
-    /// records, instead of two (about 11 % more TATP throughput at 32
-    /// sessions on disk, 30 % more 4-key RMW at 8). But **`false` can
-    /// lose a reported commit**: if the region's primary crashes before
-    /// its next fsync (in a crash of every node, say), the commit is left
-    /// only in its backups' COMMIT-BACKUP records, and a configuration may
-    /// leave out up to f of a region's replicas (those that did not answer
-    /// its CM's probe in time); if it leaves out those backups, recovery
-    /// finds only the primary's LOCK record and aborts the commit. With
-    /// `true` the
-    /// primary's durable COMMIT-PRIMARY record decides it. Like
-    /// PostgreSQL's `synchronous_commit = off`, use `false` only where
-    /// losing the last commits before such a crash is acceptable.
+    /// With `false` a primary answers COMMIT-PRIMARY twice,
+    /// [`meridian_wire::TxnResponse::Installed`] and then the `Ack`; both
+    /// wait until its COMMIT-PRIMARY record is durable, so either value
+    /// reports a commit at the same time. An answer before that fsync could
+    /// lose a reported commit after a whole-cluster crash (a configuration
+    /// may form without the region's backups, and recovery would find only
+    /// the primaries' LOCK records), so none is sent. The setting is kept
+    /// so that configurations written with it still parse.
     pub report_after_primary_fsync: bool,
 }
 

@@ -71,3 +71,56 @@ fn debug_stuck_seed() {
         println!("{l}");
     }
 }
+
+/// Which seeds catch injected bug `MERIDIAN_BUG` (its `Debug` name) under
+/// configuration `MERIDIAN_BUG_CONFIG` (`swarm`, `swarm-rows`: the rows
+/// workload with swarm faults, or `early-multi`: swarm with the early
+/// answer and multi-read transactions), over `MERIDIAN_MARK_SEEDS`: the
+/// search for a negative test's seed when its old one drifted. Prints each
+/// seed that is caught with the bug and passes without it.
+#[test]
+#[ignore]
+fn seeds_that_catch_a_bug() {
+    use meridian_bugs::{Bug, Bugs};
+    let name = std::env::var("MERIDIAN_BUG").expect("MERIDIAN_BUG");
+    let bug = *Bug::ALL
+        .iter()
+        .find(|b| format!("{b:?}") == name)
+        .expect("a bug name");
+    let kind = std::env::var("MERIDIAN_BUG_CONFIG").unwrap_or_else(|_| "swarm".into());
+    let range = std::env::var("MERIDIAN_MARK_SEEDS").unwrap_or_else(|_| "0..200".into());
+    let (from, to) = range.split_once("..").expect("from..to");
+    let (from, to): (u64, u64) = (from.parse().unwrap(), to.parse().unwrap());
+    let cfg = |seed: u64| match kind.as_str() {
+        "swarm-rows" => SimConfig {
+            faults: meridian_sim::Faults::swarm(seed),
+            ..SimConfig::rows(seed)
+        },
+        "early-multi" => SimConfig {
+            report_after_primary_fsync: false,
+            single_reads: false,
+            ..SimConfig::swarm(seed)
+        },
+        _ => SimConfig::swarm(seed),
+    };
+    std::thread::scope(|sc| {
+        for t in 0..2u64 {
+            let cfg = &cfg;
+            sc.spawn(move || {
+                for seed in (from..to).filter(|s| s % 2 == t) {
+                    let bugs = Bugs::of(&[bug]);
+                    let broken = SimConfig {
+                        bugs: bugs.clone(),
+                        ..cfg(seed)
+                    };
+                    if run_and_check(broken).is_err()
+                        && bugs.hits(bug) > 0
+                        && run_and_check(cfg(seed)).is_ok()
+                    {
+                        println!("{bug:?} caught by seed {seed}");
+                    }
+                }
+            });
+        }
+    });
+}

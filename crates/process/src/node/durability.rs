@@ -582,14 +582,6 @@ impl NodeProcess {
             self.wal.read_deps.note_reply(r);
         }
     }
-
-    /// The sequence number of the last log record this process appended
-    /// (0: none yet); [`split_held`] holds the replies of a drain that
-    /// logged nothing until the log is durable through it, while a region
-    /// has no complete backup.
-    pub fn log_end_seq(&self) -> u64 {
-        self.wal.log_seq
-    }
 }
 
 #[cfg(test)]
