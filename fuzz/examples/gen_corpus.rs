@@ -84,10 +84,12 @@ fn frames() -> Result<Vec<Vec<u8>>, Box<dyn std::error::Error>> {
     raft_msg.to = 2;
     raft_msg.term = 3;
     raft_msg.index = 4;
-    let mut entry = raft::eraftpb::Entry::default();
-    entry.index = 5;
-    entry.term = 3;
-    entry.data = b"config_id = 2".to_vec().into();
+    let entry = raft::eraftpb::Entry {
+        index: 5,
+        term: 3,
+        data: b"config_id = 2".to_vec().into(),
+        ..Default::default()
+    };
     raft_msg.mut_entries().push(entry);
     let raft_bytes = raft_msg.write_to_bytes()?;
     let mut heartbeat = raft::eraftpb::Message::default();
@@ -115,7 +117,10 @@ fn frames() -> Result<Vec<Vec<u8>>, Box<dyn std::error::Error>> {
                 read_ts: Timestamp(9),
             }),
         ),
-        request(3, Request::Txn(TxnRequest::Lock(record(2, b"k", Some(b"v"))))),
+        request(
+            3,
+            Request::Txn(TxnRequest::Lock(record(2, b"k", Some(b"v")))),
+        ),
         request(
             4,
             Request::Txn(TxnRequest::LockBlind {
@@ -211,7 +216,10 @@ fn frames() -> Result<Vec<Vec<u8>>, Box<dyn std::error::Error>> {
                 bytes: raft_bytes.clone(),
             }),
         },
-        response(1, Response::Txn(TxnResponse::Read(Ok(Some(versioned.clone()))))),
+        response(
+            1,
+            Response::Txn(TxnResponse::Read(Ok(Some(versioned.clone())))),
+        ),
         response(
             2,
             Response::Txn(TxnResponse::Scan(Ok((
@@ -490,14 +498,13 @@ fn wal_files() -> Result<Vec<Vec<u8>>, Box<dyn std::error::Error>> {
     let head = meridian_node::wal::encode(1, &first)?;
     let tail = meridian_node::wal::encode(n1 + 1, &second)?;
     let whole = [head.clone(), tail.clone()].concat();
-    let files = |checkpoint: Checkpoint, segments: Vec<(u8, Vec<u8>)>, log: Option<Vec<u8>>| {
-        Files {
+    let files =
+        |checkpoint: Checkpoint, segments: Vec<(u8, Vec<u8>)>, log: Option<Vec<u8>>| Files {
             fix_checksums: false,
             checkpoint,
             segments,
             log,
-        }
-    };
+        };
     let framed = |seq: u64| Checkpoint::Framed {
         seq,
         state: state.clone(),
@@ -534,7 +541,11 @@ fn wal_files() -> Result<Vec<Vec<u8>>, Box<dyn std::error::Error>> {
         files(framed(n1), Vec::new(), None),
         files(Checkpoint::Raw(legacy), Vec::new(), Some(tail.clone())),
         files(Checkpoint::Raw(cp_bad), Vec::new(), Some(tail.clone())),
-        files(Checkpoint::Absent, vec![(n1 as u8, head.clone())], Some(tail.clone())),
+        files(
+            Checkpoint::Absent,
+            vec![(n1 as u8, head.clone())],
+            Some(tail.clone()),
+        ),
         files(framed(n1), vec![(n1 as u8, head)], Some(tail)),
         files(Checkpoint::Absent, Vec::new(), Some(vec![0; 64])),
         files(Checkpoint::Raw(b"MRDNCKP2".to_vec()), Vec::new(), None),

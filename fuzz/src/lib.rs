@@ -22,6 +22,8 @@
 //!
 //! See docs/internals/fuzzing.md.
 
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod frame;
 pub mod participant;

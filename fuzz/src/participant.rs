@@ -34,8 +34,8 @@ use arbitrary::Arbitrary;
 use meridian_config::Configuration;
 use meridian_txn::Participant;
 use meridian_wire::{
-    ConfigId, KeyRange, LockRecord, NodeId, RegionId, Response, Timestamp, TruncateLow,
-    Truncation, TxId, TxnRequest, TxnResponse, WriteOp,
+    ConfigId, KeyRange, LockRecord, NodeId, RegionId, Response, Timestamp, TruncateLow, Truncation,
+    TxId, TxnRequest, TxnResponse, WriteOp,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -296,8 +296,7 @@ pub fn run_script(script: &Script) {
     }
     // The journal rebuilds the state (regions unblocked as lock recovery
     // would, since a restored participant serves nothing until then).
-    let replayed =
-        Participant::restore(node, &cfg, None, &journal).expect("the journal replays");
+    let replayed = Participant::restore(node, &cfg, None, &journal).expect("the journal replays");
     // Both sides end with a GC at the last safe point (see below).
     p.gc(Timestamp(now));
     let checkpoint = p.checkpoint().expect("a checkpoint encodes");
@@ -316,7 +315,9 @@ pub fn run_script(script: &Script) {
     let restored =
         Participant::restore(node, &cfg, Some(&checkpoint), &[]).expect("a checkpoint restores");
     assert_eq!(
-        unblocked(restored).checkpoint().expect("a checkpoint encodes"),
+        unblocked(restored)
+            .checkpoint()
+            .expect("a checkpoint encodes"),
         checkpoint,
         "a checkpoint restores the same state"
     );
@@ -429,7 +430,11 @@ fn apply(p: &mut Participant, model: &mut Model, now: &mut u64, truncate: &[TxId
         }
         (TxnRequest::Lock(rec), TxnResponse::Lock(r)) => {
             if r.is_ok() {
-                model.locked.entry(rec.tx).or_default().extend(rec.writes.clone());
+                model
+                    .locked
+                    .entry(rec.tx)
+                    .or_default()
+                    .extend(rec.writes.clone());
             }
         }
         (TxnRequest::LockBlind { record, .. }, TxnResponse::Lock(Ok(())))
