@@ -15,6 +15,17 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "installed Rust; run: export PATH=\$HOME/.cargo/bin:\$PATH" >&2
   fi
 fi
+# The fuzz smoke test (scripts/fuzz-smoke.sh, docs/internals/fuzzing.md):
+# cargo-fuzz runs on the nightly toolchain (libFuzzer, sanitizers).
+if command -v rustup >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/rustup" ]; then
+  RUSTUP="$(command -v rustup || echo "$HOME/.cargo/bin/rustup")"
+  if ! "$RUSTUP" toolchain list 2>/dev/null | grep -q '^nightly'; then
+    "$RUSTUP" toolchain install nightly --profile minimal
+  fi
+fi
+if ! command -v cargo-fuzz >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo-fuzz" ]; then
+  "$(command -v cargo || echo "$HOME/.cargo/bin/cargo")" install --locked cargo-fuzz
+fi
 # Bench only: meridian-bench plots timelines with plotters, whose text
 # rendering links fontconfig and freetype (and needs a font at run time).
 if ! pkg-config --exists fontconfig freetype2 2>/dev/null || ! fc-list 2>/dev/null | grep -q .; then

@@ -60,6 +60,7 @@ pub struct StoreStats {
 /// durability).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RegionStore {
+    #[serde(deserialize_with = "versions::deserialize_objects")]
     objects: imbl::OrdMap<StoreKey, Object>,
     /// FaRM §5.3 step 4 lock recovery: keys written by recovering
     /// transactions, held until COMMIT- or ABORT-RECOVERY. Several

@@ -28,6 +28,7 @@ pub struct Object {
     /// Serialised as the `Option<TxId>` it replaces.
     pub lock: Option<Box<TxId>>,
     /// Versions, strictly increasing `ts`, newest last ([`Versions`]).
+    #[serde(deserialize_with = "deserialize_versions")]
     pub versions: Versions,
     /// Reads with `read_ts` below this abort: older versions were dropped.
     pub floor_ts: Timestamp,
@@ -185,6 +186,60 @@ impl<'de> serde::Deserialize<'de> for StoreKey {
         let v: Vec<u8> = serde::Deserialize::deserialize(d)?;
         Ok(StoreKey::from_slice(&v))
     }
+}
+
+/// Elements a checkpoint's decoder reserves room for up front, at most.
+/// A length prefix is not trusted: a damaged one would otherwise ask for
+/// gigabytes, or overflow `Vec`'s capacity and panic, before the decoder
+/// found the elements missing (smallvec's and imbl's own decoders reserve
+/// whatever the prefix claims). Longer sequences grow as they decode.
+const MAX_PREALLOC: usize = 4096;
+
+/// [`Object::versions`] decoded as the `Vec<Version>` it is written as,
+/// reserving at most [`MAX_PREALLOC`] versions before they are read.
+fn deserialize_versions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Versions, D::Error> {
+    struct Seq;
+    impl<'de> serde::de::Visitor<'de> for Seq {
+        type Value = Versions;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a sequence of versions")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Versions, A::Error> {
+            let mut out = Versions::new();
+            out.reserve(seq.size_hint().unwrap_or(0).min(MAX_PREALLOC));
+            while let Some(v) = seq.next_element()? {
+                out.push(v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(Seq)
+}
+
+/// A region's objects ([`crate::RegionStore`]) decoded as imbl decodes an
+/// `OrdMap` (the same encoding: a map, entries in key order), reserving
+/// at most [`MAX_PREALLOC`] entries before they are read.
+pub(crate) fn deserialize_objects<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<imbl::OrdMap<StoreKey, Object>, D::Error> {
+    struct Map;
+    impl<'de> serde::de::Visitor<'de> for Map {
+        type Value = imbl::OrdMap<StoreKey, Object>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of objects")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0).min(MAX_PREALLOC));
+            while let Some(e) = map.next_entry()? {
+                entries.push(e);
+            }
+            Ok(imbl::OrdMap::from(entries))
+        }
+    }
+    d.deserialize_map(Map)
 }
 
 #[cfg(test)]
