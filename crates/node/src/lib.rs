@@ -1216,8 +1216,7 @@ mod tests {
         // as record 6.
         let (free1, held1) = split_held(vec![append(5), ack_reply(1)], true, 4);
         assert!(ids(&free1).is_empty());
-        let (free2, held2) =
-            split_held(vec![read_reply(2), append(6), ack_reply(3)], true, 4);
+        let (free2, held2) = split_held(vec![read_reply(2), append(6), ack_reply(3)], true, 4);
         assert_eq!(ids(&free2), vec![2], "the READ goes at once");
         let (tx, rx) = mpsc::channel(4);
         tx.send(held1.expect("held")).await.expect("queue");
@@ -1292,7 +1291,10 @@ mod tests {
                 TxnResponse::Lock(Ok(())),
                 TxnResponse::Lock(Err(Conflict::Changed)),
             ] {
-                assert!(independent_of_log(&reply(lock.clone()), reads_free), "{lock:?}");
+                assert!(
+                    independent_of_log(&reply(lock.clone()), reads_free),
+                    "{lock:?}"
+                );
             }
             for waits in [
                 TxnResponse::Ack,

@@ -119,7 +119,11 @@ impl Sim {
         };
         let durable = self.durable_seq(n);
         #[cfg(feature = "sim-bugs")]
-        if self.cfg.bugs.on(meridian_bugs::Bug::ReadsBeforeInstallDurable) {
+        if self
+            .cfg
+            .bugs
+            .on(meridian_bugs::Bug::ReadsBeforeInstallDurable)
+        {
             let held_reads = effects.iter().any(
                 |e| matches!(e, NodeEffect::HoldReads { through_seq } if *through_seq > durable),
             );

@@ -65,7 +65,10 @@ fn marks_reached_by_swarm_seeds() {
 #[test]
 #[ignore]
 fn debug_stuck_seed() {
-    let seed: u64 = std::env::var("MERIDIAN_DEBUG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(71);
+    let seed: u64 = std::env::var("MERIDIAN_DEBUG_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(71);
     let r = meridian_sim::run_and_check(meridian_sim::SimConfig::swarm(seed)).expect("checked");
     for l in &r.stuck {
         println!("{l}");

@@ -55,10 +55,7 @@ pub fn independent_of_log(e: &NodeEffect, reads_free: bool) -> bool {
                 ..
             } => true,
             Frame::Response {
-                resp:
-                    Response::Txn(
-                        TxnResponse::Lock(_) | TxnResponse::LockedAbove(_),
-                    ),
+                resp: Response::Txn(TxnResponse::Lock(_) | TxnResponse::LockedAbove(_)),
                 ..
             } => true,
             Frame::Response {
@@ -124,11 +121,7 @@ pub fn split_held(
         .into_iter()
         .partition(|e| independent_of_log(e, reads_free));
     // A held effect that would go if reads were free is a read reply.
-    if !reads_free
-        && held
-            .iter()
-            .any(|e| independent_of_log(e, true))
-    {
+    if !reads_free && held.iter().any(|e| independent_of_log(e, true)) {
         meridian_bugs::mark!("a read reply waits for the record that changed what it shows");
     }
     if last.is_none() && held.is_empty() {
@@ -442,7 +435,8 @@ impl NodeProcess {
                 .read_deps
                 .resolve(self.wal.log_seq, meridian_config::MAX_READ_DEPS);
             if dep > 0 {
-                self.effects.push(NodeEffect::HoldReads { through_seq: dep });
+                self.effects
+                    .push(NodeEffect::HoldReads { through_seq: dep });
             }
             return std::mem::take(&mut self.effects);
         }

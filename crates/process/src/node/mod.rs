@@ -597,7 +597,10 @@ impl NodeProcess {
         if let Some(id) = id {
             let granted = matches!(
                 resp,
-                Response::Txn(meridian_wire::TxnResponse::Lock(Ok(())) | meridian_wire::TxnResponse::LockedAbove(_))
+                Response::Txn(
+                    meridian_wire::TxnResponse::Lock(Ok(()))
+                        | meridian_wire::TxnResponse::LockedAbove(_)
+                )
             );
             self.send(to, Frame::Response { id, resp });
             if granted {

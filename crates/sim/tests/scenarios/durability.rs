@@ -47,11 +47,7 @@ fn unsynced_commit_primary(sim: &Sim, n: u32) -> bool {
 /// holds nothing more), restart every node but `late`, wait until the
 /// CM's configuration has left `late` out, restart them, and finish: the
 /// run must pass the checker and finish.
-fn crash_all_and_restart_late(
-    mut s: Scenario,
-    hold: HoldId,
-    late: &[u32],
-) -> Result<(), String> {
+fn crash_all_and_restart_late(mut s: Scenario, hold: HoldId, late: &[u32]) -> Result<(), String> {
     let nodes = s.sim().initial_config().nodes.len() as u32;
     for n in 0..nodes {
         s.crash_node(n);
@@ -69,13 +65,16 @@ fn crash_all_and_restart_late(
     // a reader saw before the crash and the restart lost is a cycle the
     // checker sees (a later reader sees the version before it).
     let locks = s.lose(|e| {
-        matches!(e, EventView::Deliver {
-            frame: Frame::Request {
-                req: Request::Txn(TxnRequest::Lock(_) | TxnRequest::LockBlind { .. }),
+        matches!(
+            e,
+            EventView::Deliver {
+                frame: Frame::Request {
+                    req: Request::Txn(TxnRequest::Lock(_) | TxnRequest::LockBlind { .. }),
+                    ..
+                },
                 ..
-            },
-            ..
-        })
+            }
+        )
     });
     let until = s.sim().now_ns() + 100_000_000;
     s.run_until("100 ms of reads only", |sim| sim.now_ns() >= until)?;
@@ -124,8 +123,7 @@ fn register(seed: u64) -> SimConfig {
 fn a_read_waits_for_the_install_it_shows_to_be_durable() {
     for seed in [1, 2, 3] {
         let watch = marks::watch("a read reply waits for the record that changed what it shows");
-        read_of_an_unsynced_install(register(seed))
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        read_of_an_unsynced_install(register(seed)).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         watch.assert_hit();
     }
 }
@@ -236,7 +234,11 @@ fn the_early_commit_primary_answer_waits_for_the_record() {
 
 #[test]
 fn an_early_commit_primary_answer_is_caught() {
-    caught(Bug::InstalledIsAck, early_answers, read_of_an_unsynced_install);
+    caught(
+        Bug::InstalledIsAck,
+        early_answers,
+        read_of_an_unsynced_install,
+    );
 }
 
 /// (b) A commit reported at one primary's durable COMMIT-PRIMARY must not
@@ -281,9 +283,5 @@ fn commit_primary_waits_for_every_lock_record_to_be_durable() {
 
 #[test]
 fn commit_primary_before_the_lock_record_is_durable_is_caught() {
-    caught(
-        Bug::LockDurableEarly,
-        bank,
-        transfer_with_an_unsynced_lock,
-    );
+    caught(Bug::LockDurableEarly, bank, transfer_with_an_unsynced_lock);
 }
