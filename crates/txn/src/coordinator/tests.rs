@@ -322,8 +322,18 @@ fn a_blind_write_over_a_newer_version_takes_write_ts_above_it() {
             }
             CommitStep::Send(msgs) => {
                 let mut next = None;
+                let mut durable = Vec::new();
                 for (n, req) in msgs {
                     let resp = net.call(n, &req);
+                    if granted(&resp) {
+                        durable.push(n);
+                    }
+                    if let Some(s) = t.on_reply(n, resp).unwrap() {
+                        next.get_or_insert(s);
+                    }
+                }
+                for n in durable {
+                    let resp = Response::Txn(TxnResponse::LockDurable);
                     if let Some(s) = t.on_reply(n, resp).unwrap() {
                         next.get_or_insert(s);
                     }
